@@ -1,0 +1,56 @@
+"""The ``memtui`` command line. Each subcommand lives in the module that owns its work and registers itself here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from memtui import __version__
+from memtui.errors import MemtuiError
+
+DEFAULT_PANEL = Path(__file__).resolve().parents[2] / "sample_panels" / "synthetic.h5"
+
+
+def default_panel() -> Path:
+    """The shipped synthetic sample (in a source checkout), else the copy installed with the package."""
+    if DEFAULT_PANEL.exists():
+        return DEFAULT_PANEL
+    return Path(__file__).resolve().parent / "data" / "synthetic.h5"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from memtui import commands
+    from memtui.extract import commands as extract_commands
+
+    parser = argparse.ArgumentParser(
+        prog="memtui",
+        description="Causal estimation of memorisation profiles. `memtui [PANEL]` opens the workbench.",
+    )
+    parser.add_argument("--version", action="version", version=f"memtui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.register(sub)
+    extract_commands.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser()
+    known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 - argparse has no public accessor
+    # `memtui` and `memtui PANEL` open the app; everything else is a subcommand.
+    if not argv or (argv[0] not in known and not argv[0].startswith("-")):
+        argv = ["app", *argv]
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except MemtuiError as exc:
+        print(f"memtui: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("memtui: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
