@@ -1,0 +1,174 @@
+"""From a panel's metric matrix to the groups the estimator works on: cohorts, controls, and the cell list.
+
+Everything downstream works on *groups* of instances stored contiguously (instances sorted by group), so that a
+group's multiplier-weighted sums are one matrix product over a slice, never a gather.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memtui.errors import MemtuiError
+
+NEVER_INDEX = np.iinfo(np.int64).max  # treatment index of never-treated instances
+
+
+@dataclass
+class Layout:
+    """Instances grouped by treatment checkpoint, and the (cohort, checkpoint) cells to estimate.
+
+    Groups are ordered by treatment index *descending*, never-treated first, so that the not-yet-treated control set
+    of a cell ("treated strictly after checkpoint m") is always a prefix of the groups: ``ctrl_prefix[cell]`` groups.
+    """
+
+    steps: np.ndarray  # (T,) checkpoint steps used
+    y: np.ndarray  # (N, T+1) outcomes, rows sorted by group, shifted per column; last column is 0 (no base)
+    group_start: np.ndarray  # (G+1,) row offsets of groups
+    group_index: np.ndarray  # (G,) treatment checkpoint index per group (NEVER_INDEX for never treated)
+    group_n: np.ndarray  # (G,) instances per group
+    means: np.ndarray  # (G, T+1) group means of y
+    cohort_groups: np.ndarray  # indices of groups that are cohorts (have cells), in ascending treatment order
+    # one entry per cell:
+    cell_group: np.ndarray
+    cell_t: np.ndarray
+    cell_b: np.ndarray  # base column; T (the zero column) for the difference estimator
+    cell_prefix: np.ndarray  # number of leading groups forming the control set
+    cell_own: np.ndarray  # whether the cell's own group sits inside that prefix and must be taken out
+    cell_pre: np.ndarray  # c < g
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_n)
+
+    @property
+    def n_units(self) -> int:
+        return int(self.group_n.sum())
+
+    def rows(self, g: int) -> slice:
+        return slice(self.group_start[g], self.group_start[g + 1])
+
+
+def treatment_index(treatment: np.ndarray, steps: np.ndarray, never: int) -> np.ndarray:
+    """Index of the first checkpoint at or after each treatment step (a step between checkpoints maps forward)."""
+    idx = np.searchsorted(steps, treatment, side="left").astype(np.int64)
+    idx[treatment == never] = NEVER_INDEX
+    return idx
+
+
+def build_layout(
+    y: np.ndarray,
+    treatment: np.ndarray,
+    steps: np.ndarray,
+    *,
+    never: int,
+    estimator: str = "did",
+    base_period: str = "varying",
+    control_group: str = "never_treated",
+) -> Layout:
+    n, t = y.shape
+    notes: list[str] = []
+    if t < 2 and estimator == "did":
+        raise MemtuiError(
+            f"only {t} completed checkpoint(s); difference-in-differences needs at least two, extract more checkpoints."
+        )
+    tidx = treatment_index(treatment, steps, never)
+
+    complete = np.isfinite(y).all(axis=1)
+    if not complete.all():
+        notes.append(f"dropped {int((~complete).sum())} instances with missing values in completed checkpoints")
+    keep = complete.copy()
+    if estimator == "did":
+        first = keep & (tidx == 0)
+        if first.any():
+            notes.append(
+                f"left out {int(first.sum())} instances treated at or before the first checkpoint "
+                f"(step {steps[0]}): no pre-treatment checkpoint"
+            )
+            keep &= ~first
+    beyond = keep & (tidx >= t) & (tidx != NEVER_INDEX)
+    if beyond.any():
+        if control_group == "never_treated":
+            notes.append(
+                f"left out {int(beyond.sum())} instances first trained on after the last completed checkpoint "
+                f"(step {steps[-1]}): not yet treated within the window"
+            )
+            keep &= ~beyond
+        else:
+            notes.append(f"{int(beyond.sum())} instances treated after the last checkpoint serve as controls")
+            tidx = np.where(beyond, t, tidx)  # one group "treated after the window"
+    if not (keep & (tidx == NEVER_INDEX)).any():
+        raise MemtuiError(
+            "no never-treated instance has complete values in the completed checkpoints; "
+            "check the validation instances or finish extraction."
+        )
+    for cohort in np.unique(tidx[complete & (tidx < t)]):
+        if not (keep & (tidx == cohort)).any() and ((tidx == cohort) & ~complete).any() and cohort > 0:
+            raise MemtuiError(
+                f"every instance of cohort {steps[cohort]} has missing values in completed checkpoints; "
+                "re-run extraction for those checkpoints (memtui extract --redo)."
+            )
+
+    rows = np.flatnonzero(keep)
+    order = rows[np.argsort(-tidx[rows], kind="stable")]  # groups descending by treatment index: never first
+    g_of = tidx[order]
+    bounds = np.flatnonzero(np.diff(g_of)) + 1
+    group_start = np.concatenate([[0], bounds, [len(order)]]).astype(np.int64)
+    group_index = g_of[group_start[:-1]]
+    group_n = np.diff(group_start)
+
+    yy = np.zeros((len(order), t + 1))
+    yy[:, :t] = y[order]
+    # Shift each column by the never-treated mean: estimates are invariant to it and sums stay small.
+    yy[:, :t] -= yy[group_start[0] : group_start[1], :t].mean(axis=0)
+    means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
+
+    cohort_groups = np.flatnonzero(group_index < t)[::-1]
+    cells = _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
+    return Layout(
+        steps=np.asarray(steps),
+        y=yy,
+        group_start=group_start,
+        group_index=group_index,
+        group_n=group_n,
+        means=means,
+        cohort_groups=cohort_groups,
+        notes=notes,
+        **cells,
+    )
+
+
+def _cells(group_index, cohort_groups, t, estimator, base_period, control_group) -> dict[str, np.ndarray]:
+    gs, ts, bs, pre = [], [], [], []
+    for g in cohort_groups:
+        a = group_index[g]
+        for c in range(t):
+            if estimator == "difference":
+                b = t
+            elif c >= a:
+                b = a - 1
+            elif base_period == "varying":
+                if c == 0:
+                    continue
+                b = c - 1
+            else:  # universal: always the checkpoint before g; the reference cell (c = g-1) is 0 by construction
+                if c == a - 1:
+                    continue
+                b = a - 1
+            gs.append(g)
+            ts.append(c)
+            bs.append(b)
+            pre.append(c < a)
+    gs, ts, bs = np.array(gs, dtype=np.int64), np.array(ts, dtype=np.int64), np.array(bs, dtype=np.int64)
+    if control_group == "never_treated":
+        prefix = np.ones_like(gs)
+        own = np.zeros(len(gs), dtype=bool)
+    else:
+        # controls: groups treated strictly after max(c, b); groups are sorted by descending treatment index
+        m = np.maximum(ts, np.where(bs == t, -1, bs))
+        desc = group_index  # descending
+        prefix = np.searchsorted(-desc, -m, side="left")  # count of groups with index > m
+        own = group_index[gs] > m
+    return {"cell_group": gs, "cell_t": ts, "cell_b": bs, "cell_prefix": prefix, "cell_own": own, "cell_pre": np.array(pre, dtype=bool)}

@@ -1,0 +1,208 @@
+"""Scoring instances with a causal LM without materialising (batch x length x vocabulary) log-probabilities.
+
+The model body runs once per batch; the output head then runs over chunks of target positions, with fp32 logits,
+and each chunk is reduced at once to four per-token numbers:
+
+- ``logp``: log p(x_i | x_<i) = z_t - logsumexp(z)
+- ``rank``: number of vocabulary entries whose logit is strictly greater than the true token's (0 = top-1)
+- ``entropy``: -sum_v p_v log p_v = logsumexp(z) - sum_v p_v z_v
+
+Per instance these become ``loglik`` (sum of logp over its targets, nats), ``accuracy`` (mean of [rank = 0]),
+``rank`` (mean rank) and ``entropy`` (mean entropy, nats). Targets are tokens 2..L of each instance, predicted from
+their prefixes; nothing (BOS/EOS) is added. Rows shorter than the batch are right-padded, masked, and their padding is
+never scored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from memtui.errors import MemtuiError
+
+PANEL_METRICS = ("loglik", "accuracy", "rank", "entropy")
+
+
+def resolve_device(device: str = "auto") -> torch.device:
+    """``auto`` is CUDA when available, else Apple MPS, else CPU."""
+    if device in ("auto", "", None):
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise MemtuiError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps.") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise MemtuiError(f"device '{device}' requested but CUDA is not available here; use --device cpu.")
+    return dev
+
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    """Dtype of the model body. ``auto``: bf16 on CUDA (fp16 where bf16 is unsupported), fp32 elsewhere."""
+    if dtype in ("auto", "", None):
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    if dtype not in _DTYPES:
+        raise MemtuiError(f"unknown dtype '{dtype}'; use auto, float32, bfloat16 or float16.")
+    return _DTYPES[dtype]
+
+
+def default_chunk(device: torch.device, vocab: int) -> int:
+    """Target positions per head chunk: cache-sized on CPU (the reductions then never leave L2/L3), ~0.5 GB on GPU."""
+    if device.type == "cpu":
+        return max(8, (4 << 20) // (4 * vocab))
+    return max(256, (512 << 20) // (4 * vocab))
+
+
+def reduce_chunk(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, softcap: float | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """fp32 logits of ``hidden`` (P x d) through the head, reduced to (logp, rank, entropy), each (P,)."""
+    z = hidden.to(weight.dtype) @ weight.T
+    if bias is not None:
+        z += bias
+    if softcap:
+        z = torch.tanh(z / softcap) * softcap
+    t = z.gather(1, targets[:, None])
+    rank = (z > t).sum(1)
+    m = z.amax(1, keepdim=True)
+    z -= m  # z - max: every exp below is <= 1
+    e = torch.exp(z)
+    s = e.sum(1)
+    ez = torch.linalg.vecdot(e, z)  # sum_v e_v (z_v - m), without another (P x V) temporary
+    log_s = torch.log(s)
+    logp = (t - m).squeeze(1) - log_s
+    entropy = log_s - ez / s
+    return logp, rank, entropy
+
+
+@dataclass
+class HeadParts:
+    body: torch.nn.Module
+    weight: torch.Tensor  # (V, d) fp32, on the device
+    bias: torch.Tensor | None
+    softcap: float | None
+
+
+def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(body returning ``last_hidden_state``, output head) of a Hugging Face causal LM."""
+    body = getattr(model, "base_model", None)
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if body is None or body is model or head is None or not hasattr(head, "weight"):
+        raise MemtuiError(
+            f"cannot split {type(model).__name__} into a body and an output head; "
+            "memtui scores Hugging Face causal language models (AutoModelForCausalLM)."
+        )
+    return body, head
+
+
+class Scorer:
+    """Scores token-id rows with one model object whose weights may be replaced between calls.
+
+    ``head_fp32`` keeps an fp32 copy of the output-head weight (refreshed by :meth:`refresh_head` after new weights
+    are copied in); on CUDA with a bf16/fp16 body the head matmul uses TF32, which is exact for bf16/fp16 inputs and
+    accumulates in fp32.
+    """
+
+    def __init__(self, model: torch.nn.Module, device: torch.device, chunk: int | None = None):
+        self.model = model
+        self.device = device
+        self.body, self.head = split_model(model)
+        self.vocab = int(self.head.weight.shape[0])
+        self.chunk = chunk or default_chunk(device, self.vocab)
+        self.softcap = getattr(model.config, "final_logit_softcapping", None)
+        self.body_dtype = next(model.parameters()).dtype
+        if device.type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = self.body_dtype != torch.float32
+        self._weight = self._bias = None
+        self.refresh_head()
+
+    def refresh_head(self) -> None:
+        w = self.head.weight.detach()
+        self._weight = w if w.dtype == torch.float32 else w.float()
+        b = getattr(self.head, "bias", None)
+        self._bias = None if b is None else b.detach().float()
+
+    @torch.inference_mode()
+    def token_stats(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Per-target (logp, rank, entropy) for a right-padded batch, plus each target's row index."""
+        b, L = tokens.shape
+        pos = torch.arange(L, device=tokens.device)
+        mask = pos[None, :] < lengths[:, None]
+        ids = torch.where(mask, tokens, torch.zeros_like(tokens))
+        attn = None if bool(mask.all()) else mask.long()
+        hidden = self.body(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        # position i predicts token i+1: a target exists where i+1 < length
+        valid = (pos[None, : L - 1] + 1) < lengths[:, None]
+        h = hidden[:, :-1][valid]
+        y = ids[:, 1:][valid]
+        rows = torch.arange(b, device=tokens.device)[:, None].expand(b, L - 1)[valid]
+        n = len(y)
+        logp = torch.empty(n, dtype=torch.float32, device=tokens.device)
+        rank = torch.empty(n, dtype=torch.int64, device=tokens.device)
+        ent = torch.empty(n, dtype=torch.float32, device=tokens.device)
+        for s in range(0, n, self.chunk):
+            e = min(n, s + self.chunk)
+            logp[s:e], rank[s:e], ent[s:e] = reduce_chunk(h[s:e], self._weight, self._bias, y[s:e], self.softcap)
+        return logp, rank, ent, rows
+
+    def score(self, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+        """The four panel metrics for each row (NaN for rows with fewer than two tokens)."""
+        b = len(tokens)
+        t = torch.as_tensor(np.asarray(tokens, dtype=np.int64)).to(self.device, non_blocking=True)
+        lens = torch.as_tensor(np.asarray(lengths, dtype=np.int64)).to(self.device)
+        logp, rank, ent, rows = self.token_stats(t, lens)
+        return per_instance(b, rows, logp, rank, ent)
+
+
+def per_instance(b: int, rows, logp, rank, ent) -> dict[str, np.ndarray]:
+    """Sum / mean per-target quantities into per-row metrics (float64 accumulation)."""
+    dev = logp.device
+    count = torch.zeros(b, dtype=torch.float64, device=dev).index_add_(0, rows, torch.ones_like(logp, dtype=torch.float64))
+
+    def total(x):
+        return torch.zeros(b, dtype=torch.float64, device=dev).index_add_(0, rows, x.to(torch.float64))
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        n = count.cpu().numpy()
+        out = {
+            "loglik": total(logp).cpu().numpy(),
+            "accuracy": total(rank == 0).cpu().numpy() / n,
+            "rank": total(rank).cpu().numpy() / n,
+            "entropy": total(ent).cpu().numpy() / n,
+        }
+    out["loglik"][n == 0] = math.nan
+    return out
+
+
+def check_head(model: torch.nn.Module, scorer: Scorer, vocab: int) -> None:
+    """Guard against architectures whose logits are not ``head(base_model(x))`` (extra scaling, etc.)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, vocab, (1, 8), generator=g).to(scorer.device)
+    with torch.inference_mode():
+        ref = torch.log_softmax(model(input_ids=x).logits[0, :-1].float(), -1)
+        ref = ref.gather(1, x[0, 1:, None]).squeeze(1)
+        logp, *_ = scorer.token_stats(x, torch.tensor([8], device=scorer.device))
+    tol = 1e-3 if scorer.body_dtype == torch.float32 else 5e-2
+    if not torch.allclose(logp, ref, atol=tol, rtol=tol):
+        raise MemtuiError(
+            f"{type(model).__name__}: memtui's chunked output head does not reproduce the model's own logits "
+            f"(max difference {float((logp - ref).abs().max()):.3g}); this architecture is not supported yet."
+        )
