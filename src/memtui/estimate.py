@@ -186,10 +186,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         tmax = did.sup_t(draws[mask], se[mask])
         return did.critical_value(tmax, settings.alpha), tmax
 
-    if boot is not None:
-        se = did.bootstrap_se(boot.cells)
-    else:
-        se = est.se
+    se = did.bootstrap_se(boot.cells) if boot is not None else est.se
     draws = boot.cells if boot is not None else None
     crit = np.empty(len(pre))
     if settings.family == "all":
@@ -298,8 +295,13 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
 
 def _pretrend(draws, se, att, pre, alpha) -> dict:
     """Joint sup-t test of the placebo cells c < g (no anticipation => all zero)."""
-    out = {"n_cells": int(pre.sum()), "n_significant": 0, "sup_t": float("nan"), "p_value": float("nan"),
-           "crit": float("nan")}
+    out = {
+        "n_cells": int(pre.sum()),
+        "n_significant": 0,
+        "sup_t": float("nan"),
+        "p_value": float("nan"),
+        "crit": float("nan"),
+    }
     if draws is None or not pre.any():
         return out
     ok = pre & np.isfinite(se)

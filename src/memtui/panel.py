@@ -275,7 +275,9 @@ def _read(f: h5py.File, path: Path) -> Panel:
     metrics, signs = {}, {}
     for name, ds in f["metrics"].items():
         if ds.shape != (n, t):
-            raise MemtuiError(f"{path}: metric '{name}' has shape {ds.shape}, expected ({n}, {t}) instances x checkpoints.")
+            raise MemtuiError(
+                f"{path}: metric '{name}' has shape {ds.shape}, expected ({n}, {t}) instances x checkpoints."
+            )
         if not np.issubdtype(ds.dtype, np.floating):
             raise MemtuiError(f"{path}: metric '{name}' is stored as {ds.dtype}, expected floating point.")
         metrics[name] = ds[()].astype(np.float64, copy=False)
@@ -293,7 +295,9 @@ def _read(f: h5py.File, path: Path) -> Panel:
         split=split,
         source_index=source,
         revisions=[r.decode() for r in f["checkpoints/revision"][()]] if "checkpoints/revision" in f else [],
-        weight_hashes=[h.decode() for h in f["checkpoints/weights_hash"][()]] if "checkpoints/weights_hash" in f else [],
+        weight_hashes=[h.decode() for h in f["checkpoints/weights_hash"][()]]
+        if "checkpoints/weights_hash" in f
+        else [],
         signs=signs,
         attrs={k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()},
         truth=truth,

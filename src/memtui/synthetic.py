@@ -65,7 +65,12 @@ def simulate(sim: Simulation) -> dict:
     values, truth = {}, {"cohorts": sim.cohorts, "steps": steps}
     for name, (sign, level, trend, inst_sd, noise_sd, peak) in _METRICS.items():
         tau = sim.tau(peak)
-        y = level + trend * progress[None, :] + rng.normal(0, inst_sd, (n, 1)) + rng.normal(0, noise_sd, (n, len(steps)))
+        y = (
+            level
+            + trend * progress[None, :]
+            + rng.normal(0, inst_sd, (n, 1))
+            + rng.normal(0, noise_sd, (n, len(steps)))
+        )
         y[:n_treated] += sign * tau[cohort_row]
         values[name] = y
         truth[name] = tau

@@ -62,7 +62,9 @@ def point_estimates(lay: Layout) -> CellEstimates:
     in_ctrl[g[own], np.flatnonzero(own)] = False
     ss_control = (in_ctrl * (ss_group + n[:, None] * (dm_all - dmu) ** 2)).sum(axis=0)
     se = np.sqrt(ss_treated / n_t**2 + ss_control / n_c**2)
-    return CellEstimates(att=dm - dmu, se=se, n_treated=n_t.astype(np.int64), n_control=n_c.astype(np.int64), dmu=dmu, dm=dm)
+    return CellEstimates(
+        att=dm - dmu, se=se, n_treated=n_t.astype(np.int64), n_control=n_c.astype(np.int64), dmu=dmu, dm=dm
+    )
 
 
 def multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str) -> np.ndarray:

@@ -171,4 +171,11 @@ def _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
         desc = group_index  # descending
         prefix = np.searchsorted(-desc, -m, side="left")  # count of groups with index > m
         own = group_index[gs] > m
-    return {"cell_group": gs, "cell_t": ts, "cell_b": bs, "cell_prefix": prefix, "cell_own": own, "cell_pre": np.array(pre, dtype=bool)}
+    return {
+        "cell_group": gs,
+        "cell_t": ts,
+        "cell_b": bs,
+        "cell_prefix": prefix,
+        "cell_own": own,
+        "cell_pre": np.array(pre, dtype=bool),
+    }
