@@ -1,0 +1,36 @@
+"""CSV export of estimates, shared by `memtui export` and the workbench."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from memtui.errors import MemtuiError
+from memtui.estimate import EstimateResult
+
+COLUMNS = [
+    "metric", "estimator", "scope", "cohort", "checkpoint", "event_time", "estimate", "std_error", "analytic_se",
+    "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control", "alpha",
+    "draws", "seed",
+]  # fmt: skip
+
+
+def export_frame(result: EstimateResult, scope: str = "profile", significant_only: bool = True) -> pl.DataFrame:
+    frame = result.scope(scope).select(COLUMNS)
+    return frame.filter(pl.col("significant")) if significant_only else frame
+
+
+def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile", significant_only: bool = True) -> int:
+    """Write the scope's estimates to ``path``; returns the number of rows written."""
+    frame = export_frame(result, scope, significant_only)
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise MemtuiError(f"{path} is a folder; give a file name such as {path / 'estimates.csv'}.")
+    if not path.parent.exists():
+        raise MemtuiError(f"cannot write {path}: folder {path.parent} does not exist.")
+    try:
+        frame.write_csv(path)
+    except OSError as exc:
+        raise MemtuiError(f"cannot write {path}: {exc.strerror or exc}.") from None
+    return frame.height
