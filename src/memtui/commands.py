@@ -1,5 +1,259 @@
-"""CLI subcommands for panels and estimation."""
+"""CLI subcommands for panels and estimation: app, info, estimate, export, import, sample."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from memtui.errors import MemtuiError
 
 
 def register(sub) -> None:
     """Add the panel and estimation subcommands to the `memtui` parser."""
+    p = sub.add_parser("app", help="open the workbench on a panel (the default when no command is given)")
+    p.add_argument("panel", nargs="?", type=Path, help="panel file (default: the shipped synthetic sample)")
+    p.set_defaults(func=cmd_app)
+
+    p = sub.add_parser("info", help="describe a panel: shape, metrics, cohorts, completed checkpoints, provenance")
+    p.add_argument("panel", type=Path)
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("estimate", help="estimate the memorisation profile and print its summaries")
+    p.add_argument("panel", type=Path)
+    add_settings_args(p)
+    p.set_defaults(func=cmd_estimate)
+
+    p = sub.add_parser("export", help="write estimates to CSV (significant ones by default)")
+    p.add_argument("panel", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="CSV file to write")
+    p.add_argument("--scope", default="profile", choices=["profile", "instantaneous", "persistent", "residual"])
+    sig = p.add_mutually_exclusive_group()
+    sig.add_argument("--significant-only", dest="significant_only", action="store_true", default=True)
+    sig.add_argument("--all", dest="significant_only", action="store_false", help="also non-significant estimates")
+    add_settings_args(p)
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="build a panel from a long table (CSV/parquet): unit, time, treatment, metrics")
+    p.add_argument("table", type=Path)
+    p.add_argument("panel", type=Path, help="panel file to create (.h5)")
+    p.add_argument("--unit", default="seq_idx", help="unit (instance) id column [seq_idx]")
+    p.add_argument("--time", default="step", help="checkpoint step / period column [step]")
+    p.add_argument("--treatment", help="column with each unit's treatment step (first checkpoint that trained on it)")
+    p.add_argument(
+        "--from-seq-idx",
+        action="store_true",
+        help="derive the treatment step from a Pythia training-order index in the unit column",
+    )
+    p.add_argument("--batch-size", type=int, default=1024, help="sequences per step, for --from-seq-idx [1024]")
+    p.add_argument("--macro-steps", type=int, default=1000, help="steps between checkpoints, for --from-seq-idx")
+    p.add_argument("--metrics", help="comma-separated metric columns (default: every other numeric column)")
+    p.add_argument(
+        "--never-value", type=float, action="append", default=[], help="treatment value meaning never treated (e.g. 0)"
+    )
+    p.add_argument("--lower-is-better", default="", help="comma-separated metrics where lower is better (e.g. rank)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing panel")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("sample", help="make a sample panel")
+    kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
+    s = kinds.add_parser("synthetic", help="a simulated panel with a known true memorisation profile")
+    s.add_argument("panel", type=Path)
+    s.add_argument("--cohorts", type=int, default=20)
+    s.add_argument("--per-cohort", type=int, default=20)
+    s.add_argument("--never", type=int, default=200, help="never-treated (validation) instances")
+    s.add_argument("--checkpoints", type=int, default=21)
+    s.add_argument("--effect", type=float, default=1.0, help="scale of the true effect (0 = no memorisation)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_sample_synthetic)
+
+
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("estimation")
+    g.add_argument("-m", "--metric", default="loglik", help="metric to estimate [loglik]")
+    g.add_argument("--estimator", default="did", choices=["did", "difference"])
+    g.add_argument("--base-period", default="varying", choices=["varying", "universal"])
+    g.add_argument("--control-group", default="never_treated", choices=["never_treated", "not_yet_treated"])
+    g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only) [1000]")
+    g.add_argument("--multiplier", default="rademacher", choices=["rademacher", "mammen"])
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--alpha", type=float, default=0.05)
+    g.add_argument("--family", default="post", choices=["post", "all"], help="cells sharing the simultaneous band")
+    g.add_argument("--final-step", type=int, help="checkpoint for residual memorisation [last completed]")
+    g.add_argument("--engine", default="memtui", choices=["memtui", "differences"])
+    g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+
+
+def settings_from_args(args):
+    from memtui.estimate import Settings
+
+    return Settings(
+        metric=args.metric,
+        estimator=args.estimator,
+        base_period=args.base_period,
+        control_group=args.control_group,
+        draws=args.draws,
+        multiplier=args.multiplier,
+        seed=args.seed,
+        alpha=args.alpha,
+        family=args.family,
+        final_step=args.final_step,
+        engine=args.engine,
+    ).validate()
+
+
+def _progress_bar():
+    """A one-line progress bar on stderr when it is a terminal."""
+    if not sys.stderr.isatty():
+        return None
+
+    def show(fraction: float, message: str) -> None:
+        filled = int(30 * fraction)
+        sys.stderr.write(f"\r{message:<12} [{'#' * filled}{'.' * (30 - filled)}] {fraction:4.0%}")
+        if fraction >= 1:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+        sys.stderr.flush()
+
+    return show
+
+
+def _estimate(args):
+    from memtui.cache import cached_estimate
+    from memtui.estimate import estimate
+    from memtui.panel import read_panel
+
+    panel = read_panel(args.panel)
+    settings = settings_from_args(args)
+    run = estimate if args.no_cache else cached_estimate
+    return panel, run(panel, settings, _progress_bar())
+
+
+def cmd_app(args) -> int:
+    from memtui.app import run_app
+
+    return run_app(args.panel)
+
+
+def cmd_info(args) -> int:
+    from memtui.panel import METRIC_LABEL, NEVER, read_panel
+
+    p = read_panel(args.panel)
+    treated = p.treatment != NEVER
+    cohorts = np.unique(p.treatment[treated])
+    print(f"panel      {p.path}")
+    print(f"instances  {p.n_instances} ({int(treated.sum())} treated in {len(cohorts)} cohorts, "
+          f"{int((~treated).sum())} never treated)")  # fmt: skip
+    if len(cohorts):
+        print(f"cohorts    steps {cohorts[0]} .. {cohorts[-1]}")
+    done = p.done_steps
+    span = f", steps {done[0]} .. {done[-1]}" if len(done) else ""
+    print(f"checkpoints {int(p.done.sum())}/{p.n_checkpoints} completed{span}")
+    for name, y in p.metrics.items():
+        coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0
+        better = "higher" if p.sign(name) > 0 else "lower"
+        label = METRIC_LABEL.get(name, name)
+        print(f"metric     {name:<10} {label} ({better} is better), {coverage:.1%} filled")
+    print(f"tokens     {'stored' if p.has_tokens else 'not stored'}")
+    if p.truth is not None:
+        print("truth      simulated panel: the true profile is stored")
+    for key in ("model", "created", "command", "memtui_version"):
+        if p.attrs.get(key):
+            print(f"{key:<10} {p.attrs[key]}")
+    return 0
+
+
+def _fmt_row(r: dict) -> str:
+    star = "*" if r["significant"] else " "
+    return f"{r['estimate']:10.4g} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
+
+
+def cmd_estimate(args) -> int:
+    from memtui.panel import METRIC_LABEL
+
+    panel, res = _estimate(args)
+    s = res.settings
+    cells = res.cells
+    post = cells.filter(~cells["pre_treatment"])
+    print(f"{panel.path}: {s.metric} ({METRIC_LABEL.get(s.metric, s.metric)}), estimator {s.estimator}, "
+          f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
+    band = f"simultaneous {1 - s.alpha:.0%} band, crit {res.crit:.3f}" if s.draws else "pointwise, no bootstrap"
+    print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
+          f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
+    for name, frame in (("instantaneous", res.instantaneous), ("residual", res.residual)):
+        if frame.height:
+            where = " (c = g)" if name == "instantaneous" else f" at step {frame['checkpoint'][0]}"
+            print(f"{name:<14} mean {frame['estimate'].mean():.4g} over {frame.height} cohorts{where}, "
+                  f"{frame['significant'].sum()} significant; range {frame['estimate'].min():.4g} .. "
+                  f"{frame['estimate'].max():.4g}")  # fmt: skip
+    pers = res.persistent.filter(res.persistent["event_time"] >= 0)
+    if pers.height:
+        print("persistent     by c - g: estimate [simultaneous band] (* significant)")
+        rows = pers.to_dicts()
+        shown = rows if len(rows) <= 8 else rows[:5] + [None] + rows[-2:]
+        for r in shown:
+            print("               ..." if r is None else f"    c-g={r['event_time']:<9}{_fmt_row(r)}")
+    o = res.overall
+    print(f"overall        average post-treatment {o['estimate']:.4g} (se {o['std_error']:.3g})"
+          f"{', significant' if o['significant'] else ''}")  # fmt: skip
+    pt = res.pretrend
+    if pt["n_cells"] and s.draws:
+        verdict = (
+            "no evidence of pre-trends" if pt["p_value"] >= s.alpha else "pre-trends detected: check parallel trends"
+        )
+        print(f"pre-trend      {pt['n_cells']} placebo cells (c < g): sup-t {pt['sup_t']:.3f}, p = {pt['p_value']:.3f}, "
+              f"{pt['n_significant']} significant; {verdict}")  # fmt: skip
+    for note in res.notes:
+        print(f"note           {note}")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from memtui.export import export_csv
+
+    _, res = _estimate(args)
+    rows = export_csv(res, args.output, args.scope, args.significant_only)
+    which = "significant " if args.significant_only else ""
+    print(f"wrote {rows} {which}{args.scope} estimates to {args.output}")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from memtui.importing import ImportSpec, import_table, read_table
+
+    spec = ImportSpec(
+        unit=args.unit,
+        time=args.time,
+        treatment=args.treatment,
+        metrics=tuple(m for m in (args.metrics or "").split(",") if m),
+        never_values=tuple(args.never_value),
+        from_seq_idx=args.from_seq_idx,
+        batch_size=args.batch_size,
+        macro_steps=args.macro_steps,
+        lower_is_better=tuple(m for m in args.lower_is_better.split(",") if m),
+    )
+    table = read_table(args.table)
+    path = import_table(table, args.panel, spec, overwrite=args.force, attrs={"source": str(args.table)})
+    print(f"wrote {path}; see `memtui info {path}`")
+    return 0
+
+
+def cmd_sample_synthetic(args) -> int:
+    from memtui.synthetic import Simulation, write_synthetic
+
+    if min(args.cohorts, args.per_cohort, args.never) < 1 or args.checkpoints < 2:
+        raise MemtuiError("a synthetic panel needs at least 1 cohort, 1 instance each, 1 never-treated, 2 checkpoints.")
+    sim = Simulation(
+        n_cohorts=args.cohorts,
+        per_cohort=args.per_cohort,
+        n_never=args.never,
+        n_checkpoints=args.checkpoints,
+        effect=args.effect,
+        seed=args.seed,
+    )
+    path = write_synthetic(args.panel, sim, overwrite=args.force)
+    print(f"wrote {path}: {args.cohorts} cohorts x {args.per_cohort} + {args.never} never treated, "
+          f"{args.checkpoints} checkpoints")  # fmt: skip
+    return 0

@@ -88,7 +88,7 @@ class EstimateResult:
         return out
 
 
-def _frame(settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre):
+def result_frame(settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre):
     z = norm.ppf(1 - settings.alpha / 2)
     tau = sign * att
     band = crit * se
@@ -197,7 +197,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     profile_crit = float(crit[~pre][0]) if (~pre).any() else float("nan")
 
     common = {"sign": sign}
-    cells = _frame(
+    cells = result_frame(
         settings,
         "profile",
         cohort=cohort_step,
@@ -215,7 +215,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
 
     def cell_subset(scope: str, mask: np.ndarray) -> pl.DataFrame:
         c, _ = band_for(draws, se, mask)
-        return _frame(
+        return result_frame(
             settings,
             scope,
             cohort=cohort_step[mask],
@@ -248,7 +248,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         crit_e[fam] = did.critical_value(did.sup_t(agg_draws[fam], agg_se[fam]), settings.alpha)
         if settings.family == "post" and (~post_e).any():
             crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws[~post_e], agg_se[~post_e]), settings.alpha)
-    persistent = _frame(
+    persistent = result_frame(
         settings,
         "persistent",
         cohort=[None] * len(events),

@@ -1,0 +1,148 @@
+"""The same estimate through the `differences` library (the paper's own pipeline): slow, for cross-checks.
+
+Differences' simultaneous band covers all cells (pre and post) and its event-time aggregation all event times, so
+with this engine every summary reuses those bands; the pre-trend test counts significant placebo cells only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy.stats import norm
+
+from memtui.engine.layout import build_layout
+from memtui.errors import MemtuiError
+from memtui.panel import NEVER, Panel
+
+
+def _flat(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame.copy()
+    frame.columns = [col[-1] if col[-1] else col[0] for col in frame.columns]
+    return frame.rename(columns={"lower": "band_lower", "upper": "band_upper"})
+
+
+def long_frame(panel: Panel, metric: str, control_group: str) -> tuple[pd.DataFrame, list[str]]:
+    """The panel as differences wants it: (unit, time) MultiIndex, never-treated cohorts as NaN."""
+    y = panel.values(metric)
+    steps = panel.done_steps
+    lay = build_layout(y, panel.treatment, steps, never=NEVER, control_group=control_group)
+    cohort_step = np.where(lay.group_index < len(steps), steps[np.minimum(lay.group_index, len(steps) - 1)], np.nan)
+    n, t = lay.n_units, len(steps)
+    cohort = np.repeat(cohort_step, lay.group_n)  # units treated after the window are controls (NaN) here
+    frame = pd.DataFrame(
+        {
+            "unit": np.repeat(np.arange(n), t),
+            "time": np.tile(steps, n),
+            "y": lay.y[:, :t].ravel(),
+            "cohort": np.repeat(cohort, t),
+        }
+    ).set_index(["unit", "time"])
+    return frame, lay.notes
+
+
+def estimate_with_differences(panel: Panel, settings, progress=None):
+    from differences import ATTgt
+
+    from memtui.estimate import EstimateResult, _final_index, result_frame
+
+    if settings.estimator != "did":
+        raise MemtuiError("the differences engine implements difference-in-differences only; use --engine memtui.")
+    report = progress or (lambda fraction, message: None)
+    report(0.0, "differences")
+    frame, notes = long_frame(panel, settings.metric, settings.control_group)
+    seed = settings.seed + 1  # differences treats random_state=0 as "unseeded"
+    boot = {"boot_iterations": settings.draws, "random_state": seed, "alpha": settings.alpha}
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):  # silence its tqdm bars
+        warnings.simplefilter("ignore")
+        att = ATTgt(data=frame, cohort_column="cohort", base_period=settings.base_period)
+        att.fit("y", est_method="reg", control_group=settings.control_group, progress_bar=False, **boot)
+        report(0.7, "differences")
+        cells = _flat(att.results()).reset_index()
+        att.aggregate("event", **boot)
+        event = _flat(att.results("event")).reset_index()
+        att.aggregate("simple", **boot)
+        simple = _flat(att.results("simple"))
+    if settings.base_period == "universal":  # drop the reference cells (c = g - 1), zero by construction
+        cells = cells[cells["base_period"] != cells["time"]]
+    sign = panel.sign(settings.metric)
+    z = float(norm.ppf(1 - settings.alpha / 2))
+    cohort, time = cells["cohort"].to_numpy().astype(np.int64), cells["time"].to_numpy().astype(np.int64)
+    se = cells["std_error"].to_numpy()
+    crit = (cells["band_upper"] - cells["ATT"]).to_numpy() / se if settings.draws else np.full(len(se), z)
+    crit = np.full(len(se), np.nanmedian(crit))
+    n_by_cohort = frame.groupby("cohort", dropna=False).size() // len(panel.done_steps)
+    n_never = int(frame["cohort"].isna().sum() // len(panel.done_steps))
+    pre = time < cohort
+
+    def frame_of(scope, mask, c=None):
+        return result_frame(
+            settings,
+            scope,
+            cohort=cohort[mask],
+            checkpoint=time[mask],
+            event_time=time[mask] - cohort[mask],
+            att=cells["ATT"].to_numpy()[mask],
+            sign=sign,
+            se=se[mask],
+            ase=np.full(mask.sum(), np.nan),
+            crit=crit[mask],
+            n_treated=n_by_cohort.reindex(cohort[mask]).to_numpy(),
+            n_control=np.full(mask.sum(), n_never),
+            pre=pre[mask],
+        )
+
+    profile = frame_of("profile", np.ones(len(se), bool))
+    final = panel.done_steps[_final_index(panel.done_steps, settings.final_step)]
+    e = event["relative_period"].to_numpy().astype(np.int64)
+    e_se = event["std_error"].to_numpy()
+    e_crit = ((event["band_upper"] - event["ATT"]).to_numpy() / e_se) if settings.draws else np.full(len(e), z)
+    persistent = result_frame(
+        settings,
+        "persistent",
+        cohort=[None] * len(e),
+        checkpoint=[None] * len(e),
+        event_time=e,
+        att=event["ATT"].to_numpy(),
+        sign=sign,
+        se=e_se,
+        ase=np.full(len(e), np.nan),
+        crit=e_crit,
+        n_treated=np.zeros(len(e), dtype=np.int64),
+        n_control=np.full(len(e), n_never),
+        pre=e < 0,
+    )
+    o = simple.iloc[0]
+    o_tau = float(sign * o["ATT"])
+    overall = {
+        "estimate": o_tau,
+        "std_error": float(o["std_error"]),
+        "ci_low": o_tau - z * float(o["std_error"]),
+        "ci_high": o_tau + z * float(o["std_error"]),
+        "significant": bool(abs(o_tau) > z * float(o["std_error"])),
+        "n_cells": int((~pre).sum()),
+    }
+    pre_sig = int(profile.filter(profile["pre_treatment"])["significant"].sum())
+    report(1.0, "done")
+    return EstimateResult(
+        settings=settings,
+        cells=profile,
+        instantaneous=frame_of("instantaneous", time == cohort),
+        persistent=persistent,
+        residual=frame_of("residual", (time == final) & ~pre),
+        overall=overall,
+        pretrend={
+            "n_cells": int(pre.sum()),
+            "n_significant": pre_sig,
+            "sup_t": np.nan,
+            "p_value": np.nan,
+            "crit": float(crit[0]) if len(crit) else np.nan,
+        },  # fmt: skip
+        crit=float(crit[0]) if len(crit) else np.nan,
+        cohorts=np.unique(cohort),
+        checkpoints=panel.done_steps,
+        notes=[*notes, "engine differences: one simultaneous band over all cells"],
+    )
