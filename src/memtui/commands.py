@@ -203,8 +203,8 @@ def cmd_estimate(args) -> int:
         verdict = (
             "no evidence of pre-trends" if pt["p_value"] >= s.alpha else "pre-trends detected: check parallel trends"
         )
-        print(f"pre-trend      {pt['n_cells']} placebo cells (c < g): sup-t {pt['sup_t']:.3f}, p = {pt['p_value']:.3f}, "
-              f"{pt['n_significant']} significant; {verdict}")  # fmt: skip
+        print(f"pre-trend      {pt['n_cells']} placebo cells (c < g): sup-t {pt['sup_t']:.3f}, "
+              f"p = {pt['p_value']:.3f}, {pt['n_significant']} significant; {verdict}")  # fmt: skip
     for note in res.notes:
         print(f"note           {note}")
     return 0

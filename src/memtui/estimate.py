@@ -88,7 +88,10 @@ class EstimateResult:
         return out
 
 
-def result_frame(settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre):
+def result_frame(
+    settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre
+):
+    """One row per estimate, with the columns every scope and the CSV export share."""
     z = norm.ppf(1 - settings.alpha / 2)
     tau = sign * att
     band = crit * se

@@ -104,8 +104,8 @@ def build_layout(
             "no never-treated instance has complete values in the completed checkpoints; "
             "check the validation instances or finish extraction."
         )
-    for cohort in np.unique(tidx[complete & (tidx < t)]):
-        if not (keep & (tidx == cohort)).any() and ((tidx == cohort) & ~complete).any() and cohort > 0:
+    for cohort in np.unique(tidx[(tidx < t) & (tidx > 0 if estimator == "did" else True)]):
+        if not (keep & (tidx == cohort)).any():
             raise MemtuiError(
                 f"every instance of cohort {steps[cohort]} has missing values in completed checkpoints; "
                 "re-run extraction for those checkpoints (memtui extract --redo)."
