@@ -47,7 +47,7 @@ def test_every_metric_reports_positive_memorisation(metric):
 
 
 def test_simultaneous_band_covers_the_true_profile_about_95_percent():
-    # cohorts of 40: with a dozen instances the influence-function variance (divided by n) runs low and bands under-cover
+    # cohorts of 40: with a dozen instances the influence-function variance (divided by n) runs low, bands under-cover
     sim = Simulation(n_cohorts=4, per_cohort=40, n_never=80, n_checkpoints=6)
     covered, pretrend_fired, persistent_covered = [], [], []
     for seed in range(300):

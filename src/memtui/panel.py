@@ -239,8 +239,11 @@ def read_panel(path: str | os.PathLike) -> Panel:
             return _read(f, path)
     except MemtuiError:
         raise
-    except (OSError, KeyError, ValueError, TypeError) as exc:
-        raise MemtuiError(f"{path}: unreadable panel ({type(exc).__name__}: {str(exc).splitlines()[0]}).") from None
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise MemtuiError(
+            f"{path} cannot be read ({reason}); it may be corrupt or half-written: rebuild it or copy it again."
+        ) from None
 
 
 def _read(f: h5py.File, path: Path) -> Panel:
