@@ -16,7 +16,6 @@ never scored.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -64,41 +63,35 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return _DTYPES[dtype]
 
 
-def default_chunk(device: torch.device, vocab: int) -> int:
-    """Target positions per head chunk: cache-sized on CPU (the reductions then never leave L2/L3), ~0.5 GB on GPU."""
+def default_chunks(device: torch.device, vocab: int) -> tuple[int, int]:
+    """(positions per head matmul, positions per reduction pass).
+
+    On CPU the matmul runs over ~100 MB of logits (large enough to be efficient) and the reductions over ~6 MB
+    slices of it, which stay in cache across the four passes; on GPU both are one ~0.5 GB chunk.
+    """
     if device.type == "cpu":
-        return max(8, (4 << 20) // (4 * vocab))
-    return max(256, (512 << 20) // (4 * vocab))
+        return max(16, (96 << 20) // (4 * vocab)), max(8, (6 << 20) // (4 * vocab))
+    n = max(256, (512 << 20) // (4 * vocab))
+    return n, n
 
 
-def reduce_chunk(
-    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, softcap: float | None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp32 logits of ``hidden`` (P x d) through the head, reduced to (logp, rank, entropy), each (P,)."""
-    z = hidden.to(weight.dtype) @ weight.T
-    if bias is not None:
-        z += bias
-    if softcap:
-        z = torch.tanh(z / softcap) * softcap
+def reduce_logits(z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Reduce fp32 logits ``z`` (P x V, overwritten) to (logp, rank, entropy), each (P,); ``buf`` is P x V scratch.
+
+    Four cache-friendly passes and no allocation of the size of ``z``: rank (compare into the fp32 scratch and sum,
+    far faster than summing a bool tensor), max, shift-and-exp, and the dot products sum_v e_v z_v.
+    """
     t = z.gather(1, targets[:, None])
-    rank = (z > t).sum(1)
+    rank = torch.gt(z, t, out=buf).sum(1)
     m = z.amax(1, keepdim=True)
-    z -= m  # z - max: every exp below is <= 1
-    e = torch.exp(z)
+    z -= m  # every exp below is <= 1
+    e = torch.exp(z, out=buf)
     s = e.sum(1)
-    ez = torch.linalg.vecdot(e, z)  # sum_v e_v (z_v - m), without another (P x V) temporary
+    ez = torch.linalg.vecdot(e, z)  # sum_v e_v (z_v - m)
     log_s = torch.log(s)
     logp = (t - m).squeeze(1) - log_s
     entropy = log_s - ez / s
     return logp, rank, entropy
-
-
-@dataclass
-class HeadParts:
-    body: torch.nn.Module
-    weight: torch.Tensor  # (V, d) fp32, on the device
-    bias: torch.Tensor | None
-    softcap: float | None
 
 
 def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -116,9 +109,9 @@ def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modul
 class Scorer:
     """Scores token-id rows with one model object whose weights may be replaced between calls.
 
-    ``head_fp32`` keeps an fp32 copy of the output-head weight (refreshed by :meth:`refresh_head` after new weights
-    are copied in); on CUDA with a bf16/fp16 body the head matmul uses TF32, which is exact for bf16/fp16 inputs and
-    accumulates in fp32.
+    The output head runs in fp32 (an fp32 copy of its weight is kept when the body is bf16/fp16; call
+    :meth:`refresh_head` after copying new weights in). On CUDA with a bf16/fp16 body the head matmul may use TF32,
+    which is exact for bf16/fp16-valued inputs and accumulates in fp32.
     """
 
     def __init__(self, model: torch.nn.Module, device: torch.device, chunk: int | None = None):
@@ -126,19 +119,57 @@ class Scorer:
         self.device = device
         self.body, self.head = split_model(model)
         self.vocab = int(self.head.weight.shape[0])
-        self.chunk = chunk or default_chunk(device, self.vocab)
+        self.mm_chunk, self.red_chunk = default_chunks(device, self.vocab)
+        if chunk:
+            self.mm_chunk = self.red_chunk = int(chunk)
         self.softcap = getattr(model.config, "final_logit_softcapping", None)
         self.body_dtype = next(model.parameters()).dtype
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = self.body_dtype != torch.float32
-        self._weight = self._bias = None
+        self._weight_t = self._bias = None
+        self._bufs: tuple[torch.Tensor, torch.Tensor] | None = None
         self.refresh_head()
 
     def refresh_head(self) -> None:
         w = self.head.weight.detach()
-        self._weight = w if w.dtype == torch.float32 else w.float()
+        self._weight_t = (w if w.dtype == torch.float32 else w.float()).T
         b = getattr(self.head, "bias", None)
         self._bias = None if b is None else b.detach().float()
+
+    def release(self) -> None:
+        """Drop the scratch buffers (after an out-of-memory error)."""
+        self._bufs = None
+
+    def _buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._bufs is None:
+            z = torch.empty(self.mm_chunk, self.vocab, dtype=torch.float32, device=self.device)
+            buf = torch.empty(self.red_chunk, self.vocab, dtype=torch.float32, device=self.device)
+            self._bufs = (z, buf)
+        return self._bufs
+
+    def head_stats(self, h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per-target (logp fp32, rank int64, entropy fp32) of hidden states ``h`` (n x d) and targets ``y`` (n,)."""
+        n = len(y)
+        dev = h.device
+        logp = torch.empty(n, dtype=torch.float32, device=dev)
+        rank = torch.empty(n, dtype=torch.float32, device=dev)
+        ent = torch.empty(n, dtype=torch.float32, device=dev)
+        zbuf, scratch = self._buffers()
+        for s in range(0, n, self.mm_chunk):
+            e = min(n, s + self.mm_chunk)
+            z = zbuf[: e - s]
+            hs = h[s:e].to(torch.float32)
+            if self._bias is None:
+                torch.mm(hs, self._weight_t, out=z)
+            else:
+                torch.addmm(self._bias, hs, self._weight_t, out=z)
+            if self.softcap:
+                z.div_(self.softcap).tanh_().mul_(self.softcap)
+            for r in range(0, e - s, self.red_chunk):
+                r2 = min(e - s, r + self.red_chunk)
+                a, b = s + r, s + r2
+                logp[a:b], rank[a:b], ent[a:b] = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r])
+        return logp, rank.long(), ent
 
     @torch.inference_mode()
     def token_stats(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -152,15 +183,10 @@ class Scorer:
         # position i predicts token i+1: a target exists where i+1 < length
         valid = (pos[None, : L - 1] + 1) < lengths[:, None]
         h = hidden[:, :-1][valid]
+        del hidden
         y = ids[:, 1:][valid]
         rows = torch.arange(b, device=tokens.device)[:, None].expand(b, L - 1)[valid]
-        n = len(y)
-        logp = torch.empty(n, dtype=torch.float32, device=tokens.device)
-        rank = torch.empty(n, dtype=torch.int64, device=tokens.device)
-        ent = torch.empty(n, dtype=torch.float32, device=tokens.device)
-        for s in range(0, n, self.chunk):
-            e = min(n, s + self.chunk)
-            logp[s:e], rank[s:e], ent[s:e] = reduce_chunk(h[s:e], self._weight, self._bias, y[s:e], self.softcap)
+        logp, rank, ent = self.head_stats(h, y)
         return logp, rank, ent, rows
 
     def score(self, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
@@ -175,10 +201,11 @@ class Scorer:
 def per_instance(b: int, rows, logp, rank, ent) -> dict[str, np.ndarray]:
     """Sum / mean per-target quantities into per-row metrics (float64 accumulation)."""
     dev = logp.device
-    count = torch.zeros(b, dtype=torch.float64, device=dev).index_add_(0, rows, torch.ones_like(logp, dtype=torch.float64))
 
     def total(x):
         return torch.zeros(b, dtype=torch.float64, device=dev).index_add_(0, rows, x.to(torch.float64))
+
+    count = total(torch.ones_like(logp))
 
     with np.errstate(invalid="ignore", divide="ignore"):
         n = count.cpu().numpy()
