@@ -186,7 +186,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         """Simultaneous critical value over the rows in ``mask`` (pointwise z without a bootstrap)."""
         if draws is None:
             return z, np.nan
-        tmax = did.sup_t(draws[mask], se[mask])
+        tmax = did.sup_t(draws, se, mask)
         return did.critical_value(tmax, settings.alpha), tmax
 
     se = did.bootstrap_se(boot.cells) if boot is not None else est.se
@@ -248,9 +248,9 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     fam = post_e if settings.family == "post" else np.ones(len(events), bool)
     crit_e = np.full(len(events), z)
     if agg_draws is not None:
-        crit_e[fam] = did.critical_value(did.sup_t(agg_draws[fam], agg_se[fam]), settings.alpha)
+        crit_e[fam] = did.critical_value(did.sup_t(agg_draws, agg_se, fam), settings.alpha)
         if settings.family == "post" and (~post_e).any():
-            crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws[~post_e], agg_se[~post_e]), settings.alpha)
+            crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws, agg_se, ~post_e), settings.alpha)
     persistent = result_frame(
         settings,
         "persistent",
@@ -311,7 +311,7 @@ def _pretrend(draws, se, att, pre, alpha) -> dict:
     if not ok.any():
         return out
     stat = float(np.max(np.abs(att[ok]) / se[ok]))
-    tmax = did.sup_t(draws[ok], se[ok])
+    tmax = did.sup_t(draws, se, ok)
     crit = did.critical_value(tmax, alpha)
     out.update(
         sup_t=stat,

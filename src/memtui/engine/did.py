@@ -10,7 +10,9 @@ cell's draw is a handful of gathers from R and W.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +21,7 @@ from memtui.engine.layout import Layout
 
 _SE_FLOOR = np.sqrt(np.finfo(float).eps) * 10  # R `did`: bootstrap se below this is treated as degenerate
 _IQR_NORMAL = 1.3489795003921634  # norm.ppf(0.75) - norm.ppf(0.25)
+_SLAB = 1024  # rows per block when scanning the draws
 
 
 @dataclass
@@ -55,26 +58,29 @@ def point_estimates(lay: Layout) -> CellEstimates:
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
     z = lay.y - np.repeat(m, lay.group_n, axis=0)
     q = np.stack([z[lay.rows(k)].T @ z[lay.rows(k)] for k in range(lay.n_groups)])  # (G, T+1, T+1)
-    ss_group = q[:, t, t] + q[:, b, b] - 2 * q[:, t, b]  # (G, cells)
-    ss_treated = ss_group[g, np.arange(len(g))]
-    dm_all = m[:, t] - m[:, b]  # (G, cells)
-    in_ctrl = np.arange(lay.n_groups)[:, None] < p[None, :]
+    ss_treated = q[g, t, t] + q[g, b, b] - 2 * q[g, t, b]
+    # control groups are always among the first `upto` groups: only those enter the control sums
+    qc = q[:upto]
+    ss_group = qc[:, t, t] + qc[:, b, b] - 2 * qc[:, t, b]  # (upto, cells)
+    dm_all = m[:upto, t] - m[:upto, b]
+    in_ctrl = np.arange(upto)[:, None] < p[None, :]
     in_ctrl[g[own], np.flatnonzero(own)] = False
-    ss_control = (in_ctrl * (ss_group + n[:, None] * (dm_all - dmu) ** 2)).sum(axis=0)
+    ss_control = (in_ctrl * (ss_group + n[:upto, None] * (dm_all - dmu) ** 2)).sum(axis=0)
     se = np.sqrt(ss_treated / n_t**2 + ss_control / n_c**2)
     return CellEstimates(
         att=dm - dmu, se=se, n_treated=n_t.astype(np.int64), n_control=n_c.astype(np.int64), dmu=dmu, dm=dm
     )
 
 
-def multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str) -> np.ndarray:
+def multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str, dtype=np.float64) -> np.ndarray:
     if kind == "rademacher":
         bits = np.unpackbits(np.frombuffer(rng.bytes((shape[0] * shape[1] + 7) // 8), dtype=np.uint8))
-        return bits[: shape[0] * shape[1]].reshape(shape) * 2.0 - 1.0
+        v = bits[: shape[0] * shape[1]].reshape(shape).astype(dtype)
+        return np.multiply(v, 2, out=v) - 1
     if kind == "mammen":
         s5 = np.sqrt(5.0)
         low = rng.random(shape) < (s5 + 1) / (2 * s5)
-        return np.where(low, (1 - s5) / 2, (1 + s5) / 2)
+        return np.where(low, (1 - s5) / 2, (1 + s5) / 2).astype(dtype)
     raise ValueError(f"unknown multiplier {kind!r}")
 
 
@@ -96,31 +102,43 @@ def bootstrap(
 ) -> BootstrapDraws:
     """B multiplier-bootstrap draws of every cell: about B*N*T multiply-adds, chunked over draws to bound memory."""
     g, t, b, p, own = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
-    n = lay.group_n.astype(float)
+    f32 = np.float32  # the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
+    n = lay.group_n.astype(f32)
     upto = int(p.max()) if len(p) else 1
-    n_c = est.n_control.astype(float)
+    inv_nc = (1 / est.n_control).astype(f32)[:, None]
+    inv_nt = (1 / n[g])[:, None]
+    dm, dmu = est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]
+    own_col = own[:, None]
+    width = lay.y.shape[1]
+    at_t, at_b = g * width + t, g * width + b  # rows of the flattened (group, column) sums
+    ctrl_t, ctrl_b = p * width + t, p * width + b
     rng = np.random.default_rng(seed)
-    out = np.empty((len(g), draws))
+    out = np.empty((len(g), draws), dtype=f32)
     group_w = np.empty((lay.n_groups, draws))
-    y = lay.y
+    y = lay.y.astype(f32)
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        v = multipliers(rng, (lay.n_units, bc), multiplier)
-        r = np.empty((lay.n_groups, y.shape[1], bc))
+        v = multipliers(rng, (lay.n_units, bc), multiplier, f32)
+        r = np.empty((lay.n_groups, width, bc), dtype=f32)
         for k in range(lay.n_groups):
             rows = lay.rows(k)
             np.matmul(y[rows].T, v[rows], out=r[k])
         w = np.add.reduceat(v, lay.group_start[:-1], axis=0)  # (G, bc)
         group_w[:, start : start + bc] = w
-        cum_r = _prefix_sums(r, upto)
+        cum_r = _prefix_sums(r, upto).reshape(-1, bc)
         cum_w = _prefix_sums(w, upto)
-        own_col = own[:, None]
-        r_gt, r_gb = r[g, t], r[g, b]  # (cells, bc)
-        treated = (r_gt - r_gb - w[g] * est.dm[:, None]) / n[g][:, None]
-        ctrl_sum = cum_r[p, t] - cum_r[p, b] - own_col * (r_gt - r_gb)
-        ctrl_w = cum_w[p] - own_col * w[g]
-        control = (ctrl_sum - ctrl_w * est.dmu[:, None]) / n_c[:, None]
-        out[:, start : start + bc] = treated - control
+        r = r.reshape(-1, bc)
+        d_own = np.take(r, at_t, axis=0) - np.take(r, at_b, axis=0)  # (cells, bc)
+        w_own = np.take(w, g, axis=0)
+        treated = (d_own - w_own * dm) * inv_nt
+        ctrl = np.take(cum_r, ctrl_t, axis=0) - np.take(cum_r, ctrl_b, axis=0)
+        ctrl_w = np.take(cum_w, p, axis=0)
+        if own.any():
+            ctrl -= own_col * d_own
+            ctrl_w -= own_col * w_own
+        ctrl -= ctrl_w * dmu
+        ctrl *= inv_nc
+        np.subtract(treated, ctrl, out=out[:, start : start + bc])
         if progress:
             progress((start + bc) / draws)
     return BootstrapDraws(cells=out, group_w=group_w)
@@ -130,18 +148,31 @@ def bootstrap_se(draws: np.ndarray) -> np.ndarray:
     """Robust bootstrap standard error per row, as R `did`: IQR of the draws over the normal IQR (type-1 quantiles)."""
     nb = draws.shape[1]
     k25, k75 = int(np.ceil(nb * 0.25)) - 1, int(np.ceil(nb * 0.75)) - 1
-    part = np.partition(draws, [k25, k75], axis=1)
-    se = (part[:, k75] - part[:, k25]) / _IQR_NORMAL
+
+    def iqr(start: int) -> np.ndarray:
+        part = np.partition(draws[start : start + _SLAB], [k25, k75], axis=1)
+        return part[:, k75].astype(float) - part[:, k25]
+
+    # partition releases the GIL: row slabs on every core
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB)))) if len(draws) else np.empty(0)
+    se = spread / _IQR_NORMAL
     se[~(se > _SE_FLOOR)] = np.nan
     return se
 
 
-def sup_t(draws: np.ndarray, se: np.ndarray) -> np.ndarray:
-    """Per draw, the largest |draw / se| over the rows with a usable se (the sup-t statistic's bootstrap law)."""
-    ok = np.isfinite(se)
+def sup_t(draws: np.ndarray, se: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Per draw, the largest |draw / se| over ``rows`` (all by default) with a usable se: the sup-t statistic's law."""
+    ok = np.isfinite(se) if rows is None else rows & np.isfinite(se)
     if not ok.any():
         return np.full(draws.shape[1], np.nan)
-    return np.max(np.abs(draws[ok]) / se[ok, None], axis=0)
+    idx = np.flatnonzero(ok)
+    tmax = np.zeros(draws.shape[1], dtype=draws.dtype)
+    scale = (1 / se[idx]).astype(draws.dtype)[:, None]
+    for start in range(0, len(idx), _SLAB):  # in slabs: never a full cells x B temporary
+        part = np.abs(draws[idx[start : start + _SLAB]]) * scale[start : start + _SLAB]
+        np.maximum(tmax, part.max(axis=0), out=tmax)
+    return tmax
 
 
 def critical_value(tmax: np.ndarray, alpha: float) -> float:

@@ -121,7 +121,10 @@ def build_layout(
 
     yy = np.zeros((len(order), t + 1))
     yy[:, :t] = y[order]
-    # Shift each column by the never-treated mean: estimates are invariant to it and sums stay small.
+    # Shift each column by the never-treated mean and, for DiD, each instance by its own mean: the estimates are
+    # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits.
+    if estimator == "did":
+        yy[:, :t] -= yy[:, :t].mean(axis=1, keepdims=True)
     yy[:, :t] -= yy[group_start[0] : group_start[1], :t].mean(axis=0)
     means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
 

@@ -1,0 +1,167 @@
+"""Time memtui's full estimate against csdid and `differences` on panels of the paper's shapes.
+
+    python benchmarks/estimate.py                 # both shapes, csdid and differences included
+    python benchmarks/estimate.py --shape full --skip-csdid
+
+"Full estimate" = every ATT(g,c) cell, analytic standard errors, a B-draw multiplier bootstrap, the simultaneous band
+and the summaries, for one metric. Timings run in this process, one after another, on the same panel; peak memory
+is measured in a fresh child process per engine (peak RSS minus the RSS before estimating). `differences` takes
+minutes per cohort at these sizes, so it runs on a few cohorts and its time is extrapolated per cell (said so in the
+output). Needs `pip install csdid` for the csdid column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import resource
+import subprocess
+import sys
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from memtui.estimate import Settings, estimate
+from memtui.panel import NEVER, Panel
+from memtui.synthetic import Simulation, simulate
+
+SHAPES = {
+    "first-epoch": Simulation(n_cohorts=95, per_cohort=100, n_never=2000, n_checkpoints=96),
+    "full": Simulation(n_cohorts=143, per_cohort=100, n_never=2000, n_checkpoints=144),
+}
+
+
+def make_panel(sim: Simulation) -> Panel:
+    d = simulate(sim)
+    return Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(len(d["steps"]), bool),
+                 metrics={"loglik": d["values"]["loglik"]}, signs=d["signs"])  # fmt: skip
+
+
+def long_frame(panel: Panel, cohorts: np.ndarray | None = None) -> pd.DataFrame:
+    keep = panel.treatment == NEVER
+    keep |= np.isin(panel.treatment, cohorts) if cohorts is not None else panel.treatment != NEVER
+    y = panel.metrics["loglik"][keep]
+    g = panel.treatment[keep]
+    n, t = y.shape
+    return pd.DataFrame(
+        {
+            "unit": np.repeat(np.arange(n), t),
+            "time": np.tile(panel.steps, n),
+            "y": y.ravel(),
+            "cohort": np.repeat(np.where(g == NEVER, np.nan, g), t),
+            "gname": np.repeat(np.where(g == NEVER, 0, g), t),
+        }
+    )
+
+
+def run_memtui(panel: Panel, draws: int) -> int:
+    res = estimate(panel, Settings(draws=draws))
+    return res.cells.height
+
+
+def run_csdid(panel: Panel, draws: int) -> int:
+    from csdid.att_gt import ATTgt
+
+    frame = long_frame(panel)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        att = ATTgt(yname="y", tname="time", idname="unit", gname="gname", data=frame, control_group="nevertreated",
+                    biters=draws, cband=True)  # fmt: skip
+        att.fit(est_method="reg", base_period="varying", bstrap=True)
+    return len(att.results["att"]) if isinstance(att.results, dict) else 0
+
+
+def run_differences(panel: Panel, draws: int, cohorts: np.ndarray) -> int:
+    from differences import ATTgt
+
+    frame = long_frame(panel, cohorts).set_index(["unit", "time"])
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        att = ATTgt(data=frame, cohort_column="cohort", base_period="varying")
+        att.fit("y", est_method="reg", control_group="never_treated", boot_iterations=draws, random_state=1,
+                progress_bar=False)  # fmt: skip
+    return len(att.results())
+
+
+def peak_memory(shape: str, engine: str, draws: int, cohorts: int) -> float:
+    """Peak RSS growth (GB) of one engine's estimate, in a fresh process."""
+    code = f"import sys; sys.argv = ['x']; import benchmarks.estimate as b; print(b._child({shape!r}, {engine!r}, {draws}, {cohorts}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def _child(shape: str, engine: str, draws: int, cohorts: int) -> float:
+    panel = make_panel(SHAPES[shape])
+    before = _rss_gb()
+    _engines(panel, draws, cohorts)[engine]()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20 - before
+
+
+def _rss_gb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**30
+
+
+def _engines(panel: Panel, draws: int, n_cohorts: int):
+    subset = np.unique(panel.treatment[panel.treatment != NEVER])[:n_cohorts]
+    return {
+        "memtui": lambda: run_memtui(panel, draws),
+        "csdid": lambda: run_csdid(panel, draws),
+        "differences": lambda: run_differences(panel, draws, subset),
+    }
+
+
+def timed(fn) -> tuple[float, int]:
+    start = time.perf_counter()
+    cells = fn()
+    return time.perf_counter() - start, cells
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=[*SHAPES, "both"], default="both")
+    ap.add_argument("--draws", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3, help="memtui runs (best is reported)")
+    ap.add_argument("--differences-cohorts", type=int, default=2, help="cohorts differences runs on (extrapolated)")
+    ap.add_argument("--skip-csdid", action="store_true")
+    ap.add_argument("--skip-differences", action="store_true")
+    ap.add_argument("--no-memory", action="store_true", help="skip the per-engine peak-memory child processes")
+    ap.add_argument("--json", help="also write the figures here")
+    args = ap.parse_args()
+    shapes = list(SHAPES) if args.shape == "both" else [args.shape]
+    report = {}
+    for shape in shapes:
+        sim = SHAPES[shape]
+        panel = make_panel(sim)
+        engines = _engines(panel, args.draws, args.differences_cohorts)
+        print(f"\n== {shape}: {sim.n_cohorts} cohorts x {sim.per_cohort} + {sim.n_never} never treated = "
+              f"{panel.n_instances} instances x {sim.n_checkpoints} checkpoints, B = {args.draws}")  # fmt: skip
+        run_memtui(make_panel(SHAPES["first-epoch"]) if shape == "full" else panel, 20)  # warm-up
+        best, cells = min(timed(engines["memtui"]) for _ in range(args.repeat))
+        row = {"memtui_s": best, "cells": cells}
+        print(f"memtui       {best:8.2f} s   ({cells} cells, best of {args.repeat})")
+        if not args.skip_csdid:
+            row["csdid_s"], _ = timed(engines["csdid"])
+            print(f"csdid        {row['csdid_s']:8.2f} s   ratio csdid / memtui = {row['csdid_s'] / best:6.1f}x")
+        if not args.skip_differences:
+            sub_s, sub_cells = timed(engines["differences"])
+            row["differences_s"] = sub_s / sub_cells * cells
+            print(f"differences  {row['differences_s']:8.1f} s   extrapolated from {sub_s:.1f} s on "
+                  f"{args.differences_cohorts} cohorts ({sub_cells} cells) to {cells} cells; "
+                  f"ratio differences / memtui = {row['differences_s'] / best:6.0f}x")  # fmt: skip
+        if not args.no_memory:
+            for engine in ["memtui"] + ([] if args.skip_csdid else ["csdid"]):
+                row[f"{engine}_peak_gb"] = peak_memory(shape, engine, args.draws, args.differences_cohorts)
+                print(f"{engine:<12} peak memory {row[f'{engine}_peak_gb']:.2f} GB above the loaded panel")
+        report[shape] = row
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
