@@ -89,7 +89,8 @@ def run_differences(panel: Panel, draws: int, cohorts: np.ndarray) -> int:
 
 def peak_memory(shape: str, engine: str, draws: int, cohorts: int) -> float:
     """Peak RSS growth (GB) of one engine's estimate, in a fresh process."""
-    code = f"import sys; sys.argv = ['x']; import benchmarks.estimate as b; print(b._child({shape!r}, {engine!r}, {draws}, {cohorts}))"
+    call = f"b._child({shape!r}, {engine!r}, {draws}, {cohorts})"
+    code = f"import benchmarks.estimate as b; print({call})"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.strip().splitlines()[-1])
 

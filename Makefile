@@ -1,0 +1,24 @@
+# `make app` and `make test` set everything up on first use (a virtual environment in .venv) and then run.
+VENV ?= .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: app test lint bench
+
+$(STAMP): pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[test]' -c constraints.txt
+	touch $@
+
+app: $(STAMP)
+	$(VENV)/bin/memtui $(PANEL)
+
+test: $(STAMP)
+	$(VENV)/bin/pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+bench: $(STAMP)
+	$(VENV)/bin/pip install -q csdid -c constraints.txt
+	$(VENV)/bin/python benchmarks/estimate.py
