@@ -16,7 +16,6 @@ import argparse
 import contextlib
 import io
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -99,12 +98,18 @@ def _child(shape: str, engine: str, draws: int, cohorts: int) -> float:
     panel = make_panel(SHAPES[shape])
     before = _rss_gb()
     _engines(panel, draws, cohorts)[engine]()
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20 - before
+    return _status_gb("VmHWM") - before
 
 
 def _rss_gb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**30
+    return _status_gb("VmRSS")
+
+
+def _status_gb(field: str) -> float:
+    """A memory figure of this process from /proc (ru_maxrss would carry the parent's peak across exec)."""
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith(field + ":"))
+    return kb / 2**20
 
 
 def _engines(panel: Panel, draws: int, n_cohorts: int):
