@@ -1,0 +1,208 @@
+"""Checkpoint specs, sources (Hugging Face revisions or local folders), weight hashes, and background prefetch."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import queue
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from memtui.errors import MemtuiError
+
+STEP_DIR = re.compile(r"^(?:checkpoint|step)[-_]?(\d+)$")
+
+
+def parse_checkpoints(spec: str | int | Sequence[int]) -> list[int] | None:
+    """``START:STOP:STEP`` (stop inclusive), ``a,b,c``, a single step, or ``all`` (None: every pending step)."""
+    if isinstance(spec, int):
+        return [spec]
+    if not isinstance(spec, str):
+        return sorted({int(s) for s in spec})
+    text = spec.strip().lower()
+    if text in ("all", ""):
+        return None
+    steps: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if ":" in part:
+                fields = part.split(":")
+                if len(fields) not in (2, 3):
+                    raise ValueError
+                start, stop = int(fields[0]), int(fields[1])
+                step = int(fields[2]) if len(fields) == 3 and fields[2] else 1
+                if step <= 0 or stop < start:
+                    raise ValueError
+                steps.update(range(start, stop + 1, step))
+            else:
+                steps.add(int(part))
+    except ValueError:
+        raise MemtuiError(
+            f"cannot read checkpoints '{spec}'; use START:STOP:STEP (inclusive, e.g. 0:95000:1000), "
+            "a comma list (0,1000,2000) or all."
+        ) from None
+    if not steps or min(steps) < 0:
+        raise MemtuiError(f"checkpoints '{spec}' name no valid (non-negative) step.")
+    return sorted(steps)
+
+
+@dataclass
+class Source:
+    """Where checkpoint ``step`` comes from: a Hugging Face repo revision or a local folder."""
+
+    model: str
+    local: dict[int, Path] | None = None  # step -> folder, for a folder of checkpoint folders
+    revision_template: str = "step{step}"
+
+    @classmethod
+    def open(cls, model: str, revision_template: str = "step{step}") -> Source:
+        path = Path(model).expanduser()
+        if path.is_dir():
+            found = {}
+            for child in path.iterdir():
+                m = STEP_DIR.match(child.name)
+                if m and child.is_dir():
+                    found[int(m.group(1))] = child
+            if found:
+                return cls(str(path), found, revision_template)
+            if (path / "config.json").exists():
+                raise MemtuiError(
+                    f"{path} is a single checkpoint; pass the folder that holds the checkpoint folders "
+                    "(step0/, step1000/, ...)."
+                )
+            raise MemtuiError(f"{path} holds no checkpoint folders named stepN/ (e.g. step1000/).")
+        if model.startswith((".", "/", "~")) or model.count("/") > 1:
+            raise MemtuiError(f"{model}: no such folder (and not a Hugging Face repo id like EleutherAI/pythia-160m).")
+        return cls(model, None, revision_template)
+
+    @property
+    def is_local(self) -> bool:
+        return self.local is not None
+
+    def available(self) -> list[int] | None:
+        return sorted(self.local) if self.local is not None else None
+
+    def revision(self, step: int) -> str:
+        """What the panel records for the checkpoint: the folder, or ``repo@revision``."""
+        if self.local is not None:
+            return str(self.local[step])
+        return f"{self.model}@{self.revision_template.format(step=step)}"
+
+    def load(self, step: int) -> torch.nn.Module:
+        """The checkpoint as a CPU model in its stored dtype (honours HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE)."""
+        from transformers import AutoModelForCausalLM
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        if self.local is not None:
+            if step not in self.local:
+                raise MemtuiError(f"{self.model}: no folder for step {step}.")
+            where, kwargs = str(self.local[step]), {}
+        else:
+            where, kwargs = self.model, {"revision": self.revision_template.format(step=step)}
+        try:
+            model = AutoModelForCausalLM.from_pretrained(where, dtype="auto", **kwargs)
+        except (OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            offline = " (HF_HUB_OFFLINE is set: only cached revisions load)" if os.environ.get("HF_HUB_OFFLINE") else ""
+            raise MemtuiError(f"cannot load checkpoint {self.revision(step)}{offline}: {first}") from None
+        return model.eval()
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """blake2b of every tensor of the state dict (names, shapes, dtypes and bytes), 32 hex digits."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().contiguous().cpu()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+@dataclass
+class Loaded:
+    step: int
+    model: torch.nn.Module  # on CPU, stored dtype
+    revision: str
+    weights_hash: str
+
+
+def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
+    """Copy ``src``'s parameters and buffers into ``dst`` in place (converting dtype and device)."""
+    target, source = dst.state_dict(), src.state_dict()
+    missing = [k for k in target if k not in source]
+    if missing:
+        raise MemtuiError(
+            f"checkpoint does not match the first checkpoint's architecture (missing {', '.join(missing[:3])}); "
+            "all checkpoints of a run must share one architecture."
+        )
+    with torch.no_grad():
+        for name, t in target.items():
+            s = source[name]
+            if s.shape != t.shape:
+                raise MemtuiError(
+                    f"checkpoint tensor {name} has shape {tuple(s.shape)}, the model has {tuple(t.shape)}; "
+                    "all checkpoints of a run must share one architecture."
+                )
+            t.copy_(s, non_blocking=False)
+
+
+class Prefetcher:
+    """Loads (and hashes) checkpoints in a background thread, one ahead of the consumer.
+
+    Iterating yields :class:`Loaded` in order; a loading error is raised in the consumer at that checkpoint.
+    """
+
+    def __init__(self, source: Source, steps: Sequence[int], depth: int = 1):
+        self.source = source
+        self.steps = list(steps)
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="memtui-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _work(self) -> None:
+        for step in self.steps:
+            if self._stop.is_set():
+                return
+            try:
+                model = self.source.load(step)
+                item = Loaded(step, model, self.source.revision(step), weights_hash(model))
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread
+                self._put(exc)
+                return
+            if not self._put(item):
+                return
+
+    def __iter__(self) -> Iterator[Loaded]:
+        for _ in self.steps:
+            item = self._queue.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock a producer waiting on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break

@@ -1,0 +1,366 @@
+"""The extraction loop: score every pending checkpoint on the panel's instances, one committed column at a time.
+
+Run in the foreground (``memtui extract --foreground``) or as the detached worker started by
+:func:`memtui.extract.jobs.launch` (``python -m memtui.extract.worker``). Progress is published to
+``PANEL.progress.json`` (atomically replaced), which any process may read at any time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from memtui.errors import MemtuiError
+from memtui.panel import PanelWriter, _read, read_panel, read_tokens
+
+from .checkpoints import Prefetcher, Source, copy_weights, parse_checkpoints
+from .locking import PanelLock, clear_writer_mark
+
+METRICS = ("loglik", "accuracy", "rank", "entropy")
+
+
+def progress_path(panel: str | os.PathLike) -> Path:
+    panel = Path(panel)
+    return panel.with_name(panel.name + ".progress.json")
+
+
+def log_path(panel: str | os.PathLike) -> Path:
+    panel = Path(panel)
+    return panel.with_name(panel.name + ".extract.log")
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class Progress:
+    """What the worker publishes; ``publish`` is throttled unless forced."""
+
+    def __init__(self, panel: Path, on_update: Callable[[dict], None] | None = None, interval: float = 1.0):
+        self.path = progress_path(panel)
+        self.on_update = on_update
+        self.interval = interval
+        self._last = 0.0
+        self.data = {
+            "state": "running",
+            "pid": os.getpid(),
+            "panel": str(panel),
+            "model": "",
+            "checkpoint": None,
+            "k": 0,
+            "K": 0,
+            "instances_done": 0,
+            "instances_total": 0,
+            "tokens_per_s": None,
+            "eta_s": None,
+            "last_error": None,
+            "warnings": [],
+            "batch_size": None,
+            "device": None,
+            "dtype": None,
+            "started": time.time(),
+            "updated": time.time(),
+            "log": str(log_path(panel)),
+        }
+
+    def publish(self, force: bool = False, **fields) -> None:
+        self.data.update(fields)
+        now = time.time()
+        if not force and now - self._last < self.interval:
+            return
+        self._last = now
+        self.data["updated"] = now
+        with contextlib.suppress(OSError):  # progress is informative; never let it stop the run
+            write_json_atomic(self.path, self.data)
+        if self.on_update is not None:
+            self.on_update(dict(self.data))
+
+
+class _Writer(PanelWriter):
+    """PanelWriter that switches to SWMR right after opening, so readers are never locked out while it starts."""
+
+    def __init__(self, path):  # noqa: D107 - same contract as PanelWriter
+        self.path = Path(path)
+        self._f = h5py.File(self.path, "r+", libver="latest")
+        try:
+            self._f.swmr_mode = True
+            self.panel = _read(self._f, self.path)
+        except Exception:
+            self._f.close()
+            raise
+
+
+def _set_model_attr(path: Path, model: str) -> None:
+    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+        current = f.attrs.get("model", "")
+    if (current.decode() if isinstance(current, bytes) else str(current)) != model:
+        with h5py.File(path, "r+", libver="latest") as f:
+            f.attrs["model"] = model
+
+
+def plan_steps(panel_steps: np.ndarray, done: np.ndarray, requested: list[int] | None, source: Source) -> list[int]:
+    """Panel steps to extract now: requested (or all), not yet done, and available from the source."""
+    steps = [int(s) for s in panel_steps]
+    if requested is not None:
+        unknown = sorted(set(requested) - set(steps))
+        if unknown:
+            shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
+            raise MemtuiError(
+                f"checkpoint steps {shown} are not in the panel (it has {len(steps)} steps, "
+                f"{steps[0]}..{steps[-1]}); see `memtui info PANEL`."
+            )
+        wanted = set(requested)
+    else:
+        wanted = set(steps)
+        available = source.available()
+        if available is not None:
+            wanted &= set(available)
+    pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
+    available = source.available()
+    if available is not None:
+        absent = [s for s in pending if s not in set(available)]
+        if absent:
+            raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
+    return pending
+
+
+def auto_batch(device, n: int, length: int) -> int:
+    """Starting batch size: ~8k tokens per batch on CPU; on GPU ~256k tokens, halved on out-of-memory."""
+    tokens = 8192 if device.type == "cpu" else 1 << 18
+    return int(max(1, min(n, tokens // max(1, length))))
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+
+
+def run(
+    panel_path: str | os.PathLike,
+    *,
+    model: str,
+    checkpoints: str = "all",
+    device: str = "auto",
+    dtype: str = "auto",
+    batch_size: str | int = "auto",
+    chunk: int | None = None,
+    revision_template: str = "step{step}",
+    on_update: Callable[[dict], None] | None = None,
+    stop: threading.Event | None = None,
+    handle_signals: bool = True,
+    log: Callable[[str], None] = print,
+) -> str:
+    """Extract every pending checkpoint into the panel. Returns the final state: done, cancelled (or raises).
+
+    SIGTERM / SIGINT (when ``handle_signals``) or ``stop`` end the run at the next batch boundary; the checkpoint in
+    progress is abandoned (its column is not written) and a rerun resumes from it.
+    """
+    panel_path = Path(panel_path)
+    stop = stop or threading.Event()
+    requested = parse_checkpoints(checkpoints)
+    with PanelLock(panel_path):
+        progress = Progress(panel_path, on_update)
+        previous = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+
+            def _on_signal(signum, frame):
+                if stop.is_set() and signum == signal.SIGINT:
+                    raise KeyboardInterrupt
+                log(f"received {signal.Signals(signum).name}: abandoning the current checkpoint, it resumes next run")
+                stop.set()
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, _on_signal)
+        try:
+            state = _run(
+                panel_path, model, requested, device, dtype, batch_size, chunk, revision_template, progress, stop, log
+            )
+        except BaseException as exc:
+            msg = str(exc) if isinstance(exc, MemtuiError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, KeyboardInterrupt):
+                progress.publish(force=True, state="cancelled", last_error="interrupted")
+                raise
+            progress.publish(force=True, state="failed", last_error=msg.splitlines()[0] if msg else repr(exc))
+            if not isinstance(exc, MemtuiError):
+                log(traceback.format_exc())
+                raise MemtuiError(f"extraction failed: {msg.splitlines()[0] if msg else repr(exc)}") from exc
+            raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return state
+
+
+def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, revision_template, progress, stop, log):
+    import torch
+
+    from .scoring import Scorer, check_head, resolve_device, resolve_dtype
+
+    if clear_writer_mark(panel_path):
+        log(f"{panel_path}: cleared the write mark left by a killed writer; resuming")
+    panel = read_panel(panel_path)
+    tokens, lengths = read_tokens(panel_path)
+    lengths = lengths.astype(np.int64)
+    source = Source.open(model_name, revision_template)
+    steps = plan_steps(panel.steps, panel.done, requested, source)
+    dev = resolve_device(device)
+    body_dtype = resolve_dtype(dtype, dev)
+    n = panel.n_instances
+    step_index = {int(s): i for i, s in enumerate(panel.steps)}
+    known_hashes = {h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d}
+    order = np.argsort(-lengths, kind="stable")  # longest first: an out-of-memory batch shows up at once
+    tokens_per_ckpt = int(lengths.sum())
+    progress.publish(
+        force=True,
+        model=model_name,
+        K=len(steps),
+        instances_total=n,
+        device=str(dev),
+        dtype=str(body_dtype).replace("torch.", ""),
+        checkpoints_done=int(panel.done.sum()),
+        checkpoints_total=panel.n_checkpoints,
+    )
+    if not steps:
+        log(f"{panel_path}: nothing to do, every requested checkpoint is already extracted")
+        progress.publish(force=True, state="done", k=0, eta_s=0)
+        return "done"
+    log(
+        f"extracting {len(steps)} checkpoint(s) of {model_name} into {panel_path} on {dev} ({body_dtype}), "
+        f"{n} instances, {tokens_per_ckpt} tokens per checkpoint"
+    )
+    _set_model_attr(panel_path, model_name)
+
+    bs = auto_batch(dev, n, int(lengths.max())) if str(batch_size) == "auto" else int(batch_size)
+    if bs <= 0:
+        raise MemtuiError(f"batch size must be positive or auto, got {batch_size}.")
+    net = scorer = None
+    done_tokens, t_start = 0, time.time()
+    prefetch = Prefetcher(source, steps)
+    try:
+        with _Writer(panel_path) as writer:
+            for k, loaded in enumerate(prefetch, start=1):
+                if stop.is_set():
+                    break
+                step = loaded.step
+                if net is None:
+                    net = loaded.model.to(device=dev, dtype=body_dtype)
+                    scorer = Scorer(net, dev, chunk)
+                    check_head(net, scorer, scorer.vocab)
+                else:
+                    copy_weights(net, loaded.model)
+                    scorer.refresh_head()
+                del loaded.model
+                if int(tokens.max()) >= scorer.vocab:
+                    raise MemtuiError(
+                        f"the panel has token id {int(tokens.max())} but the model's vocabulary has {scorer.vocab}."
+                    )
+                if loaded.weights_hash in known_hashes and known_hashes[loaded.weights_hash] != step:
+                    warning = (
+                        f"step {step} has the same weights as step {known_hashes[loaded.weights_hash]} "
+                        f"({loaded.revision}); both are scored, but they are one checkpoint"
+                    )
+                    log("warning: " + warning)
+                    progress.data["warnings"].append(warning)
+                known_hashes.setdefault(loaded.weights_hash, step)
+                cols = {m: np.full(n, np.nan) for m in METRICS}
+                i = 0
+                progress.publish(force=True, checkpoint=step, k=k, instances_done=0, batch_size=bs)
+                while i < n:
+                    if stop.is_set():
+                        break
+                    rows = order[i : i + bs]
+                    L = int(lengths[rows].max())
+                    try:
+                        out = scorer.score(tokens[rows, :L], lengths[rows])
+                    except (RuntimeError, torch.OutOfMemoryError) as exc:
+                        if not _is_oom(exc) or bs == 1:
+                            raise
+                        scorer.release()
+                        if dev.type == "cuda":
+                            torch.cuda.empty_cache()
+                        bs = max(1, bs // 2)
+                        log(f"out of memory: batch size now {bs}")
+                        continue
+                    for name in METRICS:
+                        cols[name][rows] = out[name]
+                    i += len(rows)
+                    done_tokens += int(lengths[rows].sum())
+                    rate = done_tokens / max(time.time() - t_start, 1e-9)
+                    remaining = (len(steps) - k) * tokens_per_ckpt + int(lengths[order[i:]].sum())
+                    progress.publish(instances_done=i, tokens_per_s=rate, eta_s=remaining / rate, batch_size=bs)
+                if stop.is_set():
+                    break
+                writer.write_checkpoint(
+                    step_index[step], cols, revision=loaded.revision, weights_hash=loaded.weights_hash
+                )
+                progress.data["checkpoints_done"] = int(writer.panel.done.sum())
+                rate = done_tokens / max(time.time() - t_start, 1e-9)
+                log(
+                    f"[{k}/{len(steps)}] step {step} done ({rate:,.0f} tokens/s); "
+                    f"mean loglik {np.nanmean(cols['loglik']):.2f}"
+                )
+                progress.publish(force=True, eta_s=(len(steps) - k) * tokens_per_ckpt / rate if rate else None)
+    finally:
+        prefetch.close()
+    if stop.is_set():
+        progress.publish(force=True, state="cancelled", last_error=None)
+        log("cancelled; rerun the same command to resume from the first unfinished checkpoint")
+        return "cancelled"
+    progress.publish(force=True, state="done", eta_s=0)
+    log(f"done: {len(steps)} checkpoint(s) in {time.time() - t_start:,.0f} s")
+    return "done"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the detached worker (``python -m memtui.extract.worker PANEL ...``)."""
+    p = argparse.ArgumentParser(prog="memtui-extract-worker")
+    p.add_argument("panel")
+    p.add_argument("--model", required=True)
+    p.add_argument("--checkpoints", default="all")
+    p.add_argument("--device", default="auto")
+    p.add_argument("--dtype", default="auto")
+    p.add_argument("--batch-size", default="auto")
+    p.add_argument("--chunk", type=int, default=None)
+    p.add_argument("--revision-template", default="step{step}")
+    args = p.parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
+
+    try:
+        state = run(
+            args.panel,
+            model=args.model,
+            checkpoints=args.checkpoints,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            chunk=args.chunk,
+            revision_template=args.revision_template,
+            log=log,
+        )
+    except MemtuiError as exc:
+        log(f"memtui: {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0 if state == "done" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
