@@ -5,7 +5,8 @@
 
 "Full estimate" = every ATT(g,c) cell, analytic standard errors, a B-draw multiplier bootstrap, the simultaneous band
 and the summaries, for one metric. Timings run in this process, one after another, on the same panel; peak memory
-is measured in a fresh child process per engine (peak RSS minus the RSS before estimating). `differences` takes
+is measured in a fresh child process per engine (peak RSS minus the RSS before estimating); csdid and differences
+run only in such child processes, so that a crash of theirs does not end the benchmark. `differences` takes
 minutes per cohort at these sizes, so it runs on a few cohorts and its time is extrapolated per cell (said so in the
 output). Needs `pip install csdid` for the csdid column.
 """
@@ -16,6 +17,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -86,19 +88,23 @@ def run_differences(panel: Panel, draws: int, cohorts: np.ndarray) -> int:
     return len(att.results())
 
 
-def peak_memory(shape: str, engine: str, draws: int, cohorts: int) -> float:
-    """Peak RSS growth (GB) of one engine's estimate, in a fresh process."""
+def in_child(shape: str, engine: str, draws: int, cohorts: int, env: dict | None = None) -> dict | None:
+    """Run one engine in a fresh process: its time, cells and peak memory, or None if the process died."""
     call = f"b._child({shape!r}, {engine!r}, {draws}, {cohorts})"
-    code = f"import benchmarks.estimate as b; print({call})"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    code = f"import json, benchmarks.estimate as b; print(json.dumps({call}))"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **(env or {})}
+    )
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _child(shape: str, engine: str, draws: int, cohorts: int) -> float:
+def _child(shape: str, engine: str, draws: int, cohorts: int) -> dict:
     panel = make_panel(SHAPES[shape])
     before = _rss_gb()
-    _engines(panel, draws, cohorts)[engine]()
-    return _status_gb("VmHWM") - before
+    seconds, cells = timed(_engines(panel, draws, cohorts)[engine])
+    return {"seconds": seconds, "cells": cells, "peak_gb": _status_gb("VmHWM") - before}
 
 
 def _rss_gb() -> float:
@@ -135,7 +141,6 @@ def main() -> None:
     ap.add_argument("--differences-cohorts", type=int, default=2, help="cohorts differences runs on (extrapolated)")
     ap.add_argument("--skip-csdid", action="store_true")
     ap.add_argument("--skip-differences", action="store_true")
-    ap.add_argument("--no-memory", action="store_true", help="skip the per-engine peak-memory child processes")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
     shapes = list(SHAPES) if args.shape == "both" else [args.shape]
@@ -149,20 +154,28 @@ def main() -> None:
         run_memtui(make_panel(SHAPES["first-epoch"]) if shape == "full" else panel, 20)  # warm-up
         best, cells = min(timed(engines["memtui"]) for _ in range(args.repeat))
         row = {"memtui_s": best, "cells": cells}
-        print(f"memtui       {best:8.2f} s   ({cells} cells, best of {args.repeat})")
+        print(f"memtui       {best:8.2f} s   ({cells} cells, best of {args.repeat}, in this process)")
+        mem = in_child(shape, "memtui", args.draws, args.differences_cohorts)
+        row["memtui_peak_gb"] = mem["peak_gb"]
+        print(f"             peak memory {mem['peak_gb']:.2f} GB above the loaded panel (fresh process)")
         if not args.skip_csdid:
-            row["csdid_s"], _ = timed(engines["csdid"])
-            print(f"csdid        {row['csdid_s']:8.2f} s   ratio csdid / memtui = {row['csdid_s'] / best:6.1f}x")
+            # csdid's multi-threaded OpenBLAS products have segfaulted at the full shape here: retry on one thread
+            note, res = "", in_child(shape, "csdid", args.draws, args.differences_cohorts)
+            if res is None:
+                note = " (crashed with threaded OpenBLAS; this is OPENBLAS_NUM_THREADS=1)"
+                res = in_child(shape, "csdid", args.draws, args.differences_cohorts, {"OPENBLAS_NUM_THREADS": "1"})
+            if res is None:
+                print("csdid        crashed (see dmesg), no figure")
+            else:
+                row["csdid_s"], row["csdid_peak_gb"] = res["seconds"], res["peak_gb"]
+                print(f"csdid        {res['seconds']:8.2f} s   peak {res['peak_gb']:.2f} GB; "
+                      f"ratio csdid / memtui = {res['seconds'] / best:6.1f}x{note}")  # fmt: skip
         if not args.skip_differences:
-            sub_s, sub_cells = timed(engines["differences"])
-            row["differences_s"] = sub_s / sub_cells * cells
-            print(f"differences  {row['differences_s']:8.1f} s   extrapolated from {sub_s:.1f} s on "
-                  f"{args.differences_cohorts} cohorts ({sub_cells} cells) to {cells} cells; "
+            res = in_child(shape, "differences", args.draws, args.differences_cohorts)
+            row["differences_s"] = res["seconds"] / res["cells"] * cells
+            print(f"differences  {row['differences_s']:8.1f} s   extrapolated from {res['seconds']:.1f} s on "
+                  f"{args.differences_cohorts} cohorts ({res['cells']} cells) to {cells} cells; "
                   f"ratio differences / memtui = {row['differences_s'] / best:6.0f}x")  # fmt: skip
-        if not args.no_memory:
-            for engine in ["memtui"] + ([] if args.skip_csdid else ["csdid"]):
-                row[f"{engine}_peak_gb"] = peak_memory(shape, engine, args.draws, args.differences_cohorts)
-                print(f"{engine:<12} peak memory {row[f'{engine}_peak_gb']:.2f} GB above the loaded panel")
         report[shape] = row
     if args.json:
         with open(args.json, "w") as f:

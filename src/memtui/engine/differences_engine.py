@@ -12,7 +12,6 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from memtui.engine.layout import build_layout
 from memtui.errors import MemtuiError
@@ -47,7 +46,7 @@ def long_frame(panel: Panel, metric: str, control_group: str) -> tuple[pd.DataFr
 def estimate_with_differences(panel: Panel, settings, progress=None):
     from differences import ATTgt
 
-    from memtui.estimate import EstimateResult, _final_index, result_frame
+    from memtui.estimate import EstimateResult, _final_index, result_frame, z_value
 
     if settings.estimator != "did":
         raise MemtuiError("the differences engine implements difference-in-differences only; use --engine memtui.")
@@ -69,7 +68,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     if settings.base_period == "universal":  # drop the reference cells (c = g - 1), zero by construction
         cells = cells[cells["base_period"] != cells["time"]]
     sign = panel.sign(settings.metric)
-    z = float(norm.ppf(1 - settings.alpha / 2))
+    z = z_value(settings.alpha)
     cohort, time = cells["cohort"].to_numpy().astype(np.int64), cells["time"].to_numpy().astype(np.int64)
     se = cells["std_error"].to_numpy()
     crit = (cells["band_upper"] - cells["ATT"]).to_numpy() / se if settings.draws else np.full(len(se), z)
