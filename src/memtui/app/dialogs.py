@@ -1,0 +1,248 @@
+"""Modal dialogs: export, settings, quit confirmation and the key list.
+
+Every field is one line high (Textual's Select and bordered Inputs take three), so the dialogs fit 80 x 24.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.reactive import reactive
+from textual.screen import ModalScreen
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from memtui.errors import MemtuiError
+from memtui.estimate import ESTIMATORS, SCOPES, EstimateResult, Settings
+from memtui.export import export_csv
+
+
+class Choice(Widget, can_focus=True):
+    """A one-line selector: ``‹ value ›``; left/right (or h/l, space, enter) step through the options."""
+
+    BINDINGS = [
+        Binding("right,l,space,enter", "step(1)", "Next option", show=False),
+        Binding("left,h", "step(-1)", "Previous option", show=False),
+    ]
+    DEFAULT_CSS = """
+    Choice { height: 1; width: 1fr; padding: 0 1; background: $boost; }
+    Choice:focus { background: $accent 30%; text-style: bold; }
+    """
+
+    index: reactive[int] = reactive(0)
+
+    class Changed(Message):
+        def __init__(self, choice: Choice) -> None:
+            super().__init__()
+            self.choice = choice
+
+        @property
+        def control(self) -> Choice:
+            return self.choice
+
+    def __init__(self, options: Sequence[tuple[str, object]], value: object = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.options = list(options)
+        values = [v for _, v in self.options]
+        self.set_reactive(Choice.index, values.index(value) if value in values else 0)
+
+    @property
+    def value(self) -> object:
+        return self.options[self.index][1]
+
+    def render(self) -> Text:
+        return Text(f"‹ {self.options[self.index][0]} ›")
+
+    def action_step(self, step: int) -> None:
+        self.index = (self.index + step) % len(self.options)
+        self.post_message(self.Changed(self))
+
+    def on_click(self) -> None:
+        self.action_step(1)
+
+
+def _row(label: str, widget: Widget) -> Horizontal:
+    return Horizontal(Label(label, classes="field-label"), widget, classes="field")
+
+
+class ExportDialog(ModalScreen[str | None]):
+    """Path, scope and significant-only; writes through ``memtui.export.export_csv`` like `memtui export`."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, result: EstimateResult, panel_path: Path, scope: str = "profile") -> None:
+        super().__init__()
+        self.result = result
+        self.panel_path = panel_path
+        self.scope = scope
+
+    def default_path(self, scope: str) -> str:
+        s = self.result.settings
+        return f"{self.panel_path.stem}-{s.metric}-{s.estimator}-{scope}.csv"
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="dialog") as box:
+            box.border_title = "Export estimates to CSV"
+            yield _row("path", Input(self.default_path(self.scope), id="export-path"))
+            yield _row("scope", Choice([(s, s) for s in SCOPES], self.scope, id="export-scope"))
+            yield _row("rows", Checkbox("significant only", True, id="export-significant"))
+            yield Static("", id="export-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Write", variant="primary", id="export-write")
+                yield Button("Cancel", id="export-cancel")
+            yield Static(f"relative paths are under {Path.cwd()}", classes="hint")
+
+    @on(Choice.Changed, "#export-scope")
+    def _scope_changed(self, event: Choice.Changed) -> None:
+        path = self.query_one("#export-path", Input)
+        if path.value == self.default_path(self.scope):  # keep a path the user typed
+            path.value = self.default_path(event.choice.value)
+        self.scope = event.choice.value
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#export-write")
+    def write(self) -> None:
+        path = Path(self.query_one("#export-path", Input).value.strip() or ".").expanduser()
+        only = self.query_one("#export-significant", Checkbox).value
+        try:
+            rows = export_csv(self.result, path, self.scope, only)
+        except MemtuiError as exc:
+            self.query_one("#export-error", Static).update(str(exc))
+            return
+        which = "significant " if only else ""
+        self.dismiss(f"Wrote {rows} {which}{self.scope} rows to {path.resolve()}")
+
+    @on(Button.Pressed, "#export-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class SettingsDialog(ModalScreen[Settings | None]):
+    """Estimator, band family, alpha, bootstrap draws and the residual checkpoint; validated before closing."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, settings: Settings, checkpoints: Sequence[int]) -> None:
+        super().__init__()
+        self.settings = settings
+        self.checkpoints = [int(c) for c in checkpoints]
+
+    def compose(self) -> ComposeResult:
+        s = self.settings
+        last = f"last completed ({self.checkpoints[-1]})" if self.checkpoints else "last completed"
+        finals = [(last, None), *((str(c), c) for c in self.checkpoints)]
+        with Vertical(id="dialog", classes="dialog") as box:
+            box.border_title = "Estimation settings"
+            yield _row("estimator", Choice([(e, e) for e in ESTIMATORS], s.estimator, id="set-estimator"))
+            yield _row(
+                "band family", Choice([("post (c ≥ g)", "post"), ("all cells", "all")], s.family, id="set-family")
+            )
+            yield _row("alpha", Input(f"{s.alpha:g}", id="set-alpha"))
+            yield _row("bootstrap draws", Input(str(s.draws), id="set-draws"))
+            yield _row("final checkpoint", Choice(finals, s.final_step, id="set-final"))
+            yield _row(
+                "control group",
+                Choice([(c, c) for c in ("never_treated", "not_yet_treated")], s.control_group, id="set-control"),
+            )
+            yield _row("base period", Choice([(b, b) for b in ("varying", "universal")], s.base_period, id="set-base"))
+            yield _row("seed", Input(str(s.seed), id="set-seed"))
+            yield Static("", id="settings-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Apply", variant="primary", id="settings-apply")
+                yield Button("Cancel", id="settings-cancel")
+
+    def read(self) -> Settings:
+        """The settings in the form, validated; a MemtuiError says which field is wrong."""
+
+        def number(field: str, kind, name: str):
+            text = self.query_one(field, Input).value.strip()
+            try:
+                return kind(text)
+            except ValueError:
+                raise MemtuiError(f"{name} must be a number, not '{text}'.") from None
+
+        return dataclasses.replace(
+            self.settings,
+            estimator=self.query_one("#set-estimator", Choice).value,
+            family=self.query_one("#set-family", Choice).value,
+            alpha=number("#set-alpha", float, "alpha"),
+            draws=number("#set-draws", int, "draws"),
+            final_step=self.query_one("#set-final", Choice).value,
+            control_group=self.query_one("#set-control", Choice).value,
+            base_period=self.query_one("#set-base", Choice).value,
+            seed=number("#set-seed", int, "seed"),
+        ).validate()
+
+    @on(Input.Submitted)
+    @on(Button.Pressed, "#settings-apply")
+    def apply(self) -> None:
+        try:
+            settings = self.read()
+        except MemtuiError as exc:
+            self.query_one("#settings-error", Static).update(str(exc))
+            return
+        self.dismiss(settings)
+
+    @on(Button.Pressed, "#settings-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """A yes/no question (quitting while an estimate is being computed)."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="dialog confirm"):
+            yield Static(self.question)
+            with Horizontal(classes="buttons"):
+                yield Button("Yes (y)", variant="error", id="yes")
+                yield Button("No (n)", variant="primary", id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer: bool) -> None:
+        self.dismiss(answer)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Every key, by where it works (built from the widgets' BINDINGS, so it cannot fall out of date)."""
+
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+
+    def __init__(self, sections: Sequence[tuple[str, Sequence[tuple[str, str]]]]) -> None:
+        super().__init__()
+        self.sections = sections
+
+    def compose(self) -> ComposeResult:
+        text = Text()
+        for title, keys in self.sections:
+            text.append(f"{title}\n", style="bold underline")
+            for key, description in keys:
+                text.append(f"  {key:<22}", style="bold")
+                text.append(f"{description}\n")
+            text.append("\n")
+        text.append("ctrl+p opens the command palette with every action; esc, ? or q closes this list.", style="dim")
+        with VerticalScroll(id="help", classes="dialog") as box:
+            box.border_title = "Keys"
+            yield Static(text, id="help-text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,37 @@
+"""Number formatting shared by the panes: compact steps for axes, fixed significant digits for estimates."""
+
+from __future__ import annotations
+
+import math
+
+
+def short_step(step: int) -> str:
+    """1000 -> '1k', 1500 -> '1.5k', 143000 -> '143k', 2000000 -> '2M': checkpoint and cohort labels."""
+    step = int(step)
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if abs(step) >= size and step % (size // 10) == 0:
+            value = step / size
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return str(step)
+
+
+def num(value, digits: int = 4, signed: bool = False) -> str:
+    """A float with ``digits`` significant digits; '—' for missing values."""
+    if value is None:
+        return "—"
+    value = float(value)
+    if not math.isfinite(value):
+        return "—"
+    text = f"{value:+.{digits}g}" if signed else f"{value:.{digits}g}"
+    return text.replace("-", "−")
+
+
+def cell(value) -> str:
+    """A table cell: like the CSV but with floats at 5 significant digits and nulls blank."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return "NaN" if math.isnan(value) else f"{value:.5g}"
+    return str(value)

@@ -1,0 +1,336 @@
+"""The memorisation profile as a colour matrix, drawn with Textual's line API.
+
+Rows are cohorts g, columns checkpoints c. A row is rendered as run-length segments of identical cells and cached,
+so a paper-size profile (143 x 144) repaints in a few milliseconds; only the cursor row is rebuilt on a move. The
+cohort labels (left) and checkpoint labels (top) stay fixed while the matrix scrolls under them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from memtui.app import palette
+from memtui.app.fmt import short_step
+
+HEADER = 1  # checkpoint label line
+MODES = ("dim", "hide", "show")  # how non-significant post-treatment cells are drawn
+MODE_LABEL = {"dim": "dimmed", "hide": "hidden", "show": "shown"}
+
+# Cell codes: 0 missing, then one block of 2*LEVELS codes per kind (solid, dimmed, pre significant), then flat kinds.
+_N = 2 * palette.LEVELS
+SOLID, DIMMED, PRE_SIG = 1, 1 + _N, 1 + 2 * _N
+HIDDEN, PRE = 1 + 3 * _N, 2 + 3 * _N
+
+
+@dataclass
+class HeatmapData:
+    cohorts: np.ndarray  # row steps g
+    checkpoints: np.ndarray  # column steps c
+    estimate: np.ndarray  # rows x columns, NaN where there is no cell
+    significant: np.ndarray  # rows x columns bool
+    scale: float  # |tau| at which the colour saturates
+
+    @property
+    def pre(self) -> np.ndarray:
+        return self.checkpoints[None, :] < self.cohorts[:, None]
+
+
+def _cell_table() -> tuple[list[Style | None], list[str], list[int | None]]:
+    """Style, glyph and ramp level (for the cursor colour) per cell code."""
+    styles: list[Style | None] = [None]
+    glyphs, lv = [" "], [None]
+    for make, glyph in ((palette.solid, " "), (palette.dimmed, palette.DIM_GLYPH), (palette.pre, palette.HATCH)):
+        for level in range(_N):
+            styles.append(make(level))
+            glyphs.append(glyph)
+            lv.append(level if make is palette.solid else None)
+    styles += [palette.hidden(), palette.pre()]
+    glyphs += [" ", palette.HATCH]
+    lv += [None, None]
+    return styles, glyphs, lv
+
+
+class Heatmap(ScrollView, can_focus=True):
+    """Cohorts down, checkpoints across; a cursor picks one (g, c) cell."""
+
+    BINDINGS = [
+        Binding("up,k", "move(-1, 0)", "Up", show=False),
+        Binding("down,j", "move(1, 0)", "Down", show=False),
+        Binding("left,h", "move(0, -1)", "Left", show=False),
+        Binding("right,l", "move(0, 1)", "Right", show=False),
+        Binding("g", "first_row", "First cohort", show=False),
+        Binding("G", "last_row", "Last cohort", show=False),
+        Binding("home,0", "first_column", "First checkpoint", show=False),
+        Binding("end,dollar_sign", "last_column", "Last checkpoint", show=False),
+        Binding("pageup,ctrl+u", "page(-1)", "Page up", show=False),
+        Binding("pagedown,ctrl+d", "page(1)", "Page down", show=False),
+        Binding("i", "diagonal", "c = g cell", tooltip="Jump to the cohort's instantaneous cell (c = g)"),
+        Binding("s", "cycle_mode", "Non-significant", tooltip="Dim / hide / show non-significant cells"),
+        Binding("plus,equals_sign", "zoom(1)", "Wider", show=False),
+        Binding("minus", "zoom(-1)", "Narrower", show=False),
+    ]
+
+    COMPONENT_CLASSES = {"heatmap--label", "heatmap--label-cursor", "heatmap--header", "heatmap--empty"}
+
+    DEFAULT_CSS = """
+    Heatmap { background: $background; }
+    Heatmap > .heatmap--label { color: $text-muted; }
+    Heatmap > .heatmap--label-cursor { color: $text; background: $accent 40%; text-style: bold; }
+    Heatmap > .heatmap--header { color: $text-muted; }
+    Heatmap > .heatmap--empty { color: $text-muted; }
+    """
+
+    mode: reactive[str] = reactive("dim")
+    cell_width: reactive[int] = reactive(2)
+
+    class CursorMoved(Message):
+        def __init__(self, heatmap: Heatmap, row: int, column: int) -> None:
+            super().__init__()
+            self.heatmap = heatmap
+            self.row = row
+            self.column = column
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.data: HeatmapData | None = None
+        self.row = 0
+        self.column = 0
+        self._codes = np.zeros((0, 0), dtype=np.int64)
+        self._styles, self._glyphs, self._levels = _cell_table()
+        self._rows: dict[int, Strip] = {}
+        self._labels: list[str] = []
+        self._gutter = 6
+        self.painted = False  # set on the first paint with data (the speed benchmark waits for it)
+
+    # ---- data -------------------------------------------------------------------------------------------------
+
+    def set_data(self, data: HeatmapData | None) -> None:
+        """New profile; keeps the cursor on the same (g, c) when both still exist."""
+        old = self.data
+        g = c = None
+        if old is not None and len(old.cohorts) and len(old.checkpoints):
+            g, c = old.cohorts[self.row], old.checkpoints[self.column]
+        self.data = data
+        if data is None:
+            self._codes = np.zeros((0, 0), dtype=np.int64)
+        else:
+            self.row = _nearest(data.cohorts, g, self.row)
+            self.column = _nearest(data.checkpoints, c, self.column)
+            self._labels = [short_step(s) for s in data.cohorts]
+        self._recode()
+        self._keep_cursor_visible()
+        self._announce()
+
+    def _recode(self) -> None:
+        """Cell codes for the whole matrix, in numpy; rows are then rendered from runs of equal codes."""
+        self._rows.clear()
+        d = self.data
+        if d is None:
+            self.virtual_size = Size(0, 0)
+            self.refresh()
+            return
+        est = d.estimate
+        finite = np.isfinite(est)
+        lv = palette.levels(np.where(finite, est, 0.0), d.scale)
+        pre = d.pre
+        sig = d.significant & finite
+        post = finite & ~pre
+        codes = np.zeros(est.shape, dtype=np.int64)
+        if self.mode == "show":
+            codes[post] = SOLID + lv[post]
+        else:
+            codes[post & sig] = SOLID + lv[post & sig]
+            rest = post & ~sig
+            codes[rest] = (DIMMED + lv[rest]) if self.mode == "dim" else HIDDEN
+        codes[finite & pre & ~sig] = PRE
+        codes[finite & pre & sig] = PRE_SIG + lv[finite & pre & sig]
+        self._codes = codes
+        self._gutter = max((len(s) for s in self._labels), default=3) + 2
+        self.virtual_size = Size(self._gutter + est.shape[1] * self.cell_width, HEADER + est.shape[0])
+        self.refresh()
+
+    def watch_mode(self) -> None:
+        self._recode()
+
+    def watch_cell_width(self) -> None:
+        self._recode()
+        self._keep_cursor_visible()
+
+    # ---- rendering --------------------------------------------------------------------------------------------
+
+    def _row_strip(self, row: int, cursor: int | None = None) -> Strip:
+        if cursor is None and row in self._rows:
+            return self._rows[row]
+        codes = self._codes[row]
+        cw = self.cell_width
+        cuts = np.flatnonzero(np.diff(codes)) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [len(codes)]))
+        segments = []
+        base = self.rich_style
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            code = int(codes[start])
+            style = self._styles[code] or base
+            glyph = self._glyphs[code] * cw
+            if cursor is not None and start <= cursor < end:
+                if cursor > start:
+                    segments.append(Segment(glyph * (cursor - start), style))
+                mark = "[" + " " * (cw - 2) + "]" if cw >= 2 else "◆"
+                segments.append(Segment(mark, style + Style(color=palette.cursor_fg(self._levels[code]), bold=True)))
+                if end > cursor + 1:
+                    segments.append(Segment(glyph * (end - cursor - 1), style))
+            else:
+                segments.append(Segment(glyph * (end - start), style))
+        strip = Strip(segments, len(codes) * cw)
+        if cursor is None:
+            self._rows[row] = strip
+        return strip
+
+    def _header_strip(self) -> Strip:
+        d = self.data
+        cw = self.cell_width
+        n = len(d.checkpoints)
+        labels = [short_step(s) for s in d.checkpoints]
+        widest = max(len(s) for s in labels) + 1
+        stride = max(1, -(-widest // cw))
+        chars = [" "] * (n * cw)
+        for col in range(0, n, stride):
+            text = labels[col]
+            x = col * cw
+            chars[x : x + len(text)] = text
+        line = "".join(chars)[: n * cw]
+        x0, x1 = self.column * cw, (self.column + 1) * cw
+        head = self.get_component_rich_style("heatmap--header")
+        mark = self.get_component_rich_style("heatmap--label-cursor")
+        return Strip([Segment(line[:x0], head), Segment(line[x0:x1], mark), Segment(line[x1:], head)], n * cw)
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        base = self.rich_style
+        d = self.data
+        if d is None or not self._codes.size:
+            text = " no estimate" if y == 0 else ""
+            return Strip([Segment(text, self.get_component_rich_style("heatmap--empty"))]).extend_cell_length(
+                width, base
+            )
+        sx, sy = self.scroll_offset
+        gw = self._gutter
+        data_w = max(0, width - gw)
+        if y < HEADER:
+            left = Strip([Segment("g╲c".rjust(gw - 1) + " ", self.get_component_rich_style("heatmap--header"))])
+            right = self._header_strip().crop(sx, sx + data_w)
+        else:
+            row = sy + y - HEADER
+            if row >= len(d.cohorts):
+                return Strip.blank(width, base)
+            label_style = "heatmap--label-cursor" if row == self.row else "heatmap--label"
+            left = Strip([Segment(self._labels[row].rjust(gw - 1) + " ", self.get_component_rich_style(label_style))])
+            strip = self._row_strip(row, self.column if row == self.row else None)
+            right = strip.crop(sx, sx + data_w)
+        self.painted = True
+        return Strip.join([left, right]).extend_cell_length(width, base)
+
+    # ---- cursor -----------------------------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._codes.shape if self._codes.ndim == 2 else (0, 0)
+
+    def move_to(self, row: int, column: int) -> None:
+        rows, cols = self.shape
+        if not rows or not cols:
+            return
+        row = min(max(row, 0), rows - 1)
+        column = min(max(column, 0), cols - 1)
+        if (row, column) == (self.row, self.column):
+            return
+        self.row, self.column = row, column
+        self._keep_cursor_visible()
+        self.refresh()
+        self._announce()
+
+    def _announce(self) -> None:
+        self.post_message(self.CursorMoved(self, self.row, self.column))
+
+    def _keep_cursor_visible(self) -> None:
+        if self.data is None:
+            return
+        region = self.scrollable_content_region
+        data_w = max(1, region.width - self._gutter)
+        data_h = max(1, region.height - HEADER)
+        cw = self.cell_width
+        sx, sy = self.scroll_offset
+        x0 = self.column * cw
+        if x0 < sx:
+            sx = x0
+        elif x0 + cw > sx + data_w:
+            sx = x0 + cw - data_w
+        if self.row < sy:
+            sy = self.row
+        elif self.row >= sy + data_h:
+            sy = self.row - data_h + 1
+        if (sx, sy) != tuple(self.scroll_offset):
+            self.scroll_to(sx, sy, animate=False, force=True)
+
+    def on_resize(self) -> None:
+        self._keep_cursor_visible()
+
+    def action_move(self, rows: int, columns: int) -> None:
+        self.move_to(self.row + rows, self.column + columns)
+
+    def action_first_row(self) -> None:
+        self.move_to(0, self.column)
+
+    def action_last_row(self) -> None:
+        self.move_to(self.shape[0] - 1, self.column)
+
+    def action_first_column(self) -> None:
+        self.move_to(self.row, 0)
+
+    def action_last_column(self) -> None:
+        self.move_to(self.row, self.shape[1] - 1)
+
+    def action_page(self, direction: int) -> None:
+        page = max(1, self.scrollable_content_region.height - HEADER - 1)
+        self.move_to(self.row + direction * page, self.column)
+
+    def action_diagonal(self) -> None:
+        if self.data is not None and len(self.data.cohorts):
+            g = self.data.cohorts[self.row]
+            self.move_to(self.row, int(np.searchsorted(self.data.checkpoints, g)))
+
+    def action_cycle_mode(self) -> None:
+        self.mode = MODES[(MODES.index(self.mode) + 1) % len(MODES)]
+
+    def action_zoom(self, step: int) -> None:
+        self.cell_width = min(6, max(1, self.cell_width + step))
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or self.data is None:
+            return
+        sx, sy = self.scroll_offset
+        if offset.x >= self._gutter and offset.y >= HEADER:
+            self.move_to(sy + offset.y - HEADER, (sx + offset.x - self._gutter) // self.cell_width)
+
+
+def _nearest(steps: np.ndarray, value, fallback: int) -> int:
+    """Index of ``value`` in ``steps`` if present, else the fallback index clamped into range."""
+    if not len(steps):
+        return 0
+    if value is not None:
+        idx = int(np.searchsorted(steps, value))
+        if idx < len(steps) and steps[idx] == value:
+            return idx
+    return min(max(fallback, 0), len(steps) - 1)

@@ -1,0 +1,450 @@
+"""The workbench App: one panel, the current estimation settings, and the panes that show its estimate.
+
+Estimates come from an in-memory dict per Settings, then the on-disk cache (read synchronously: a few ms), and only
+then a worker thread, which reports progress to the top bar and never blocks keys. Only the visible pane is redrawn
+when the estimate changes; the others catch up when they are shown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.message import Message
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from memtui import cache
+from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
+from memtui.app.estimates import EstimatesPane, EstimatesTable
+from memtui.app.extraction import ExtractionPane
+from memtui.app.heatmap import Heatmap
+from memtui.app.profile import ProfilePane
+from memtui.app.summaries import SummariesPane
+from memtui.errors import MemtuiError
+from memtui.estimate import ESTIMATORS, EstimateResult, Settings
+from memtui.panel import METRIC_LABEL, METRICS, Panel, read_panel
+
+PANES = ("profile", "summaries", "estimates", "extraction")
+PANE_TITLES = {"profile": "Profile", "summaries": "Summaries", "estimates": "Estimates", "extraction": "Extraction"}
+
+
+class _Cancelled(Exception):
+    """Raised from the progress callback to stop an estimate nobody is waiting for any more."""
+
+
+class EstimateProgress(Message):
+    def __init__(self, settings: Settings, fraction: float, stage: str) -> None:
+        super().__init__()
+        self.settings = settings
+        self.fraction = fraction
+        self.stage = stage
+
+
+class PanelReloaded(Message):
+    def __init__(self, panel: Panel | None, error: str = "") -> None:
+        super().__init__()
+        self.panel = panel
+        self.error = error
+
+
+def metric_order(panel: Panel) -> list[str]:
+    """The panel's metrics, the paper's four first (loglik, accuracy, rank, entropy), then any others."""
+    return [m for m in METRICS if m in panel.metrics] + [m for m in panel.metrics if m not in METRICS]
+
+
+class MemtuiApp(App):
+    """Browse a panel's memorisation profile; keyboard first, works in 80 x 24 and in 256 colours."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "memtui"
+    ENABLE_COMMAND_PALETTE = True
+
+    BINDINGS = [
+        Binding("q", "request_quit", "Quit", tooltip="Quit (asks only if an estimate would be lost)"),
+        Binding("question_mark", "help", "Keys", tooltip="List every key"),
+        Binding("m", "next_metric(1)", "Metric", tooltip="Next metric: loglik, accuracy, rank, entropy"),
+        Binding("M", "next_metric(-1)", "Previous metric", show=False),
+        Binding("d", "toggle_estimator", "Estimator", tooltip="DiD / difference estimator"),
+        Binding("o,comma", "settings", "Settings", tooltip="Band family, alpha, bootstrap draws, final checkpoint"),
+        Binding("e", "export", "Export", tooltip="Write estimates to CSV"),
+        Binding("1", "pane('profile')", "Profile", show=False),
+        Binding("2", "pane('summaries')", "Summaries", show=False),
+        Binding("3", "pane('estimates')", "Estimates", show=False),
+        Binding("4", "pane('extraction')", "Extraction", show=False),
+        Binding("r", "reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
+    ]
+
+    def __init__(self, panel: Panel, settings: Settings | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.panel = panel
+        self.metrics = metric_order(panel)
+        metric = "loglik" if "loglik" in self.metrics else self.metrics[0]
+        self.settings = settings or Settings(metric=metric)
+        self.result: EstimateResult | None = None
+        self.message = ""
+        self._results: dict[Settings, EstimateResult] = {}
+        self._errors: dict[Settings, str] = {}
+        self._generation = 0  # bumped when the panel is re-read; older results are dropped
+        self._stage = ""
+        self.computing: Settings | None = None
+        self.timings: dict[str, float] = {}  # for the speed benchmark
+
+    # ---- layout -------------------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="topbar"):
+            yield Static("", id="title")
+            yield Static("", id="busy-label")
+            yield ProgressBar(total=1.0, show_eta=False, id="busy")
+        with TabbedContent(id="panes"):
+            with TabPane("Profile 1", id="profile"):
+                yield ProfilePane(id="profile-pane")
+            with TabPane("Summaries 2", id="summaries"):
+                yield SummariesPane(id="summaries-pane")
+            with TabPane("Estimates 3", id="estimates"):
+                yield EstimatesPane(id="estimates-pane")
+            with TabPane("Extraction 4", id="extraction"):
+                yield ExtractionPane(self.panel, id="extraction-pane")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#busy", ProgressBar).display = False
+        self.query_one(Heatmap).focus()
+        if not self.panel.done.any():
+            # nothing to estimate yet: open where the user can start extraction
+            self.query_one(TabbedContent).active = "extraction"
+        self.request_estimate()
+
+    @property
+    def active_pane(self) -> str:
+        return self.query_one(TabbedContent).active or "profile"
+
+    def _pane_widget(self, name: str):
+        return self.query_one(f"#{name}-pane")
+
+    def update_title(self) -> None:
+        s = self.settings
+        done, total = int(self.panel.done.sum()), self.panel.n_checkpoints
+        name = self.panel.path.name if self.panel.path else "panel"
+        label = METRIC_LABEL.get(s.metric, s.metric)
+        self.query_one("#title", Static).update(
+            f"{name} │ {s.metric}: {label} │ {s.estimator} │ α {s.alpha:g}, {s.draws} draws, {s.family} "
+            f"│ {done}/{total} ckpts"
+        )
+
+    # ---- estimation ---------------------------------------------------------------------------------------------
+
+    def request_estimate(self) -> None:
+        """Show the estimate for the current settings: from memory or disk at once, else compute in a thread."""
+        self.update_title()
+        settings = self.settings
+        if settings in self._results:
+            self._set_result(self._results[settings])
+            return
+        if settings in self._errors:
+            self._set_result(None, self._errors[settings])
+            return
+        try:
+            hit = cache.load(self.panel, settings.validate())
+        except MemtuiError as exc:
+            self._set_result(None, str(exc))
+            return
+        if hit is not None:
+            self._results[settings] = hit
+            self._set_result(hit)
+            return
+        self.computing = settings
+        self._show_busy(0.0, "starting")
+        self._compute(self.panel, settings, self._generation)
+
+    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
+    def _compute(self, panel: Panel, settings: Settings, generation: int):
+        worker = get_current_worker()
+        last = [0.0]
+
+        def progress(fraction: float, stage: str) -> None:
+            if worker.is_cancelled:
+                raise _Cancelled
+            now = time.monotonic()
+            if now - last[0] > 0.1:
+                last[0] = now
+                self.post_message(EstimateProgress(settings, fraction, stage))
+
+        try:
+            return settings, generation, cache.cached_estimate(panel, settings, progress)
+        except _Cancelled:
+            return None
+        except MemtuiError as exc:
+            return settings, generation, str(exc)
+
+    def on_estimate_progress(self, event: EstimateProgress) -> None:
+        if event.settings == self.computing:
+            self._show_busy(event.fraction, event.stage)
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group != "estimate" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+            return
+        if event.state == WorkerState.ERROR:  # a bug, not a bad panel: say so instead of crashing the app
+            self.computing = None
+            self._hide_busy()
+            self._set_result(None, f"estimation failed: {event.worker.error!r}")
+            return
+        if event.worker.result is None:
+            return
+        settings, generation, outcome = event.worker.result
+        if generation != self._generation:
+            return
+        if isinstance(outcome, str):
+            self._errors[settings] = outcome
+        else:
+            self._results[settings] = outcome
+        if settings == self.settings:
+            self.computing = None
+            self._hide_busy()
+            if isinstance(outcome, str):
+                self._set_result(None, outcome)
+            else:
+                self._set_result(outcome)
+
+    def _show_busy(self, fraction: float, stage: str) -> None:
+        self.query_one("#panes").add_class("-stale")  # the panes still show the previous estimate, dimmed
+        bar = self.query_one("#busy", ProgressBar)
+        bar.display = True
+        bar.update(progress=fraction)
+        self._stage = stage
+        s = self.computing
+        self.query_one("#busy-label", Static).update(f"computing {s.metric} ({s.estimator}): {stage} " if s else "")
+
+    def _hide_busy(self) -> None:
+        self.query_one("#panes").remove_class("-stale")
+        self.query_one("#busy", ProgressBar).display = False
+        self.query_one("#busy-label", Static).update("")
+
+    def _set_result(self, result: EstimateResult | None, message: str = "") -> None:
+        if self.computing is not None:  # switched to settings that need no computing: drop the running one
+            self.workers.cancel_group(self, "estimate")
+            self.computing = None
+        self._hide_busy()
+        self.result = result
+        self.message = message
+        self._refresh_pane(self.active_pane)
+        self.timings.setdefault("first_result", time.perf_counter())
+
+    def _refresh_pane(self, name: str) -> None:
+        if name in ("profile", "summaries", "estimates"):
+            pane = self._pane_widget(name)
+            if getattr(pane, "_shown", None) != (id(self.result), self.message):
+                pane._shown = (id(self.result), self.message)
+                message = self.message
+                if self.result is None and not message:
+                    message = "Computing the estimate…"
+                pane.show(self.result, message)
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        name = event.pane.id
+        self._refresh_pane(name)
+        self._focus_pane(name)
+
+    def _focus_pane(self, name: str) -> None:
+        target = {
+            "profile": Heatmap,
+            "summaries": SummariesPane,
+            "estimates": EstimatesTable,
+        }.get(name)
+        if target is not None:
+            self.query_one(target).focus()
+        else:
+            self.query_one("#ex-launch").focus()
+
+    # ---- settings changes ---------------------------------------------------------------------------------------
+
+    def change_settings(self, **changes) -> None:
+        settings = dataclasses.replace(self.settings, **changes)
+        if settings != self.settings:
+            self.settings = settings
+            self.request_estimate()
+
+    def action_next_metric(self, step: int = 1) -> None:
+        metrics = self.metrics
+        index = metrics.index(self.settings.metric) if self.settings.metric in metrics else -1
+        self.change_settings(metric=metrics[(index + step) % len(metrics)])
+
+    def action_metric(self, metric: str) -> None:
+        self.change_settings(metric=metric)
+
+    def action_toggle_estimator(self) -> None:
+        i = ESTIMATORS.index(self.settings.estimator)
+        self.change_settings(estimator=ESTIMATORS[(i + 1) % len(ESTIMATORS)])
+
+    def action_settings(self) -> None:
+        def done(settings: Settings | None) -> None:
+            if settings is not None and settings != self.settings:
+                self.settings = settings
+                self.request_estimate()
+
+        self.push_screen(SettingsDialog(self.settings, self.panel.done_steps), done)
+
+    def action_export(self) -> None:
+        if self.result is None:
+            self.notify(self.message or "No estimate to export yet.", severity="warning")
+            return
+        scope = "profile"
+        if self.active_pane == "estimates":
+            scope = self.query_one(EstimatesPane).scope
+
+        def done(message: str | None) -> None:
+            if message:
+                self.notify(message, title="Exported", timeout=8)
+
+        self.push_screen(ExportDialog(self.result, self.panel.path or Path("panel"), scope), done)
+
+    def action_pane(self, name: str) -> None:
+        self.query_one(TabbedContent).active = name
+        self._focus_pane(name)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(key_sections(self)))
+
+    # ---- panel reloads (extraction completing checkpoints) ------------------------------------------------------
+
+    def action_reload(self) -> None:
+        self._reload(self.panel.path)
+
+    @on(ExtractionPane.CheckpointsChanged)
+    def _checkpoints_changed(self) -> None:
+        self._reload(self.panel.path)
+
+    @work(thread=True, exclusive=True, group="reload", exit_on_error=False)
+    def _reload(self, path: Path) -> None:
+        try:
+            self.post_message(PanelReloaded(read_panel(path)))
+        except MemtuiError as exc:
+            self.post_message(PanelReloaded(None, str(exc)))
+
+    def on_panel_reloaded(self, event: PanelReloaded) -> None:
+        if event.panel is None:
+            self.notify(event.error, title="Panel not re-read", severity="error")
+            return
+        self.panel = event.panel
+        self._generation += 1
+        self._results.clear()
+        self._errors.clear()
+        self.metrics = metric_order(event.panel)
+        self.query_one(ExtractionPane).describe_panel(event.panel)
+        if self.settings.metric not in self.metrics:
+            self.settings = dataclasses.replace(self.settings, metric=self.metrics[0])
+        self.computing = None
+        self.request_estimate()
+
+    # ---- quitting -----------------------------------------------------------------------------------------------
+
+    # keys of the main screen do nothing under a dialog (q there must not quit, m must not change its result)
+    _MAIN_ACTIONS = frozenset(
+        {"request_quit", "next_metric", "toggle_estimator", "settings", "export", "pane", "help", "reload"}
+    )
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        return not (isinstance(self.screen, ModalScreen) and action in self._MAIN_ACTIONS)
+
+    def action_request_quit(self) -> None:
+        if self.computing is None:
+            self.exit(0)
+            return
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self.exit(0)
+
+        s = self.computing
+        self.push_screen(
+            ConfirmDialog(
+                f"The {s.metric} ({s.estimator}) estimate is still being computed ({self._stage}); "
+                "quitting now loses it. Quit anyway?"
+            ),
+            answer,
+        )
+
+    # ---- command palette ----------------------------------------------------------------------------------------
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for metric in self.metrics:
+            yield SystemCommand(
+                f"Metric: {metric}", f"Show {METRIC_LABEL.get(metric, metric)}", lambda m=metric: self.action_metric(m)
+            )
+        yield SystemCommand("Estimator: DiD / difference", "Switch the estimator", self.action_toggle_estimator)
+        yield SystemCommand("Settings…", "Band family, alpha, bootstrap draws, final checkpoint", self.action_settings)
+        yield SystemCommand("Export CSV…", "Write estimates to a CSV file", self.action_export)
+        yield SystemCommand(
+            "Non-significant cells: dim / hide / show",
+            "Heatmap display",
+            lambda: self.query_one(Heatmap).action_cycle_mode(),
+        )
+        yield SystemCommand(
+            "Estimates: significant only / all",
+            "Table rows",
+            lambda: self.query_one(EstimatesPane).action_toggle_significant(),
+        )
+        for name in PANES:
+            yield SystemCommand(
+                f"Go to {PANE_TITLES[name]}", f"Show the {name} pane", lambda n=name: self.action_pane(n)
+            )
+        yield SystemCommand("Launch extraction", "Start extraction with the form's settings", self._launch)
+        yield SystemCommand("Cancel extraction", "Stop the running extraction job", self._cancel_job)
+        yield SystemCommand("Reload panel", "Re-read the panel file", self.action_reload)
+        yield SystemCommand("Keys", "List every key", self.action_help)
+
+    def _launch(self) -> None:
+        self.action_pane("extraction")
+        self.query_one(ExtractionPane).action_launch()
+
+    def _cancel_job(self) -> None:
+        self.query_one(ExtractionPane).action_cancel_job()
+
+
+def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Every key, from the bindings themselves, grouped by where it works."""
+    from memtui.app.dialogs import Choice
+
+    def keys(bindings, extra=()) -> list[tuple[str, str]]:
+        out = []
+        for b in bindings:
+            key = b.key_display or ", ".join(_key_name(k) for k in b.key.split(","))
+            out.append((key, b.tooltip or b.description))
+        return out + list(extra)
+
+    return [
+        ("Everywhere", keys(MemtuiApp.BINDINGS, [("ctrl+p", "command palette"), ("ctrl+q", "quit at once")])),
+        ("Profile (heatmap)", keys(Heatmap.BINDINGS, [("click", "move the cursor to a cell")])),
+        ("Summaries", [("↑ ↓, pgup pgdn, home end", "scroll")]),
+        ("Estimates (table)", keys(EstimatesTable.BINDINGS) + keys(EstimatesPane.BINDINGS)),
+        ("Extraction", keys(ExtractionPane.BINDINGS, [("tab / shift+tab", "next / previous field")])),
+        ("Dialogs", keys(Choice.BINDINGS, [("enter", "apply / write"), ("escape", "cancel")])),
+    ]
+
+
+_KEY_NAMES = {
+    "question_mark": "?",
+    "dollar_sign": "$",
+    "equals_sign": "=",
+    "plus": "+",
+    "minus": "-",
+    "comma": ",",
+    "pageup": "pgup",
+    "pagedown": "pgdn",
+}
+
+
+def _key_name(key: str) -> str:
+    key = key.strip()
+    return _KEY_NAMES.get(key, key)

@@ -1,0 +1,146 @@
+"""Profile pane: the heatmap, its legend, the cursor cell in words, and the cursor row's memorisation path."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Static
+
+from memtui.app import palette
+from memtui.app.fmt import num, short_step
+from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
+from memtui.app.plots import BandPlot
+from memtui.estimate import EstimateResult
+
+# matrices read from the result for the status line and the path plot
+_COLUMNS = ("std_error", "band_low", "band_high", "n_treated", "n_control")
+
+
+class Legend(Static):
+    """The colour ramp with its scale, and what the hatched and dimmed cells mean."""
+
+    def show(self, scale: float | None, mode: str, unit: str) -> None:
+        if scale is None:
+            self.update("")
+            return
+        text = Text()
+        text.append(f"{num(-scale, 3)} ", style="dim")
+        for index in palette.RAMP:
+            text.append(" ", style=f"on {_hex(index)}")
+        text.append(f" {num(scale, 3, signed=True)} {unit}", style="dim")
+        text.append("  ")
+        text.append(palette.DIM_GLYPH * 2, style=f"{_hex(palette.WARM[4])} on {_hex(palette.HIDDEN_BG)}")
+        text.append(f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
+        text.append(palette.HATCH * 2, style=f"{_hex(palette.PRE_FG)} on {_hex(palette.PRE_BG)}")
+        text.append(" c<g", style="dim")
+        self.update(text)
+
+
+def _hex(index: int) -> str:
+    return "#{:02x}{:02x}{:02x}".format(*palette.xterm_rgb(index))
+
+
+class ProfilePane(Vertical):
+    """Heatmap of tau(g, c); the cursor's cell is described below it and its cohort's path plotted."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.result: EstimateResult | None = None
+        self._mats: dict[str, np.ndarray] = {}
+        self._plotted: tuple | None = None
+        self._unit = ""
+        self._scale = 1.0
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="profile-message", classes="message")
+        yield Heatmap(id="heatmap")
+        yield Legend(id="legend")
+        yield Static("", id="cell-info")
+        yield BandPlot(id="path-plot")
+
+    @property
+    def heatmap(self) -> Heatmap:
+        return self.query_one(Heatmap)
+
+    def show(self, result: EstimateResult | None, message: str = "") -> None:
+        """Draw a new result (None: show only the message, e.g. why there is no estimate yet)."""
+        self.result = result
+        self._plotted = None
+        msg = self.query_one("#profile-message", Static)
+        msg.update(message)
+        msg.display = bool(message)
+        if result is None:
+            self._mats = {}
+            self.heatmap.set_data(None)
+            self.query_one(Legend).show(None, "dim", "")
+            self.query_one("#cell-info", Static).update("")
+            self.query_one(BandPlot).display = False
+            return
+        self.query_one(BandPlot).display = True
+        est = result.matrix("estimate")
+        sig = result.matrix("significant") == 1
+        self._mats = {"estimate": est, **{name: result.matrix(name) for name in _COLUMNS}}
+        pre = result.checkpoints[None, :] < result.cohorts[:, None]
+        scale = palette.robust_scale(est[~pre])
+        self._unit = "τ " + result.settings.metric
+        self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
+        self._scale = scale
+        self.query_one(Legend).show(scale, self.heatmap.mode, self._unit)
+
+    def on_heatmap_cursor_moved(self, event: Heatmap.CursorMoved) -> None:
+        self._describe(event.row, event.column)
+        self._plot_row(event.row, event.column)
+
+    def on_mount(self) -> None:
+        self.watch(self.heatmap, "mode", self.refresh_legend, init=False)
+
+    def refresh_legend(self) -> None:
+        if self.result is not None:
+            self.query_one(Legend).show(self._scale, self.heatmap.mode, self._unit)
+
+    def cell_text(self, row: int, column: int) -> str:
+        """The status line for one cell (also what the tests read)."""
+        r = self.result
+        if r is None or not len(r.cohorts):
+            return ""
+        g, c = int(r.cohorts[row]), int(r.checkpoints[column])
+        where = f"g {g}  c {c}  c−g {c - g}"
+        m = self._mats
+        tau = m["estimate"][row, column]
+        if not np.isfinite(tau):
+            return f"{where} │ no estimate for this cell (base period or outside the window)"
+        sig = bool(self.heatmap.data.significant[row, column])
+        parts = [
+            where,
+            f"τ {num(tau, signed=True)}  SE {num(m['std_error'][row, column])}",
+            f"band [{num(m['band_low'][row, column], signed=True)}, {num(m['band_high'][row, column], signed=True)}]",
+            "significant" if sig else "not significant",
+            f"n {int(m['n_treated'][row, column])} treated / {int(m['n_control'][row, column])} control",
+        ]
+        if c < g:
+            parts.insert(1, "pre-treatment (placebo)")
+        return " │ ".join(parts)
+
+    def _describe(self, row: int, column: int) -> None:
+        self.query_one("#cell-info", Static).update(self.cell_text(row, column))
+
+    def _plot_row(self, row: int, column: int) -> None:
+        r = self.result
+        if r is None or not len(r.cohorts):
+            return
+        key = (id(r), row)
+        if key == self._plotted:
+            return
+        self._plotted = key
+        g = int(r.cohorts[row])
+        m = self._mats
+        self.query_one(BandPlot).show(
+            r.checkpoints,
+            m["estimate"][row],
+            m["band_low"][row],
+            m["band_high"][row],
+            title=f"memorisation path of cohort g = {short_step(g)} ({r.settings.metric}), simultaneous band",
+            marks=(g,),
+        )
