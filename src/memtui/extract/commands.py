@@ -1,5 +1,254 @@
-"""CLI subcommands for extraction (filled in by the extraction work)."""
+"""CLI subcommands for extraction: ``extract``, ``status``, ``build``, ``demo``."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
 
 
 def register(sub) -> None:
     """Add the extraction subcommands to the `memtui` parser."""
+    p = sub.add_parser(
+        "extract",
+        help="score every checkpoint of a model on a panel's instances (background, resumable)",
+        description="Score checkpoints into PANEL. Starts a detached worker (survives the terminal) unless "
+        "--foreground; a rerun skips finished checkpoints.",
+    )
+    p.add_argument("panel", type=Path)
+    p.add_argument("--model", help="Hugging Face repo id (revisions stepN) or a folder of checkpoint folders stepN/")
+    p.add_argument(
+        "--checkpoints", default="all", help="START:STOP:STEP (inclusive), a comma list, or all (default: all pending)"
+    )
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N, mps")
+    p.add_argument("--dtype", default="auto", help="model body dtype: auto (bf16 on GPU, fp32 on CPU), float32, ...")
+    p.add_argument("--batch-size", default="auto", help="instances per batch, or auto (halves on out-of-memory)")
+    p.add_argument("--chunk", type=int, default=None, help="target positions per output-head chunk (default: auto)")
+    p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision name of a step")
+    p.add_argument("--foreground", action="store_true", help="run in this terminal with a progress bar")
+    p.add_argument("--cancel", action="store_true", help="stop the running extraction of PANEL (resumable)")
+    p.set_defaults(func=cmd_extract)
+
+    p = sub.add_parser("status", help="progress of the extraction of a panel")
+    p.add_argument("panel", type=Path)
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the worker stops")
+    p.add_argument("--json", action="store_true", help="print the raw progress record")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "build",
+        help="build a panel to extract into, from a Pythia-layout memmap or a token-id file",
+        description="Either --memmap (rows of --seq-len uint16 tokens in training order) with --validation, "
+        "sampled per macro-batch like Lesci et al.; or --tokens (npy/npz/parquet) with a treatment-step column.",
+    )
+    p.add_argument("out", type=Path)
+    p.add_argument("--memmap", type=Path, help="Pythia-layout token file (.bin uint16 or .npy)")
+    p.add_argument("--validation", type=Path, help="never-trained validation token ids (.npy, rows x length)")
+    p.add_argument("--tokens", type=Path, help="token ids with treatment steps (.npz, .parquet, or .npy)")
+    p.add_argument("--treatment-column", default="treatment_step")
+    p.add_argument("--tokens-column", default="tokens")
+    p.add_argument("--treatment-file", type=Path, help="treatment steps (.npy) for an .npy token matrix")
+    p.add_argument("--steps", help="the panel's checkpoint steps (default: every macro-batch / every treatment step)")
+    p.add_argument("--batch-size", type=int, default=1024, help="rows per training step (memmap)")
+    p.add_argument("--macro", type=int, default=1000, help="steps per macro-batch = checkpoint interval (memmap)")
+    p.add_argument("--batches", "-k", type=int, default=10, help="batches sampled per macro-batch")
+    p.add_argument("--rows", "-m", type=int, default=10, help="rows sampled per batch")
+    p.add_argument("--n-validation", type=int, default=None, help="validation rows to sample (default: all)")
+    p.add_argument("--seq-len", type=int, default=2049)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="overwrite OUT")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser(
+        "demo",
+        help="train a tiny GPT-NeoX on CPU and make a real panel from its checkpoints",
+        description="One pass over a corpus derived from the Unicode 3.2 database, checkpoints every few steps, "
+        "then build and extract a panel (a few minutes on 2 cores).",
+    )
+    p.add_argument("out", type=Path, nargs="?", default=Path("tiny-gptneox.h5"))
+    p.add_argument("--small", action="store_true", help="the < 1 minute version used by the tests")
+    p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
+    p.add_argument("--force", action="store_true", help="overwrite OUT")
+    p.set_defaults(func=cmd_demo)
+
+
+def _fmt_time(seconds) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def describe(progress: dict) -> str:
+    """One line for a progress record."""
+    state = progress.get("state", "?")
+    parts = [state]
+    if progress.get("K"):
+        parts.append(f"checkpoint {progress.get('k', 0)}/{progress['K']} (step {progress.get('checkpoint')})")
+    if progress.get("instances_total"):
+        parts.append(f"{progress.get('instances_done', 0)}/{progress['instances_total']} instances")
+    if progress.get("tokens_per_s"):
+        parts.append(f"{progress['tokens_per_s']:,.0f} tokens/s")
+    if state == "running" and progress.get("eta_s") is not None:
+        parts.append(f"ETA {_fmt_time(progress['eta_s'])}")
+    if progress.get("last_error"):
+        parts.append(f"error: {progress['last_error']}")
+    return ", ".join(parts)
+
+
+def cmd_extract(args) -> int:
+    from memtui.errors import MemtuiError
+
+    from . import jobs
+
+    if args.cancel:
+        if jobs.cancel(args.panel):
+            print(f"sent SIGTERM to the extraction of {args.panel}; it stops after the current batch (resumable)")
+            return 0
+        print(f"no extraction is running on {args.panel}")
+        return 1
+    if not args.model:
+        raise MemtuiError("--model is required: a Hugging Face repo id or a folder of checkpoint folders (stepN/).")
+    if not args.foreground:
+        pid = jobs.launch(
+            args.panel,
+            model=args.model,
+            checkpoints=args.checkpoints,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=args.batch_size,
+            chunk=args.chunk,
+            revision_template=args.revision_template,
+        )
+        log = jobs.log_path(args.panel.resolve())
+        print(f"extraction started in the background (pid {pid}); closing this terminal does not stop it.")
+        print(f"  follow:  memtui status {args.panel} --follow    (log: {log})")
+        print(f"  stop:    memtui extract {args.panel} --cancel    (a rerun resumes)")
+        return 0
+    from .worker import run
+
+    tty = sys.stderr.isatty()
+
+    def on_update(p: dict) -> None:
+        if tty and p.get("state") == "running":
+            sys.stderr.write("\r" + _bar(p) + "\033[K")
+            sys.stderr.flush()
+
+    def log(msg: str) -> None:
+        if tty:
+            sys.stderr.write("\r\033[K")
+        print(msg, flush=True)
+
+    state = run(
+        args.panel,
+        model=args.model,
+        checkpoints=args.checkpoints,
+        device=args.device,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        chunk=args.chunk,
+        revision_template=args.revision_template,
+        on_update=on_update,
+        log=log,
+    )
+    if tty:
+        sys.stderr.write("\r\033[K")
+    return 0 if state == "done" else 130
+
+
+def _bar(p: dict, width: int = 24) -> str:
+    n, total = p.get("instances_done", 0), max(1, p.get("instances_total") or 1)
+    filled = int(width * n / total)
+    bar = "#" * filled + "-" * (width - filled)
+    rate = f"{p['tokens_per_s']:,.0f} tok/s" if p.get("tokens_per_s") else ""
+    return (
+        f"[{p.get('k', 0)}/{p.get('K', 0)}] step {p.get('checkpoint')} [{bar}] {n}/{total} {rate} "
+        f"ETA {_fmt_time(p.get('eta_s'))}"
+    )
+
+
+def cmd_status(args) -> int:
+    from memtui.panel import read_panel
+
+    from . import jobs
+
+    panel = read_panel(args.panel)
+    while True:
+        progress = jobs.read_progress(args.panel)
+        if args.json:
+            print(json.dumps(progress, indent=1))
+            return 0
+        done = f"{int(panel.done.sum())}/{panel.n_checkpoints} checkpoints extracted"
+        if progress is None:
+            print(f"{args.panel}: {done}; no extraction has run on it (start one with `memtui extract`).")
+            return 0
+        line = f"{args.panel}: {describe(progress)}"
+        if not args.follow or progress.get("state") != "running":
+            print(line)
+            print(f"  {done}; log {progress.get('log')}")
+            for w in progress.get("warnings") or []:
+                print(f"  warning: {w}")
+            if progress.get("state") in ("stale", "cancelled", "failed"):
+                print(f"  rerun `memtui extract {args.panel} --model {progress.get('model') or 'MODEL'}` to resume")
+            return 0 if progress.get("state") != "failed" else 1
+        print(line, flush=True)
+        time.sleep(2)
+        panel = read_panel(args.panel)
+
+
+def cmd_build(args) -> int:
+    from memtui.errors import MemtuiError
+
+    from .build import build_from_memmap, build_from_tokens
+
+    if bool(args.memmap) == bool(args.tokens):
+        raise MemtuiError("give either --memmap (with --validation) or --tokens.")
+    if args.memmap:
+        if not args.validation:
+            raise MemtuiError("--memmap needs --validation: never-trained token rows (.npy) for the control group.")
+        out = build_from_memmap(
+            args.out,
+            args.memmap,
+            args.validation,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            macro=args.macro,
+            k=args.batches,
+            m=args.rows,
+            n_validation=args.n_validation,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            overwrite=args.force,
+        )
+    else:
+        out = build_from_tokens(
+            args.out,
+            args.tokens,
+            steps=args.steps,
+            treatment_column=args.treatment_column,
+            tokens_column=args.tokens_column,
+            treatment_file=args.treatment_file,
+            overwrite=args.force,
+        )
+    from memtui.panel import read_panel
+
+    panel = read_panel(out)
+    n_val = int(panel.never_treated.sum())
+    print(
+        f"built {out}: {panel.n_instances} instances ({panel.n_instances - n_val} treated, {n_val} validation), "
+        f"{panel.n_checkpoints} checkpoints {panel.steps[0]}..{panel.steps[-1]}; "
+        f"next: memtui extract {out} --model MODEL"
+    )
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import DemoConfig, make_demo
+
+    cfg = DemoConfig.small() if args.small else DemoConfig()
+    out = make_demo(args.out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force)
+    print(f"open it with `memtui {out}`; estimate with `memtui estimate {out}`")
+    return 0

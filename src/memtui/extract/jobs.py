@@ -74,6 +74,10 @@ def launch(
     parse_checkpoints(checkpoints)
     if str(batch_size) != "auto" and (not str(batch_size).isdigit() or int(batch_size) <= 0):
         raise MemtuiError(f"batch size must be a positive integer or auto, got {batch_size}.")
+    for _ in range(20):  # a worker that was just killed releases its lock a moment after its pid is gone
+        if not is_locked(panel_path) or (read_progress(panel_path) or {}).get("state") != "stale":
+            break
+        time.sleep(0.05)
     if is_locked(panel_path):
         current = read_progress(panel_path) or {}
         who = f" (pid {current['pid']})" if current.get("pid") else ""

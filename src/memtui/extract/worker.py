@@ -80,24 +80,34 @@ class Progress:
     def publish(self, force: bool = False, **fields) -> None:
         self.data.update(fields)
         now = time.time()
+        if self.on_update is not None:  # in-process listeners see every update; the file is throttled
+            self.on_update(dict(self.data, updated=now))
         if not force and now - self._last < self.interval:
             return
         self._last = now
         self.data["updated"] = now
         with contextlib.suppress(OSError):  # progress is informative; never let it stop the run
             write_json_atomic(self.path, self.data)
-        if self.on_update is not None:
-            self.on_update(dict(self.data))
 
 
 class _Writer(PanelWriter):
-    """PanelWriter that switches to SWMR right after opening, so readers are never locked out while it starts."""
+    """PanelWriter opened directly in SWMR mode, so readers are never locked out while it starts."""
 
     def __init__(self, path):  # noqa: D107 - same contract as PanelWriter
         self.path = Path(path)
-        self._f = h5py.File(self.path, "r+", libver="latest")
+        # Opened straight into SWMR-write mode (no moment where readers are refused) and without HDF5's own file
+        # lock, which a reader that happens to have the file open would hold; the panel's lock file guarantees
+        # that this is the only writer.
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+        fapl.set_file_locking(False, True)
         try:
-            self._f.swmr_mode = True
+            fid = h5py.h5f.open(os.fsencode(self.path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl)
+        except OSError as exc:
+            raise MemtuiError(f"{self.path} cannot be opened for writing ({str(exc).split('(')[0].strip()}).") from None
+        self._f = h5py.File(fid)
+        try:
             self.panel = _read(self._f, self.path)
         except Exception:
             self._f.close()
@@ -108,7 +118,7 @@ def _set_model_attr(path: Path, model: str) -> None:
     with h5py.File(path, "r", libver="latest", swmr=True) as f:
         current = f.attrs.get("model", "")
     if (current.decode() if isinstance(current, bytes) else str(current)) != model:
-        with h5py.File(path, "r+", libver="latest") as f:
+        with h5py.File(path, "r+", libver="latest", locking=False) as f:
             f.attrs["model"] = model
 
 
@@ -250,6 +260,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
         raise MemtuiError(f"batch size must be positive or auto, got {batch_size}.")
     net = scorer = None
     done_tokens, t_start = 0, time.time()
+    delay = float(os.environ.get("MEMTUI_EXTRACT_BATCH_DELAY") or 0)  # test hook: slow batches down
     prefetch = Prefetcher(source, steps)
     try:
         with _Writer(panel_path) as writer:
@@ -298,6 +309,8 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
                         continue
                     for name in METRICS:
                         cols[name][rows] = out[name]
+                    if delay:
+                        time.sleep(delay)
                     i += len(rows)
                     done_tokens += int(lengths[rows].sum())
                     rate = done_tokens / max(time.time() - t_start, 1e-9)

@@ -1,0 +1,278 @@
+"""Extraction runs: checkpoint specs, resume, locking, the detached worker, SIGKILL recovery, CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+from memtui.errors import MemtuiError
+from memtui.extract import jobs
+from memtui.extract.checkpoints import parse_checkpoints
+from memtui.extract.locking import PanelLock
+from memtui.extract.scoring import Scorer
+from memtui.extract.worker import run
+from memtui.panel import NEVER, create_panel, read_panel
+
+VOCAB = 101
+STEPS = [0, 10, 20, 30, 40]
+
+
+def _model(seed: int) -> GPTNeoXForCausalLM:
+    torch.manual_seed(seed)
+    cfg = GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return GPTNeoXForCausalLM(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def extract_checkpoints(tmp_path_factory) -> Path:
+    """A folder of checkpoint folders step0 ... step40; step30 is a copy of step20 (the hub has such duplicates)."""
+    root = tmp_path_factory.mktemp("ckpts")
+    for step in STEPS:
+        _model(seed=20 if step == 30 else step).save_pretrained(root / f"step{step}")
+    (root / "notes").mkdir()  # other folders are ignored
+    return root
+
+
+def _make_panel(path: Path, n_train: int = 24, n_val: int = 16, length: int = 24) -> Path:
+    rng = np.random.default_rng(0)
+    n = n_train + n_val
+    tokens = rng.integers(0, VOCAB, size=(n, length))
+    lengths = np.full(n, length)
+    lengths[::5] = rng.integers(2, length, size=len(lengths[::5]))  # some shorter instances
+    tokens[np.arange(length)[None, :] >= lengths[:, None]] = -1
+    treatment = np.r_[np.repeat([10, 20, 30, 40], n_train // 4), np.full(n_val, NEVER)]
+    return create_panel(path, ids=np.arange(n), treatment=treatment, steps=STEPS, tokens=tokens, lengths=lengths)
+
+
+@pytest.fixture
+def extract_panel(tmp_path) -> Path:
+    return _make_panel(tmp_path / "panel.h5")
+
+
+def test_parse_checkpoints():
+    assert parse_checkpoints("0:95000:1000")[:3] == [0, 1000, 2000]
+    assert parse_checkpoints("0:95000:1000")[-1] == 95000 and len(parse_checkpoints("0:95000:1000")) == 96
+    assert parse_checkpoints("2000, 0,1000") == [0, 1000, 2000]
+    assert parse_checkpoints("0:4") == [0, 1, 2, 3, 4]
+    assert parse_checkpoints("all") is None
+    assert parse_checkpoints("0:10:5,7") == [0, 5, 7, 10]
+    for bad in ("1:0:1", "a,b", "0:10:0", "1:2:3:4", "-5"):
+        with pytest.raises(MemtuiError):
+            parse_checkpoints(bad)
+
+
+def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoints):
+    logs = []
+    assert run(extract_panel, model=str(extract_checkpoints), batch_size=7, handle_signals=False, log=logs.append) == (
+        "done"
+    )
+    panel = read_panel(extract_panel)
+    assert panel.done.all()
+    assert panel.revisions[1].endswith("step10") and len(set(panel.weight_hashes)) == 4  # 30 duplicates 20
+    assert any("same weights as step 20" in m for m in logs)
+    progress = jobs.read_progress(extract_panel)
+    assert progress["state"] == "done" and progress["K"] == 5 and progress["instances_done"] == panel.n_instances
+    assert any("same weights" in w for w in progress["warnings"])
+    # the stored columns are the scorer's numbers for that checkpoint
+    from memtui.panel import read_tokens
+
+    tokens, lengths = read_tokens(extract_panel)
+    model = GPTNeoXForCausalLM.from_pretrained(extract_checkpoints / "step10").eval()
+    direct = Scorer(model, torch.device("cpu")).score(tokens, lengths)
+    for name, col in direct.items():
+        np.testing.assert_allclose(panel.metrics[name][:, 1], col, rtol=1e-5, err_msg=name)
+    np.testing.assert_array_equal(panel.metrics["loglik"][:, 2], panel.metrics["loglik"][:, 3])
+
+
+def test_resume_skips_done_checkpoints(extract_panel, extract_checkpoints):
+    run(extract_panel, model=str(extract_checkpoints), checkpoints="0,20", handle_signals=False, log=lambda m: None)
+    first = read_panel(extract_panel)
+    assert first.done.tolist() == [True, False, True, False, False]
+    import h5py
+
+    with h5py.File(extract_panel, "r") as f:
+        stamp = f["checkpoints/finished_at"][()]
+    logs = []
+    run(extract_panel, model=str(extract_checkpoints), checkpoints="all", handle_signals=False, log=logs.append)
+    with h5py.File(extract_panel, "r") as f:
+        again = f["checkpoints/finished_at"][()]
+    assert read_panel(extract_panel).done.all()
+    assert again[0] == stamp[0] and again[2] == stamp[2]  # not recomputed
+    assert any("3 checkpoint(s)" in m for m in logs)
+    assert run(extract_panel, model=str(extract_checkpoints), handle_signals=False, log=logs.append) == "done"
+    assert "nothing to do" in logs[-1]
+
+
+def test_errors_are_one_line(extract_panel, extract_checkpoints, tmp_path):
+    with pytest.raises(MemtuiError, match="not in the panel"):
+        run(extract_panel, model=str(extract_checkpoints), checkpoints="0,15", handle_signals=False)
+    with pytest.raises(MemtuiError, match="no checkpoint folders"):
+        run(extract_panel, model=str(tmp_path), handle_signals=False)
+    with pytest.raises(MemtuiError, match="single checkpoint"):
+        run(extract_panel, model=str(extract_checkpoints / "step0"), handle_signals=False)
+    small_vocab = tmp_path / "small"
+    torch.manual_seed(0)
+    GPTNeoXForCausalLM(
+        GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    ).save_pretrained(small_vocab / "step0")
+    with pytest.raises(MemtuiError, match="vocabulary"):
+        run(extract_panel, model=str(small_vocab), checkpoints="0", handle_signals=False, log=lambda m: None)
+    assert jobs.read_progress(extract_panel)["state"] == "failed"
+
+
+def test_second_writer_gets_a_clear_error(extract_panel, extract_checkpoints):
+    with PanelLock(extract_panel):
+        with pytest.raises(MemtuiError, match="being written by another extraction"):
+            run(extract_panel, model=str(extract_checkpoints), handle_signals=False)
+        with pytest.raises(MemtuiError, match="being written by another extraction"):
+            jobs.launch(extract_panel, model=str(extract_checkpoints), checkpoints="all")
+    assert not read_panel(extract_panel).done.any()
+
+
+def test_stop_event_abandons_the_current_checkpoint(extract_panel, extract_checkpoints):
+    stop = threading.Event()
+
+    def on_update(p):
+        if p.get("k") == 2 and p.get("instances_done", 0) > 0:
+            stop.set()
+
+    state = run(
+        extract_panel,
+        model=str(extract_checkpoints),
+        batch_size=2,
+        stop=stop,
+        on_update=on_update,
+        handle_signals=False,
+        log=lambda m: None,
+    )
+    assert state == "cancelled"
+    panel = read_panel(extract_panel)
+    assert panel.done.tolist() == [True, False, False, False, False]
+    assert np.isnan(panel.metrics["loglik"][:, 1]).all()
+    assert jobs.read_progress(extract_panel)["state"] == "cancelled"
+
+
+READER = """
+import sys, time, pathlib, numpy as np
+from memtui.panel import read_panel
+panel, stop, report = sys.argv[1:]
+reads, errors = 0, []
+while not pathlib.Path(stop).exists():
+    try:
+        p = read_panel(panel)
+        for name, values in p.metrics.items():
+            assert np.isfinite(values[:, p.done]).all(), name
+        reads += 1
+    except Exception as exc:
+        errors.append(repr(exc))
+    time.sleep(0.005)
+pathlib.Path(report).write_text("\\n".join([str(reads), *errors]))
+"""
+
+
+def _wait(cond, timeout=60.0, every=0.05):
+    end = time.time() + timeout
+    while time.time() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.slow
+def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path, extract_checkpoints, monkeypatch):
+    """The detached worker is killed (SIGKILL) mid-checkpoint and between checkpoints; resumed runs finish the panel
+    with exactly the values of an uninterrupted run, and a reader polling throughout never errors."""
+    reference = _make_panel(tmp_path / "reference.h5")
+    run(reference, model=str(extract_checkpoints), batch_size=4, handle_signals=False, log=lambda m: None)
+    monkeypatch.setenv("MEMTUI_EXTRACT_BATCH_DELAY", "0.1")  # ~1 s per checkpoint, so the kills land mid-run
+    panel = _make_panel(tmp_path / "panel.h5")
+    stop_file, report = tmp_path / "stop-reader", tmp_path / "reader.txt"
+    reader = None
+    kills = [
+        lambda p: p.get("checkpoint") is not None and p.get("instances_done", 0) > 0,  # inside the first checkpoint
+        lambda p: p.get("k", 0) >= 2 and p.get("instances_done", 0) > 0,  # after one commit, inside the next
+    ]
+    try:
+        for kill_when in kills:
+            pid = jobs.launch(panel, model=str(extract_checkpoints), checkpoints="all", batch_size=4)
+            _wait(lambda pid=pid, when=kill_when: (p := jobs.read_progress(panel)) and p.get("pid") == pid and when(p))
+            if reader is None:  # another process, like the workbench app, polling the panel while it is written
+                reader = subprocess.Popen([sys.executable, "-c", READER, str(panel), str(stop_file), str(report)])
+            os.kill(pid, signal.SIGKILL)
+            _wait(lambda: jobs.read_progress(panel)["state"] == "stale")
+        assert 0 < read_panel(panel).done.sum() < len(STEPS)
+        jobs.launch(panel, model=str(extract_checkpoints), checkpoints="all", batch_size=4)
+        final = _wait(lambda: (p := jobs.read_progress(panel)) and p["state"] not in ("running",) and p, timeout=120)
+        stop_file.touch()
+        assert reader.wait(timeout=30) == 0
+    finally:
+        if reader is not None and reader.poll() is None:
+            reader.kill()
+            reader.wait()
+    assert final["state"] == "done", Path(final["log"]).read_text()[-2000:]
+    reads, *errors = report.read_text().splitlines()
+    assert not errors, errors[:3]
+    assert int(reads) > 10
+    got, want = read_panel(panel), read_panel(reference)
+    assert got.done.all()
+    for name in want.metrics:
+        np.testing.assert_array_equal(got.metrics[name], want.metrics[name], err_msg=name)
+    assert "cleared the write mark" in Path(final["log"]).read_text()
+
+
+def test_detached_worker_and_cancel(extract_panel, extract_checkpoints, monkeypatch, cli):
+    monkeypatch.setenv("MEMTUI_EXTRACT_BATCH_DELAY", "0.2")
+    code, out, err = cli("extract", extract_panel, "--model", extract_checkpoints, "--batch-size", "2")
+    assert code == 0 and "background" in out and "memtui status" in out
+    progress = _wait(lambda: (p := jobs.read_progress(extract_panel)) and p.get("checkpoint") is not None and p)
+    assert progress["state"] == "running" and progress["K"] == 5
+    code, out, err = cli("status", extract_panel)
+    assert code == 0 and "running" in out and "checkpoint 1/5" in out
+    code, out, err = cli("extract", extract_panel, "--model", extract_checkpoints)
+    assert code == 2 and "being written by another extraction" in err and len(err.strip().splitlines()) == 1
+    assert jobs.cancel(extract_panel)
+    final = _wait(lambda: (p := jobs.read_progress(extract_panel)) and p["state"] != "running" and p)
+    assert final["state"] == "cancelled"
+    assert not jobs.cancel(extract_panel)
+    code, out, err = cli("status", extract_panel)
+    assert "cancelled" in out and "to resume" in out
+
+
+def test_cli_foreground_and_errors(extract_panel, extract_checkpoints, cli, tmp_path):
+    code, out, err = cli(
+        "extract", extract_panel, "--model", extract_checkpoints, "--foreground", "--checkpoints", "0:20:10"
+    )
+    assert code == 0, err
+    assert read_panel(extract_panel).done.tolist() == [True, True, True, False, False]
+    code, out, err = cli("status", extract_panel)
+    assert "done" in out and "3/5 checkpoints" in out
+    for args, msg in [
+        (("--checkpoints", "zero"), "cannot read checkpoints"),
+        (("--checkpoints", "5"), "not in the panel"),
+        (("--device", "quantum"), "unknown device"),
+    ]:
+        code, out, err = cli("extract", extract_panel, "--model", extract_checkpoints, "--foreground", *args)
+        assert code == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    code, out, err = cli("extract", extract_panel, "--foreground")
+    assert code == 2 and "--model is required" in err
+    code, out, err = cli("status", tmp_path / "nope.h5")
+    assert code == 2 and "no such file" in err
