@@ -22,6 +22,11 @@ from memtui.panel import NEVER, PAD, create_panel
 from .checkpoints import parse_checkpoints
 
 
+def _check_out(out, overwrite: bool) -> None:
+    if Path(out).exists() and not overwrite:
+        raise MemtuiError(f"{out} already exists; pass --force to overwrite it or choose another path.")
+
+
 def treatment_of_rows(rows: np.ndarray, batch_size: int, macro: int) -> np.ndarray:
     """First checkpoint (every ``macro`` steps) that has trained on memmap row r: ``(r // (B*M) + 1) * M``."""
     return (np.asarray(rows, dtype=np.int64) // (batch_size * macro) + 1) * macro
@@ -100,6 +105,7 @@ def build_from_memmap(
     overwrite: bool = False,
 ) -> Path:
     """Panel of sampled training rows (treatment per macro-batch) and never-trained validation rows."""
+    _check_out(out, overwrite)
     data = open_memmap(memmap, seq_len)
     n_rows, length = data.shape
     covered = (n_rows // batch_size) // macro * macro  # last checkpoint whose macro-batch is complete in the file
@@ -178,6 +184,7 @@ def build_from_tokens(
     ``treatment_step`` (or the named column), optional ``lengths`` and ``id``; .npy: the token matrix, with the
     treatment steps in ``treatment_file`` (.npy). ``steps`` defaults to 0 and every treatment step.
     """
+    _check_out(out, overwrite)
     path = Path(tokens_file)
     if not path.exists():
         raise MemtuiError(f"{path}: no such token file.")

@@ -187,7 +187,9 @@ def corpus_rows(cfg: DemoConfig) -> tuple[np.ndarray, np.ndarray]:
 def train(cfg: DemoConfig, rows: np.ndarray, out_dir: Path, log: Callable[[str], None] = print) -> list[int]:
     """One pass over ``rows`` in order; saves ``out_dir/stepN`` every ``cfg.every`` steps (and step 0)."""
     import torch
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     model = make_model(cfg)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"training a {n_params / 1e6:.2f}M-parameter GPT-NeoX for {cfg.steps} steps of {cfg.batch} x {cfg.seq_len}")
