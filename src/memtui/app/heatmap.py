@@ -7,6 +7,7 @@ cohort labels (left) and checkpoint labels (top) stay fixed while the matrix scr
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,7 +112,7 @@ class Heatmap(ScrollView, can_focus=True):
         self._rows: dict[int, Strip] = {}
         self._labels: list[str] = []
         self._gutter = 6
-        self.painted = False  # set on the first paint with data (the speed benchmark waits for it)
+        self.painted_at: float | None = None  # first paint of the current data (the speed benchmark waits for it)
 
     # ---- data -------------------------------------------------------------------------------------------------
 
@@ -122,6 +123,7 @@ class Heatmap(ScrollView, can_focus=True):
         if old is not None and len(old.cohorts) and len(old.checkpoints):
             g, c = old.cohorts[self.row], old.checkpoints[self.column]
         self.data = data
+        self.painted_at = None
         if data is None:
             self._codes = np.zeros((0, 0), dtype=np.int64)
         else:
@@ -204,13 +206,18 @@ class Heatmap(ScrollView, can_focus=True):
         labels = [short_step(s) for s in d.checkpoints]
         widest = max(len(s) for s in labels) + 1
         stride = max(1, -(-widest // cw))
-        chars = [" "] * (n * cw)
+        width = n * cw
+        # the cursor column's label is always shown, highlighted; regular labels that would touch it give way
+        x0 = self.column * cw
+        x1 = min(width, max(x0 + cw, x0 + len(labels[self.column])))
+        chars = [" "] * width
         for col in range(0, n, stride):
             text = labels[col]
             x = col * cw
-            chars[x : x + len(text)] = text
-        line = "".join(chars)[: n * cw]
-        x0, x1 = self.column * cw, (self.column + 1) * cw
+            if x + len(text) < x0 or x > x1:
+                chars[x : x + len(text)] = text
+        chars[x0:x1] = labels[self.column][: x1 - x0].ljust(x1 - x0)
+        line = "".join(chars)[:width]
         head = self.get_component_rich_style("heatmap--header")
         mark = self.get_component_rich_style("heatmap--label-cursor")
         return Strip([Segment(line[:x0], head), Segment(line[x0:x1], mark), Segment(line[x1:], head)], n * cw)
@@ -238,10 +245,15 @@ class Heatmap(ScrollView, can_focus=True):
             left = Strip([Segment(self._labels[row].rjust(gw - 1) + " ", self.get_component_rich_style(label_style))])
             strip = self._row_strip(row, self.column if row == self.row else None)
             right = strip.crop(sx, sx + data_w)
-        self.painted = True
+        if self.painted_at is None:
+            self.painted_at = time.perf_counter()
         return Strip.join([left, right]).extend_cell_length(width, base)
 
     # ---- cursor -----------------------------------------------------------------------------------------------
+
+    @property
+    def painted(self) -> bool:
+        return self.painted_at is not None
 
     @property
     def shape(self) -> tuple[int, int]:

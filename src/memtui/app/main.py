@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -311,6 +312,18 @@ class MemtuiApp(App):
     def action_pane(self, name: str) -> None:
         self.query_one(TabbedContent).active = name
         self._focus_pane(name)
+
+    @on(EstimatesTable.Open)
+    def _open_cell(self, event: EstimatesTable.Open) -> None:
+        """Enter on a table row: show that (g, c) cell in the profile."""
+        result = self.result
+        if result is None:
+            return
+        self._refresh_pane("profile")  # before the tab switch lands, so the heatmap has this result
+        self.action_pane("profile")
+        row = int(np.searchsorted(result.cohorts, event.cohort))
+        column = int(np.searchsorted(result.checkpoints, event.checkpoint))
+        self.query_one(Heatmap).move_to(row, column)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(key_sections(self)))

@@ -1,0 +1,646 @@
+"""The workbench driven through Textual's pilot: every pane and key path on small synthetic panels."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import h5py
+import numpy as np
+import polars as pl
+import pytest
+
+from memtui.app import run_app
+from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
+from memtui.app.estimates import EstimatesPane, EstimatesTable
+from memtui.app.extraction import ExtractionPane, progress_text
+from memtui.app.fmt import short_step
+from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
+from memtui.app.main import MemtuiApp, key_sections
+from memtui.app.palette import RAMP, levels, robust_scale, xterm_rgb
+from memtui.app.profile import ProfilePane
+from memtui.cache import cached_estimate
+from memtui.estimate import Settings
+from memtui.export import export_frame
+from memtui.panel import NEVER, PanelWriter, create_panel, read_panel
+from memtui.synthetic import Simulation, simulate, write_synthetic
+
+pytestmark = pytest.mark.anyio
+
+SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
+SIZE = (100, 32)
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def panel_path(tmp_path):
+    return write_synthetic(tmp_path / "panel.h5", SIM)
+
+
+async def settle(pilot, timeout: float = 30.0) -> None:
+    """Wait until no estimate or panel reload is in flight and the screen has caught up."""
+    app = pilot.app
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause()
+        busy = [w for w in app.workers if w.group in ("estimate", "reload") and w.is_running]
+        if app.computing is None and not busy:
+            await pilot.pause()
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("estimate did not finish")
+
+
+async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        await pilot.pause()
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def status(app) -> str:
+    return str(app.query_one("#cell-info").render())
+
+
+def title(app) -> str:
+    return str(app.query_one("#title").render())
+
+
+def make_app(path, **kwargs) -> MemtuiApp:
+    return MemtuiApp(read_panel(path), **kwargs)
+
+
+# ---- palette and formatting ------------------------------------------------------------------------------------
+
+
+def test_palette_is_256_colour_cube_entries_symmetric_around_zero():
+    for index in RAMP:
+        assert 16 <= index <= 231
+        r, g, b = xterm_rgb(index)
+        assert all(v in (0, 95, 135, 175, 215, 255) for v in (r, g, b))
+    values = np.array([-10.0, -0.01, 0.0, 0.01, 10.0, np.nan])
+    lv = levels(values, 5.0)
+    assert lv[0] == 0 and lv[-2] == len(RAMP) - 1  # saturate at +-scale
+    assert lv[1] == len(RAMP) // 2 - 1 and lv[3] == len(RAMP) // 2  # tiny values: darkest step of their sign
+    assert robust_scale(np.array([1.0, -2.0, np.nan, 100.0]), 0.5) == 2.0
+
+
+def test_short_step():
+    assert [short_step(s) for s in (0, 999, 1000, 1500, 143000, -2000, 2_000_000)] == [
+        "0", "999", "1k", "1.5k", "143k", "-2k", "2M",
+    ]  # fmt: skip
+
+
+# ---- profile ---------------------------------------------------------------------------------------------------
+
+
+async def test_open_move_cursor_and_read_status_line(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        heatmap = app.query_one(Heatmap)
+        assert heatmap.has_focus and heatmap.painted
+        result = app.result
+        assert "g 1000  c 0" in status(app)  # first cohort, first checkpoint: the base period, no estimate
+        await pilot.press("j", "l", "l")
+        assert (heatmap.row, heatmap.column) == (1, 2)
+        cells = result.cells.filter((pl.col("cohort") == 2000) & (pl.col("checkpoint") == 2000)).row(0, named=True)
+        line = status(app)
+        assert "g 2000  c 2000  c−g 0" in line
+        assert f"SE {cells['std_error']:.4g}" in line
+        assert f"n {cells['n_treated']} treated / {cells['n_control']} control" in line
+        assert ("not significant" in line) != cells["significant"]
+        assert f"{abs(cells['band_low']):.4g}" in line and f"{abs(cells['band_high']):.4g}" in line
+        await pilot.press("h", "k", "down", "right", "up", "left")
+        assert (heatmap.row, heatmap.column) == (0, 1)
+        await pilot.press("G")
+        assert heatmap.row == len(result.cohorts) - 1
+        await pilot.press("g", "dollar_sign")
+        assert (heatmap.row, heatmap.column) == (0, len(result.checkpoints) - 1)
+        await pilot.press("0")
+        assert heatmap.column == 0
+        await pilot.press("end", "home", "pagedown")
+        assert heatmap.row > 0 and heatmap.column == 0
+        await pilot.press("pageup", "j", "j", "j", "i")  # cohort 4000's instantaneous cell
+        assert int(result.checkpoints[heatmap.column]) == int(result.cohorts[heatmap.row]) == 4000
+        assert "c−g 0" in status(app)
+        await pilot.press("h", "h")  # g 4000, c 2000: a placebo cell
+        assert "c−g -2000 │ pre-treatment (placebo)" in status(app)
+        await pilot.press("plus", "plus", "minus")
+        assert heatmap.cell_width == 3
+        await pilot.click(Heatmap, offset=(heatmap._gutter + 1, 2))
+        assert heatmap.column == 0 and heatmap.row == 1 + heatmap.scroll_offset.y
+
+
+async def test_significance_toggle_dims_hides_and_shows(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        heatmap = app.query_one(Heatmap)
+        sig = heatmap.data.significant
+        post = np.isfinite(heatmap.data.estimate) & ~heatmap.data.pre
+        assert (post & ~sig).any() and (post & sig).any()
+        codes = heatmap._codes
+        assert ((codes[post & ~sig] >= DIMMED) & (codes[post & ~sig] < DIMMED + len(RAMP))).all()
+        assert ((codes[post & sig] >= SOLID) & (codes[post & sig] < SOLID + len(RAMP))).all()
+        assert (codes[np.isfinite(heatmap.data.estimate) & heatmap.data.pre & ~sig] == PRE).all()
+        assert "n.s. dimmed" in str(app.query_one("#legend").render())
+        await pilot.press("s")
+        assert heatmap.mode == "hide"
+        assert (heatmap._codes[post & ~sig] == HIDDEN).all()
+        assert "n.s. hidden" in str(app.query_one("#legend").render())
+        await pilot.press("s")
+        assert heatmap.mode == "show"
+        assert (heatmap._codes[post] < SOLID + len(RAMP)).all()
+        await pilot.press("s")
+        assert heatmap.mode == "dim"
+
+
+async def test_metric_and_estimator_switch_change_values_and_come_back_from_memory(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("j", "l", "l")
+        loglik_line = status(app)
+        assert "loglik" in title(app)
+        await pilot.press("m")
+        await settle(pilot)
+        assert app.settings.metric == "accuracy" and "accuracy" in title(app)
+        assert status(app) != loglik_line and "g 2000  c 2000" in status(app)  # same cell, new value
+        await pilot.press("m")
+        await settle(pilot)
+        assert app.settings.metric == "rank"
+        await pilot.press("m")  # back to loglik: from memory, no worker
+        assert app.settings.metric == "loglik" and app.computing is None
+        assert status(app) == loglik_line
+        await pilot.press("M")
+        assert app.settings.metric == "rank" and app.computing is None
+        await pilot.press("m", "d")
+        await settle(pilot)
+        assert app.settings.estimator == "difference" and "difference" in title(app)
+        assert app.result.settings.estimator == "difference"
+        assert status(app) != loglik_line
+        await pilot.press("d")
+        assert app.settings.estimator == "did" and status(app) == loglik_line
+
+
+async def test_estimation_runs_in_a_thread_keys_keep_working_and_quit_asks(panel_path, monkeypatch):
+    """A slow estimate shows progress, does not block the cursor, and q asks before throwing it away."""
+    import memtui.app.main as main
+
+    release = threading.Event()
+    real = main.cache.cached_estimate
+
+    def slow(panel, settings, progress=None):
+        if settings.metric == "accuracy":
+            for i in range(2000):
+                progress(i / 2000, "bootstrap")  # raises once the app cancels this estimate
+                if release.wait(0.01):
+                    break
+        return real(panel, settings, progress)
+
+    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("m")
+        assert app.computing is not None and app.computing.metric == "accuracy"
+        await wait_for(pilot, lambda: "bootstrap" in str(app.query_one("#busy-label").render()), what="progress")
+        assert app.query_one("#busy").display and app.query_one("#panes").has_class("-stale")
+        heatmap = app.query_one(Heatmap)
+        before = heatmap.row
+        await pilot.press("j")
+        assert heatmap.row == before + 1  # keys work while computing
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("n")
+        assert not isinstance(app.screen, ConfirmDialog) and app.is_running
+        release.set()
+        await settle(pilot)
+        assert app.result.settings.metric == "accuracy"
+        assert not app.query_one("#busy").display
+        await pilot.press("q")  # nothing is lost now: quits at once
+        await pilot.pause()
+    assert app.return_value == 0
+
+
+async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypatch):
+    import memtui.app.main as main
+
+    real = main.cache.cached_estimate
+    cancelled = threading.Event()
+
+    def slow(panel, settings, progress=None):
+        if settings.metric == "accuracy":
+            try:
+                for i in range(5000):
+                    progress(i / 5000, "bootstrap")
+                    time.sleep(0.01)
+            except Exception:
+                cancelled.set()
+                raise
+        return real(panel, settings, progress)
+
+    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("m")
+        assert app.computing is not None
+        await pilot.press("M")  # back to loglik, which is in memory
+        assert app.computing is None and app.settings.metric == "loglik"
+        await wait_for(pilot, cancelled.is_set, what="the abandoned estimate to stop")
+
+
+# ---- summaries and estimates -----------------------------------------------------------------------------------
+
+
+async def test_summaries_pane(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await pilot.pause()
+        text = str(app.query_one("#summary-text").render())
+        overall = app.result.overall
+        assert "Overall: average memorisation over the" in text
+        assert f"{abs(overall['estimate']):.4g}" in text
+        assert "Pre-trend check:" in text
+        for plot in ("instantaneous", "persistent", "residual"):
+            widget = app.query_one(f"#plot-{plot}")
+            assert widget.display and widget.size.height >= 7
+        await pilot.press("m")
+        await settle(pilot)
+        assert "accuracy" in str(app.query_one("#summary-text").render())  # the visible pane updates in place
+
+
+async def test_estimates_table_sort_filter_scope_and_open(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        table = app.query_one(EstimatesTable)
+        assert table.has_focus
+        result = app.result
+        sig = export_frame(result, "profile", True)
+        assert table.frame.columns == sig.columns and table.frame.height == sig.height
+        assert f"{sig.height} significant rows of {result.cells.height}" in str(
+            app.query_one("#estimates-info").render()
+        )
+        await pilot.press("s")
+        assert table.frame.height == result.cells.height
+        await pilot.press("s")
+        assert table.frame.height == sig.height
+        # sort by estimate (column under the cursor), then reverse
+        column = table._columns.index("estimate")
+        for _ in range(column):
+            await pilot.press("l")
+        await pilot.press("o")
+        values = table.frame["estimate"].to_list()
+        assert values == sorted(values)
+        await pilot.press("o")
+        values = table.frame["estimate"].to_list()
+        assert values == sorted(values, reverse=True)
+        await pilot.press("G")
+        assert table.row == table.frame.height - 1
+        await pilot.press("g")
+        top = table.row_values(0)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.active_pane == "profile"
+        heatmap = app.query_one(Heatmap)
+        assert int(result.cohorts[heatmap.row]) == top["cohort"]
+        assert int(result.checkpoints[heatmap.column]) == top["checkpoint"]
+        await pilot.press("3", "t")
+        assert app.query_one(EstimatesPane).scope == "instantaneous"
+        assert table.frame.height == export_frame(result, "instantaneous", True).height
+        await pilot.press("t", "t", "t")
+        assert app.query_one(EstimatesPane).scope == "profile"
+
+
+async def test_estimates_table_stays_fast_with_ten_thousand_rows(tmp_path):
+    """~10,000 rows: filling, sorting and paging the table take milliseconds, not seconds."""
+    sim = Simulation(n_cohorts=100, per_cohort=4, n_never=40, n_checkpoints=101, seed=2)
+    path = write_synthetic(tmp_path / "big.h5", sim)
+    panel = read_panel(path)
+    result = cached_estimate(panel, Settings(draws=0))
+    assert result.cells.height >= 9000
+    app = MemtuiApp(panel, settings=Settings(draws=0))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        pane = app.query_one(EstimatesPane)
+        pane.significant_only = False
+        await pilot.press("3")
+        table = app.query_one(EstimatesTable)
+        assert table.frame.height == result.cells.height
+        start = time.perf_counter()
+        await pilot.press("o", "o", "pagedown", "pagedown", "G", "g")
+        await pilot.pause()
+        assert time.perf_counter() - start < 2.0
+
+
+# ---- dialogs ---------------------------------------------------------------------------------------------------
+
+
+async def test_export_writes_the_csv_and_reports_where(panel_path, tmp_path):
+    out = tmp_path / "out.csv"
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        assert isinstance(app.screen, ExportDialog)
+        path_input = app.screen.query_one("#export-path")
+        assert path_input.value == "panel-loglik-did-profile.csv"
+        path_input.value = str(out)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not isinstance(app.screen, ExportDialog)
+        written = pl.read_csv(out)
+        expected = export_frame(app.result, "profile", True)
+        assert written.height == expected.height and written.columns == expected.columns
+        assert np.allclose(written["estimate"].to_numpy(), expected["estimate"].to_numpy())
+        assert any(str(out) in n.message for n in app._notifications)
+
+        # instantaneous, all rows: scope choice and the significant-only checkbox
+        await pilot.press("e")
+        dialog = app.screen
+        dialog.query_one("#export-path").value = str(tmp_path / "inst.csv")
+        dialog.query_one("#export-scope").focus()
+        await pilot.press("right")
+        assert dialog.scope == "instantaneous"
+        dialog.query_one("#export-significant").value = False
+        await pilot.click("#export-write")
+        await pilot.pause()
+        inst = pl.read_csv(tmp_path / "inst.csv")
+        assert inst.height == app.result.instantaneous.height and set(inst["scope"]) == {"instantaneous"}
+
+
+async def test_export_to_an_unwritable_path_is_a_message_in_the_modal(panel_path, tmp_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        dialog = app.screen
+        dialog.query_one("#export-path").value = str(tmp_path / "no" / "such" / "folder" / "x.csv")
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.screen is dialog
+        assert "does not exist" in str(dialog.query_one("#export-error").render())
+        dialog.query_one("#export-path").value = str(tmp_path)  # a folder
+        await pilot.press("enter")
+        assert "is a folder" in str(dialog.query_one("#export-error").render())
+        await pilot.press("escape")
+        assert not isinstance(app.screen, ExportDialog)
+
+
+async def test_settings_dialog_changes_alpha_draws_family_and_final_step(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("o")
+        dialog = app.screen
+        assert isinstance(dialog, SettingsDialog)
+        await pilot.press("q", "m")  # main-screen keys do nothing under a dialog
+        assert app.is_running and app.settings.metric == "loglik" and app.screen is dialog
+        dialog.query_one("#set-alpha").value = "2"
+        await pilot.click("#settings-apply")
+        assert app.screen is dialog and "alpha must be between 0 and 1" in str(
+            dialog.query_one("#settings-error").render()
+        )
+        dialog.query_one("#set-alpha").value = "0.1"
+        dialog.query_one("#set-draws").value = "200"
+        dialog.query_one("#set-family").focus()
+        await pilot.press("right")
+        dialog.query_one("#set-final").focus()
+        await pilot.press("left")  # the last completed checkpoint, by name
+        await pilot.click("#settings-apply")
+        await settle(pilot)
+        s = app.settings
+        assert (s.alpha, s.draws, s.family, s.final_step) == (0.1, 200, "all", 7000)
+        assert app.result.settings == s and "α 0.1, 200 draws, all" in title(app)
+        await pilot.press("o", "escape")
+        assert app.settings == s
+
+
+async def test_help_lists_every_key_and_palette_offers_the_actions(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        text = str(app.screen.query_one("#help-text").render())
+        for _, keys in key_sections(app):
+            for key, description in keys:
+                assert key in text and description in text
+        for must in ("m", "Next metric", "Dim / hide / show", "Write estimates to CSV", "ctrl+p", "Launch extraction"):
+            assert must in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        for expected in ("Metric: accuracy", "Estimator: DiD / difference", "Settings…", "Export CSV…",
+                         "Go to Summaries", "Launch extraction", "Cancel extraction"):  # fmt: skip
+            assert expected in titles
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Metric: rank")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert app.settings.metric == "rank"
+
+
+async def test_panes_by_number_and_small_terminal(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for key, pane in zip("2341", ("summaries", "estimates", "extraction", "profile"), strict=True):
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.active_pane == pane
+        heatmap = app.query_one(Heatmap)
+        assert heatmap.size.height >= 5  # the matrix keeps room at 80 x 24
+        await pilot.press("G", "dollar_sign")  # the cursor scrolls into view
+        region = heatmap.scrollable_content_region
+        assert heatmap.scroll_offset.y <= heatmap.row < heatmap.scroll_offset.y + region.height - 1
+
+
+# ---- panels that are not (yet) estimable, and bad panels -------------------------------------------------------
+
+
+def test_bad_panel_is_one_line_before_the_app_starts(tmp_path, capsys):
+    bad = tmp_path / "bad.h5"
+    bad.write_text("not a panel")
+    assert run_app(bad) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memtui: ") and err.count("\n") == 1 and "not an HDF5 panel file" in err
+    assert run_app(tmp_path / "missing.h5") == 2
+    assert "no such file" in capsys.readouterr().err
+    no_control = create_panel(tmp_path / "nc.h5", ids=range(4), treatment=[1, 1, 2, 2], steps=[0, 1, 2],
+                              values={"loglik": np.zeros((4, 3))})  # fmt: skip
+    assert run_app(no_control) == 2
+    assert "no never-treated" in capsys.readouterr().err
+
+
+def test_memtui_panel_opens_the_app(monkeypatch, panel_path):
+    """`memtui PANEL` and `memtui` reach run_app with the panel (None = the shipped sample)."""
+    import memtui.app
+
+    seen = []
+    monkeypatch.setattr(memtui.app, "run_app", lambda path: seen.append(path) or 0)
+    from memtui.cli import main
+
+    assert main([str(panel_path)]) == 0 and main([]) == 0
+    assert seen == [panel_path, None]
+
+
+async def test_shipped_sample_opens():
+    from memtui.cli import default_panel
+
+    app = MemtuiApp(read_panel(default_panel()))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, timeout=60)
+        assert app.result is not None and app.query_one(Heatmap).painted
+
+
+async def test_panel_waiting_for_extraction_opens_on_the_extraction_pane(tmp_path):
+    path = create_panel(tmp_path / "empty.h5", ids=range(6), treatment=[1000, 1000, 2000, 2000, NEVER, NEVER],
+                        steps=[0, 1000, 2000], metrics=["loglik"])  # fmt: skip
+    app = make_app(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.active_pane == "extraction" and app.result is None
+        assert "no values yet" in app.message
+        await pilot.press("1")
+        assert "no values yet" in str(app.query_one("#profile-message").render())
+        await pilot.press("e")  # nothing to export: a warning, not a dialog
+        assert not isinstance(app.screen, ExportDialog)
+
+
+async def test_completed_checkpoints_update_the_profile(tmp_path):
+    """When a checkpoint is written into the panel, the app re-reads it and re-estimates on the completed ones."""
+    sim = Simulation(n_cohorts=4, per_cohort=12, n_never=50, n_checkpoints=6, seed=4)
+    data = simulate(sim)
+    full = data["values"]
+    partial = {k: np.where(np.arange(len(data["steps"])) < 4, v, np.nan) for k, v in full.items()}
+    path = create_panel(tmp_path / "growing.h5", ids=data["ids"], treatment=data["treatment"], steps=data["steps"],
+                        values=partial, signs=data["signs"])  # fmt: skip
+    app = make_app(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert "4/6 ckpts" in title(app) and len(app.result.checkpoints) == 4
+        with PanelWriter(path) as writer:
+            writer.write_checkpoint(4, {k: v[:, 4] for k, v in full.items()})
+        await wait_for(pilot, lambda: app.result is not None and len(app.result.checkpoints) == 5, what="reload")
+        assert "5/6 ckpts" in title(app)
+        assert app.query_one(Heatmap).shape == (len(app.result.cohorts), 5)
+        await pilot.press("2")
+        assert "post-treatment cells" in str(app.query_one("#summary-text").render())
+
+
+# ---- extraction ------------------------------------------------------------------------------------------------
+
+
+def test_progress_text():
+    assert "No extraction job" in progress_text(None)
+    progress = {"state": "running", "pid": 12, "checkpoint": 2000, "k": 2, "K": 5, "instances_done": 10,
+                "instances_total": 40, "tokens_per_s": 12345.6, "eta_s": 75, "last_error": "oops"}  # fmt: skip
+    text = progress_text(progress)
+    assert "job running · pid 12" in text and "checkpoint 2 of 5 (step 2000)" in text
+    assert "12,346 tokens/s · ETA 1m 15s" in text and "last error: oops" in text
+
+
+def _tiny_extraction_panel(tmp_path):
+    """A panel with token ids and a folder of two tiny random GPT-NeoX checkpoints (no training: seconds)."""
+    import torch
+
+    from memtui.extract.demo import DemoConfig, make_model
+
+    cfg = DemoConfig(hidden=16, layers=1, heads=2, intermediate=32, seq_len=12)
+    folder = tmp_path / "ckpts"
+    for i, step in enumerate((0, 1000, 2000)):
+        model = make_model(cfg)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * i)
+        model.save_pretrained(folder / f"step{step}")
+    rng = np.random.default_rng(0)
+    treatment = np.array([1000] * 8 + [2000] * 8 + [NEVER] * 16)
+    tokens = rng.integers(0, 256, size=(len(treatment), cfg.seq_len))
+    path = create_panel(tmp_path / "tiny.h5", ids=np.arange(len(treatment)), treatment=treatment,
+                        steps=[0, 1000, 2000], tokens=tokens)  # fmt: skip
+    return path, folder
+
+
+async def test_launch_a_tiny_cpu_extraction_and_watch_checkpoints_complete(tmp_path):
+    jobs = pytest.importorskip("memtui.extract.jobs")
+    path, folder = _tiny_extraction_panel(tmp_path)
+    app = make_app(path)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            assert app.active_pane == "extraction" and app.result is None
+            pane = app.query_one(ExtractionPane)
+            await wait_for(pilot, lambda: "No extraction job" in str(pane.query_one("#ex-status").render()))
+            pane.query_one("#ex-model").value = str(folder)
+            pane.query_one("#ex-device").focus()
+            await pilot.press("right")  # auto -> cpu
+            pane.query_one("#ex-dtype").focus()
+            await pilot.press("right")  # auto -> float32
+            pane.query_one("#ex-batch").value = "8"
+            await pilot.press("ctrl+r")
+            await wait_for(pilot, lambda: "launched worker pid" in str(pane.query_one("#ex-error").render()),
+                           what="launch")  # fmt: skip
+            await wait_for(pilot, lambda: pane.running or (pane.progress or {}).get("state") == "done",
+                           what="the job to show as running")  # fmt: skip
+            seen = set()
+
+            def progressed():
+                text = str(pane.query_one("#ex-status").render())
+                seen.update(line for line in text.splitlines() if line.startswith("checkpoint"))
+                return app.result is not None and (pane.progress or {}).get("state") == "done"
+
+            await wait_for(pilot, progressed, timeout=120, what="the extraction to finish and the profile to appear")
+            await settle(pilot)
+            assert app.panel.done.all() and "3/3 ckpts" in title(app)
+            assert len(app.result.checkpoints) == 3
+            assert "job done" in str(pane.query_one("#ex-status").render())
+            await pilot.press("1")
+            assert app.query_one(Heatmap).painted and app.query_one(ProfilePane).result is app.result
+            await pilot.press("4", "ctrl+t")
+            await wait_for(pilot, lambda: "no running job" in str(pane.query_one("#ex-error").render()), what="cancel")
+    finally:
+        jobs.cancel(path)
+    with h5py.File(path, "r") as f:
+        assert f["checkpoints/done"][()].all()
+
+
+async def test_launch_errors_stay_in_the_form(tmp_path, panel_path):
+    pytest.importorskip("memtui.extract.jobs")
+    app = make_app(panel_path)  # a synthetic panel: no token ids
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        pane = app.query_one(ExtractionPane)
+        pane.query_one("#ex-model").value = ""
+        await pilot.press("ctrl+r")
+        assert "Give a model" in str(pane.query_one("#ex-error").render())
+        pane.query_one("#ex-model").value = str(tmp_path)
+        pane.query_one("#ex-batch").value = "lots"
+        await pilot.press("ctrl+r")
+        assert "batch size must be auto or a whole number" in str(pane.query_one("#ex-error").render())
+        pane.query_one("#ex-batch").value = "auto"
+        await pilot.press("ctrl+r")
+        await wait_for(pilot, lambda: "no token ids" in str(pane.query_one("#ex-error").render()), what="error")
+        await pilot.press("escape", "q")  # leave the form; q quits
+        await pilot.pause()
+    assert app.return_value == 0
