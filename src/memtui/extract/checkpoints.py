@@ -10,10 +10,12 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from memtui.errors import MemtuiError
+
+if TYPE_CHECKING:  # torch is imported where it is used, so the job API stays light for the app
+    import torch
 
 STEP_DIR = re.compile(r"^(?:checkpoint|step)[-_]?(\d+)$")
 
@@ -120,6 +122,8 @@ class Source:
 
 def weights_hash(model: torch.nn.Module) -> str:
     """blake2b of every tensor of the state dict (names, shapes, dtypes and bytes), 32 hex digits."""
+    import torch
+
     h = hashlib.blake2b(digest_size=16)
     for name, t in sorted(model.state_dict().items()):
         t = t.detach().contiguous().cpu()
@@ -145,6 +149,8 @@ def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
             f"checkpoint does not match the first checkpoint's architecture (missing {', '.join(missing[:3])}); "
             "all checkpoints of a run must share one architecture."
         )
+    import torch
+
     with torch.no_grad():
         for name, t in target.items():
             s = source[name]
