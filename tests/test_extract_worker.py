@@ -276,3 +276,49 @@ def test_cli_foreground_and_errors(extract_panel, extract_checkpoints, cli, tmp_
     assert code == 2 and "--model is required" in err
     code, out, err = cli("status", tmp_path / "nope.h5")
     assert code == 2 and "no such file" in err
+
+
+def test_out_of_memory_halves_the_batch_and_continues(extract_panel, extract_checkpoints, monkeypatch):
+    """A CUDA OOM is simulated for batches over 4 instances: the run halves its batch and still fills the panel."""
+    reference = _make_panel(extract_panel.with_name("ref.h5"))
+    run(reference, model=str(extract_checkpoints), batch_size=4, handle_signals=False, log=lambda m: None)
+    original = Scorer.score
+
+    def score(self, tokens, lengths):
+        if len(tokens) > 4:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(self, tokens, lengths)
+
+    monkeypatch.setattr(Scorer, "score", score)
+    logs = []
+    assert run(extract_panel, model=str(extract_checkpoints), batch_size=16, handle_signals=False, log=logs.append)
+    assert any("batch size now 8" in m for m in logs) and any("batch size now 4" in m for m in logs)
+    assert jobs.read_progress(extract_panel)["batch_size"] == 4
+    got, want = read_panel(extract_panel), read_panel(reference)
+    for name in want.metrics:
+        np.testing.assert_allclose(got.metrics[name], want.metrics[name], rtol=1e-6, err_msg=name)
+
+
+def test_hub_source_offline_error_is_one_line(extract_panel, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(MemtuiError, match="cannot load checkpoint memtui-test/no-such-model@step0") as err:
+        run(extract_panel, model="memtui-test/no-such-model", checkpoints="0", handle_signals=False, log=lambda m: None)
+    assert "\n" not in str(err.value) and "HF_HUB_OFFLINE" in str(err.value)
+
+
+def test_gpu_benchmark_smoke_on_cpu():
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_extract.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--tiny", "--reps", "1", "--naive"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens_per_s"] > 0 and result["naive_tokens_per_s"] > 0
