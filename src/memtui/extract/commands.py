@@ -87,7 +87,10 @@ def describe(progress: dict) -> str:
     state = progress.get("state", "?")
     parts = [state]
     if progress.get("K"):
-        parts.append(f"checkpoint {progress.get('k', 0)}/{progress['K']} (step {progress.get('checkpoint')})")
+        step = progress.get("checkpoint")
+        parts.append(
+            f"checkpoint {progress.get('k', 0)}/{progress['K']}" + (f" (step {step})" if step is not None else "")
+        )
     if progress.get("instances_total"):
         parts.append(f"{progress.get('instances_done', 0)}/{progress['instances_total']} instances")
     if progress.get("tokens_per_s"):
