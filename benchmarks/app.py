@@ -30,6 +30,7 @@ from pathlib import Path
 
 from textual import events
 
+from memtui.app import open_app
 from memtui.app.heatmap import Heatmap
 from memtui.app.main import MemtuiApp
 from memtui.cache import cached_estimate
@@ -57,7 +58,7 @@ async def _until(condition, timeout: float = 120.0) -> float:
 
 async def _open_once(path: Path) -> dict:
     t0 = time.perf_counter()
-    app = MemtuiApp(read_panel(path))
+    app = open_app(path)
     out = {}
     async with app.run_test(size=SIZE) as pilot:
         heatmap = app.query_one(Heatmap)
@@ -97,12 +98,11 @@ async def _keys_while_computing(path: Path, seed: int) -> dict:
 
 
 _COLD = """
-import asyncio, sys, time
-from memtui.app.main import MemtuiApp
-from memtui.panel import read_panel
+import asyncio, sys
+from memtui.app import open_app
 
 async def go():
-    app = MemtuiApp(read_panel(sys.argv[1]))
+    app = open_app(sys.argv[1])  # what `memtui PANEL` does before app.run()
     async with app.run_test(size=(120, 40)):
         heatmap = app.query_one("Heatmap")
         while heatmap.painted_at is None:

@@ -19,7 +19,6 @@ from memtui.app.fmt import short_step
 from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
 from memtui.app.main import MemtuiApp, key_sections
 from memtui.app.palette import RAMP, levels, robust_scale, xterm_rgb
-from memtui.app.profile import ProfilePane
 from memtui.cache import cached_estimate
 from memtui.estimate import Settings
 from memtui.export import export_frame
@@ -426,7 +425,7 @@ async def test_settings_dialog_changes_alpha_draws_family_and_final_step(panel_p
         await settle(pilot)
         s = app.settings
         assert (s.alpha, s.draws, s.family, s.final_step) == (0.1, 200, "all", 7000)
-        assert app.result.settings == s and "α 0.1, 200 draws, all" in title(app)
+        assert app.result.settings == s and "α 0.1 · 200 draws · all" in title(app)
         await pilot.press("o", "escape")
         assert app.settings == s
 
@@ -559,36 +558,39 @@ def test_progress_text():
     assert "12,346 tokens/s · ETA 1m 15s" in text and "last error: oops" in text
 
 
+STEPS = (0, 1000, 2000, 3000, 4000)
+
+
 def _tiny_extraction_panel(tmp_path):
-    """A panel with token ids and a folder of two tiny random GPT-NeoX checkpoints (no training: seconds)."""
+    """A panel with token ids and a folder of tiny random GPT-NeoX checkpoints (no training: seconds)."""
     import torch
 
     from memtui.extract.demo import DemoConfig, make_model
 
     cfg = DemoConfig(hidden=16, layers=1, heads=2, intermediate=32, seq_len=12)
     folder = tmp_path / "ckpts"
-    for i, step in enumerate((0, 1000, 2000)):
+    for i, step in enumerate(STEPS):
         model = make_model(cfg)
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(0.01 * i)
         model.save_pretrained(folder / f"step{step}")
     rng = np.random.default_rng(0)
-    treatment = np.array([1000] * 8 + [2000] * 8 + [NEVER] * 16)
+    treatment = np.array([1000] * 8 + [2000] * 8 + [3000] * 8 + [NEVER] * 24)
     tokens = rng.integers(0, 256, size=(len(treatment), cfg.seq_len))
-    path = create_panel(tmp_path / "tiny.h5", ids=np.arange(len(treatment)), treatment=treatment,
-                        steps=[0, 1000, 2000], tokens=tokens)  # fmt: skip
+    path = create_panel(tmp_path / "tiny.h5", ids=np.arange(len(treatment)), treatment=treatment, steps=STEPS,
+                        tokens=tokens)  # fmt: skip
     return path, folder
 
 
-async def test_launch_a_tiny_cpu_extraction_and_watch_checkpoints_complete(tmp_path):
+async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_quitting(tmp_path):
     jobs = pytest.importorskip("memtui.extract.jobs")
     path, folder = _tiny_extraction_panel(tmp_path)
-    app = make_app(path)
     try:
+        app = make_app(path)
         async with app.run_test(size=SIZE) as pilot:
             await settle(pilot)
-            assert app.active_pane == "extraction" and app.result is None
+            assert app.active_pane == "extraction" and app.result is None  # nothing extracted yet
             pane = app.query_one(ExtractionPane)
             await wait_for(pilot, lambda: "No extraction job" in str(pane.query_one("#ex-status").render()))
             pane.query_one("#ex-model").value = str(folder)
@@ -602,21 +604,30 @@ async def test_launch_a_tiny_cpu_extraction_and_watch_checkpoints_complete(tmp_p
                            what="launch")  # fmt: skip
             await wait_for(pilot, lambda: pane.running or (pane.progress or {}).get("state") == "done",
                            what="the job to show as running")  # fmt: skip
-            seen = set()
-
-            def progressed():
-                text = str(pane.query_one("#ex-status").render())
-                seen.update(line for line in text.splitlines() if line.startswith("checkpoint"))
-                return app.result is not None and (pane.progress or {}).get("state") == "done"
-
-            await wait_for(pilot, progressed, timeout=120, what="the extraction to finish and the profile to appear")
+            # checkpoints complete: the app re-reads the panel and estimates on the completed ones
+            await wait_for(pilot, lambda: app.panel.done.sum() >= 2 and app.result is not None, timeout=120,
+                           what="the first checkpoints to complete and the profile to appear")  # fmt: skip
             await settle(pilot)
-            assert app.panel.done.all() and "3/3 ckpts" in title(app)
-            assert len(app.result.checkpoints) == 3
+            assert f"{int(app.panel.done.sum())}/5 ckpts" in title(app)
+            assert len(app.result.checkpoints) == int(app.panel.done.sum())
+            assert "job " in str(pane.query_one("#ex-status").render())
+            await pilot.press("1", "q")  # quitting leaves the job running
+            await pilot.pause()
+        assert app.return_value == 0
+        assert jobs.read_progress(path)["state"] in ("running", "done")
+
+        again = make_app(path)  # reopening the panel shows the job (running, or done by now) and its results
+        async with again.run_test(size=SIZE) as pilot:
+            pane = again.query_one(ExtractionPane)
+            await wait_for(pilot, lambda: pane.progress is not None, what="the job's progress")
+            await wait_for(pilot, lambda: pane.progress.get("state") == "done" and again.panel.done.all(),
+                           timeout=120, what="the job to finish")  # fmt: skip
+            await settle(pilot)
+            assert "5/5 ckpts" in title(again) and len(again.result.checkpoints) == 5
+            await pilot.press("4")
             assert "job done" in str(pane.query_one("#ex-status").render())
-            await pilot.press("1")
-            assert app.query_one(Heatmap).painted and app.query_one(ProfilePane).result is app.result
-            await pilot.press("4", "ctrl+t")
+            assert "checkpoint" in str(pane.query_one("#ex-status").render())
+            await pilot.press("ctrl+t")
             await wait_for(pilot, lambda: "no running job" in str(pane.query_one("#ex-error").render()), what="cancel")
     finally:
         jobs.cancel(path)
@@ -644,3 +655,13 @@ async def test_launch_errors_stay_in_the_form(tmp_path, panel_path):
         await pilot.press("escape", "q")  # leave the form; q quits
         await pilot.pause()
     assert app.return_value == 0
+
+
+def test_palette_survives_the_256_colour_downgrade():
+    """Over SSH without COLORTERM Textual renders in 256 colours: every heatmap colour maps onto itself."""
+    from rich.color import ColorSystem
+
+    from memtui.app import palette
+
+    for index in (*palette.RAMP, palette.HIDDEN_BG, palette.PRE_BG, palette.PRE_FG):
+        assert palette.cube(index).downgrade(ColorSystem.EIGHT_BIT).number == index

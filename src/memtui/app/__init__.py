@@ -8,21 +8,32 @@ from pathlib import Path
 from memtui.errors import MemtuiError
 
 
-def run_app(path: Path | None = None) -> int:
-    """Open the workbench on ``path`` (None: the shipped sample). A bad panel is one line on stderr and status 2,
-    printed before the terminal is taken over, so it stays readable after exit."""
+def open_app(path: Path | None = None):
+    """The App for ``path`` (None: the shipped sample), or a MemtuiError for a bad panel.
+
+    The opening estimate starts loading from the disk cache before Textual is imported, so the two overlap.
+    """
     from memtui.cli import default_panel
     from memtui.panel import read_panel
 
-    path = Path(path) if path is not None else default_panel()
+    panel = read_panel(Path(path) if path is not None else default_panel())
+    from memtui.app.prefetch import Prefetch, default_settings
+
+    prefetch = Prefetch(panel, default_settings(panel))
+    from memtui.app.main import MemtuiApp
+
+    return MemtuiApp(panel, prefetch=prefetch)
+
+
+def run_app(path: Path | None = None) -> int:
+    """Run the workbench. A bad panel is one line on stderr and status 2, printed before the terminal is taken
+    over, so it stays readable after exit."""
     try:
-        panel = read_panel(path)
+        app = open_app(path)
     except MemtuiError as exc:
         print(f"memtui: {exc}", file=sys.stderr)
         return 2
-    from memtui.app.main import MemtuiApp
-
-    return int(MemtuiApp(panel).run() or 0)
+    return int(app.run() or 0)
 
 
-__all__ = ["run_app"]
+__all__ = ["open_app", "run_app"]

@@ -27,11 +27,12 @@ from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, Settings
 from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import ExtractionPane
 from memtui.app.heatmap import Heatmap
+from memtui.app.prefetch import Prefetch, default_settings, metric_order
 from memtui.app.profile import ProfilePane
 from memtui.app.summaries import SummariesPane
 from memtui.errors import MemtuiError
 from memtui.estimate import ESTIMATORS, EstimateResult, Settings
-from memtui.panel import METRIC_LABEL, METRICS, Panel, read_panel
+from memtui.panel import METRIC_LABEL, Panel, read_panel
 
 PANES = ("profile", "summaries", "estimates", "extraction")
 PANE_TITLES = {"profile": "Profile", "summaries": "Summaries", "estimates": "Estimates", "extraction": "Extraction"}
@@ -56,11 +57,6 @@ class PanelReloaded(Message):
         self.error = error
 
 
-def metric_order(panel: Panel) -> list[str]:
-    """The panel's metrics, the paper's four first (loglik, accuracy, rank, entropy), then any others."""
-    return [m for m in METRICS if m in panel.metrics] + [m for m in panel.metrics if m not in METRICS]
-
-
 class MemtuiApp(App):
     """Browse a panel's memorisation profile; keyboard first, works in 80 x 24 and in 256 colours."""
 
@@ -83,12 +79,14 @@ class MemtuiApp(App):
         Binding("r", "reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
     ]
 
-    def __init__(self, panel: Panel, settings: Settings | None = None, **kwargs) -> None:
+    def __init__(
+        self, panel: Panel, settings: Settings | None = None, *, prefetch: Prefetch | None = None, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.panel = panel
         self.metrics = metric_order(panel)
-        metric = "loglik" if "loglik" in self.metrics else self.metrics[0]
-        self.settings = settings or Settings(metric=metric)
+        self.settings = settings or default_settings(panel)
+        self._prefetch = prefetch
         self.result: EstimateResult | None = None
         self.message = ""
         self._results: dict[Settings, EstimateResult] = {}
@@ -135,10 +133,8 @@ class MemtuiApp(App):
         s = self.settings
         done, total = int(self.panel.done.sum()), self.panel.n_checkpoints
         name = self.panel.path.name if self.panel.path else "panel"
-        label = METRIC_LABEL.get(s.metric, s.metric)
         self.query_one("#title", Static).update(
-            f"{name} │ {s.metric}: {label} │ {s.estimator} │ α {s.alpha:g}, {s.draws} draws, {s.family} "
-            f"│ {done}/{total} ckpts"
+            f"{name} │ {s.metric} · {s.estimator} │ α {s.alpha:g} · {s.draws} draws · {s.family} │ {done}/{total} ckpts"
         )
 
     # ---- estimation ---------------------------------------------------------------------------------------------
@@ -153,8 +149,12 @@ class MemtuiApp(App):
         if settings in self._errors:
             self._set_result(None, self._errors[settings])
             return
+        prefetch, self._prefetch = self._prefetch, None
         try:
-            hit = cache.load(self.panel, settings.validate())
+            if prefetch is not None and prefetch.settings == settings and prefetch.panel is self.panel:
+                hit = prefetch.get()
+            else:
+                hit = cache.load(self.panel, settings.validate())
         except MemtuiError as exc:
             self._set_result(None, str(exc))
             return

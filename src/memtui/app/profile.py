@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import Container, Vertical
 from textual.widgets import Static
 
 from memtui.app import palette
@@ -14,6 +14,7 @@ from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot
 from memtui.estimate import EstimateResult
 
+WIDE_PLOT = 50  # columns the path plot needs beside the heatmap
 # matrices read from the result for the status line and the path plot
 _COLUMNS = ("std_error", "band_low", "band_high", "n_treated", "n_control")
 
@@ -55,10 +56,20 @@ class ProfilePane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="profile-message", classes="message")
-        yield Heatmap(id="heatmap")
+        with Container(id="profile-main"):
+            yield Heatmap(id="heatmap")
+            yield BandPlot(id="path-plot")
         yield Legend(id="legend")
         yield Static("", id="cell-info")
-        yield BandPlot(id="path-plot")
+
+    def on_resize(self) -> None:
+        self._layout()
+
+    def _layout(self) -> None:
+        """Path plot beside the heatmap when the matrix leaves room for it, else below (paper-size profiles)."""
+        heatmap = self.heatmap
+        spare = self.size.width - heatmap.virtual_size.width - 2
+        self.set_class(heatmap.data is not None and spare >= WIDE_PLOT, "-wide")
 
     @property
     def heatmap(self) -> Heatmap:
@@ -86,6 +97,7 @@ class ProfilePane(Vertical):
         scale = palette.robust_scale(est[~pre])
         self._unit = "τ " + result.settings.metric
         self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
+        self._layout()
         self._scale = scale
         self.query_one(Legend).show(scale, self.heatmap.mode, self._unit)
 
@@ -95,6 +107,7 @@ class ProfilePane(Vertical):
 
     def on_mount(self) -> None:
         self.watch(self.heatmap, "mode", self.refresh_legend, init=False)
+        self.watch(self.heatmap, "cell_width", self._layout, init=False)
 
     def refresh_legend(self) -> None:
         if self.result is not None:
@@ -141,6 +154,6 @@ class ProfilePane(Vertical):
             m["estimate"][row],
             m["band_low"][row],
             m["band_high"][row],
-            title=f"memorisation path of cohort g = {short_step(g)} ({r.settings.metric}), simultaneous band",
+            title=f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",
             marks=(g,),
         )

@@ -1,0 +1,50 @@
+"""The opening estimate, read from the disk cache in a thread while Textual is still being imported and started.
+
+Hashing the panel for the cache key and reading the parquet file mostly run outside the GIL, so they overlap with
+the (GIL-bound) imports and layout; this module stays free of Textual so the thread can start first.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from memtui.estimate import EstimateResult, Settings
+from memtui.panel import METRICS, Panel
+
+
+def metric_order(panel: Panel) -> list[str]:
+    """The panel's metrics, the paper's four first (loglik, accuracy, rank, entropy), then any others."""
+    return [m for m in METRICS if m in panel.metrics] + [m for m in panel.metrics if m not in METRICS]
+
+
+def default_settings(panel: Panel) -> Settings:
+    metrics = metric_order(panel)
+    return Settings(metric="loglik" if "loglik" in metrics else metrics[0])
+
+
+class Prefetch:
+    """``cache.load(panel, settings)`` running in a daemon thread; ``get`` waits for it (re-raising its error)."""
+
+    def __init__(self, panel: Panel, settings: Settings) -> None:
+        self.panel = panel
+        self.settings = settings
+        self._result: EstimateResult | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._run, name="memtui-prefetch-estimate", daemon=True).start()
+
+    def _run(self) -> None:
+        from memtui import cache
+
+        try:
+            self._result = cache.load(self.panel, self.settings.validate())
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that calls get()
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def get(self) -> EstimateResult | None:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result

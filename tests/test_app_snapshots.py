@@ -1,0 +1,63 @@
+"""Snapshots of the main panes (pytest-textual-snapshot). Regenerate after a deliberate change with
+``pytest tests/test_app_snapshots.py --snapshot-update`` and look at the SVGs before committing them.
+
+Deterministic by construction: a fixed simulated panel always named panel.h5, a fixed terminal size, the estimate
+settled before the screenshot, no clock, pid or temporary path in view, no blinking cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from memtui.app.main import MemtuiApp
+from memtui.panel import read_panel
+from memtui.synthetic import Simulation, write_synthetic
+
+SIM = Simulation(n_cohorts=12, per_cohort=10, n_never=60, n_checkpoints=14, seed=5)
+
+
+@pytest.fixture
+def app(tmp_path) -> MemtuiApp:
+    return MemtuiApp(read_panel(write_synthetic(tmp_path / "panel.h5", SIM)))
+
+
+async def settle(pilot) -> None:
+    app = pilot.app
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        await pilot.pause()
+        if app.computing is None and app.result is not None:
+            break
+        await asyncio.sleep(0.02)
+    for widget in app.query("Input"):
+        widget.cursor_blink = False
+    await pilot.pause()
+
+
+def test_profile_80x24(snap_compare, app):
+    assert snap_compare(app, press=["j", "j", "l", "l", "l"], terminal_size=(80, 24), run_before=settle)
+
+
+def test_profile_hidden_non_significant_wide(snap_compare, app):
+    assert snap_compare(app, press=["G", "i", "s"], terminal_size=(120, 36), run_before=settle)
+
+
+def test_summaries(snap_compare, app):
+    assert snap_compare(app, press=["2"], terminal_size=(100, 44), run_before=settle)
+
+
+def test_estimates_sorted(snap_compare, app):
+    # cursor to the estimate column, sort descending
+    keys = ["3", *["l"] * 6, "o", "o"]
+    assert snap_compare(app, press=keys, terminal_size=(100, 30), run_before=settle)
+
+
+def test_settings_dialog_80x24(snap_compare, app):
+    assert snap_compare(app, press=["o"], terminal_size=(80, 24), run_before=settle)
+
+
+def test_help(snap_compare, app):
+    assert snap_compare(app, press=["question_mark"], terminal_size=(100, 30), run_before=settle)
