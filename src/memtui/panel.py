@@ -324,15 +324,25 @@ class PanelWriter:
     """Fills a panel checkpoint by checkpoint while readers may have it open (HDF5 SWMR).
 
     ``write_checkpoint`` writes each metric's column, flushes, then marks the checkpoint done and flushes again, so a
-    reader (or a resumed run after a crash) never sees a done flag before its data.
+    reader (or a resumed run after a crash) never sees a done flag before its data. The file is opened straight into
+    SWMR-write mode (readers are never refused, not even while it opens) and without HDF5's own file lock, which a
+    reader that has the file open would hold: the caller guarantees a single writer (extraction's lock file).
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self._f = _open(self.path, "r+")
+        _open(self.path).close()  # the usual one-line errors for a missing or foreign file
+        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+        fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
+        fapl.set_file_locking(False, True)
+        try:
+            fid = h5py.h5f.open(os.fsencode(self.path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl)
+        except OSError as exc:
+            raise MemtuiError(f"{self.path} cannot be opened for writing ({str(exc).split('(')[0].strip()}).") from None
+        self._f = h5py.File(fid)
         try:
             self.panel = _read(self._f, self.path)
-            self._f.swmr_mode = True
         except Exception:
             self._f.close()
             raise
@@ -365,10 +375,11 @@ class PanelWriter:
         f.flush()
         self.panel.done[index] = True
 
-    def set_attrs(self, **attrs: str) -> None:
-        """Provenance such as the model name; attributes can only be changed before SWMR starts, so reopen."""
-        self._f.close()
-        with h5py.File(self.path, "r+", libver="latest") as f:
+
+def set_attrs(path: str | os.PathLike, **attrs: str) -> None:
+    """Change provenance attributes (e.g. the model name) of a panel no writer has open; SWMR cannot change them."""
+    with h5py.File(path, "r", libver="latest", swmr=True) as f:
+        current = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()}
+    if any(current.get(k) != str(v) for k, v in attrs.items()):
+        with h5py.File(path, "r+", libver="latest", locking=False) as f:
             f.attrs.update({k: str(v) for k, v in attrs.items()})
-        self._f = h5py.File(self.path, "r+", libver="latest")
-        self._f.swmr_mode = True

@@ -19,11 +19,10 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from memtui.errors import MemtuiError
-from memtui.panel import PanelWriter, _read, read_panel, read_tokens
+from memtui.panel import PanelWriter, read_panel, read_tokens, set_attrs
 
 from .checkpoints import Prefetcher, Source, copy_weights, parse_checkpoints
 from .locking import PanelLock, clear_writer_mark
@@ -88,38 +87,6 @@ class Progress:
         self.data["updated"] = now
         with contextlib.suppress(OSError):  # progress is informative; never let it stop the run
             write_json_atomic(self.path, self.data)
-
-
-class _Writer(PanelWriter):
-    """PanelWriter opened directly in SWMR mode, so readers are never locked out while it starts."""
-
-    def __init__(self, path):  # noqa: D107 - same contract as PanelWriter
-        self.path = Path(path)
-        # Opened straight into SWMR-write mode (no moment where readers are refused) and without HDF5's own file
-        # lock, which a reader that happens to have the file open would hold; the panel's lock file guarantees
-        # that this is the only writer.
-        fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-        fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
-        fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
-        fapl.set_file_locking(False, True)
-        try:
-            fid = h5py.h5f.open(os.fsencode(self.path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl)
-        except OSError as exc:
-            raise MemtuiError(f"{self.path} cannot be opened for writing ({str(exc).split('(')[0].strip()}).") from None
-        self._f = h5py.File(fid)
-        try:
-            self.panel = _read(self._f, self.path)
-        except Exception:
-            self._f.close()
-            raise
-
-
-def _set_model_attr(path: Path, model: str) -> None:
-    with h5py.File(path, "r", libver="latest", swmr=True) as f:
-        current = f.attrs.get("model", "")
-    if (current.decode() if isinstance(current, bytes) else str(current)) != model:
-        with h5py.File(path, "r+", libver="latest", locking=False) as f:
-            f.attrs["model"] = model
 
 
 def plan_steps(panel_steps: np.ndarray, done: np.ndarray, requested: list[int] | None, source: Source) -> list[int]:
@@ -253,7 +220,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
         f"extracting {len(steps)} checkpoint(s) of {model_name} into {panel_path} on {dev} ({body_dtype}), "
         f"{n} instances, {tokens_per_ckpt} tokens per checkpoint"
     )
-    _set_model_attr(panel_path, model_name)
+    set_attrs(panel_path, model=model_name)
 
     bs = auto_batch(dev, n, int(lengths.max())) if str(batch_size) == "auto" else int(batch_size)
     if bs <= 0:
@@ -263,7 +230,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
     delay = float(os.environ.get("MEMTUI_EXTRACT_BATCH_DELAY") or 0)  # test hook: slow batches down
     prefetch = Prefetcher(source, steps)
     try:
-        with _Writer(panel_path) as writer:
+        with PanelWriter(panel_path) as writer:
             for k, loaded in enumerate(prefetch, start=1):
                 if stop.is_set():
                     break
