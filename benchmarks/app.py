@@ -73,7 +73,30 @@ async def _open_once(path: Path) -> dict:
             await _until(lambda b=before: app.result is not None and app.result.settings.metric != b)
             await _until(lambda: heatmap.painted_at is not None)
             out.setdefault(f"switch ({kind})", []).append(heatmap.painted_at - t1)
+        out["keys"] = await _key_latencies(heatmap, app, 30)
     return out
+
+
+async def _key_latencies(heatmap: Heatmap, app: MemtuiApp, n: int, while_computing: bool = False) -> list[float]:
+    """Cursor moves (``j``, and ``l`` so the view scrolls sideways too), each until the moved cursor is painted."""
+    latencies = []
+    for i in range(n):
+        if while_computing and app.computing is None:
+            break
+        key = "l" if i % 3 == 2 else "j"
+        target = (
+            (heatmap.row + (key == "j")) % heatmap.shape[0],
+            min(heatmap.column + (key == "l"), heatmap.shape[1] - 1),
+        )
+        if target[0] == 0:
+            key = "g"
+        heatmap.painted_at = None
+        t = time.perf_counter()
+        _send_key(app, key)
+        await _until(lambda r=target[0]: heatmap.row == r and heatmap.painted_at is not None)
+        latencies.append(heatmap.painted_at - t)
+        await asyncio.sleep(0.02)
+    return latencies
 
 
 async def _keys_while_computing(path: Path, seed: int) -> dict:
@@ -84,15 +107,7 @@ async def _keys_while_computing(path: Path, seed: int) -> dict:
         await pilot.pause(1.5)
         app.change_settings(seed=seed)  # not cached: computed in the worker thread
         assert app.computing is not None
-        latencies = []
-        while app.computing is not None and len(latencies) < 100:
-            target = heatmap.row + 1 if heatmap.row + 1 < heatmap.shape[0] else 0
-            heatmap.painted_at = None
-            t = time.perf_counter()
-            _send_key(app, "j" if target else "g")
-            await _until(lambda r=target: heatmap.row == r and heatmap.painted_at is not None)
-            latencies.append(heatmap.painted_at - t)
-            await asyncio.sleep(0.02)
+        latencies = await _key_latencies(heatmap, app, 100, while_computing=True)
         await _until(lambda: app.computing is None, timeout=600)
     return {"keys": latencies}
 
@@ -166,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             values = [v for r in runs for v in r[f"switch ({kind})"]]
             print(f"  metric switch, estimate from {kind:<6}:   median {statistics.median(values):.3f} s, "
                   f"max {max(values):.3f} s over {len(values)}")  # fmt: skip
+        idle = [v for r in runs for v in r["keys"]]
+        print(f"  key latency (cursor move, idle):         median {statistics.median(idle) * 1000:.0f} ms, "
+              f"max {max(idle) * 1000:.0f} ms over {len(idle)} presses")  # fmt: skip
         keys = asyncio.run(_keys_while_computing(path, seed=int(time.time()) % 100000 + 1))
         lat = keys["keys"]
         print(f"  key latency while an estimate computes:  median {statistics.median(lat) * 1000:.0f} ms, "

@@ -24,7 +24,8 @@ def app(tmp_path) -> MemtuiApp:
     return MemtuiApp(read_panel(write_synthetic(tmp_path / "panel.h5", SIM)))
 
 
-async def settle(pilot) -> None:
+async def settle(pilot, *keys: str) -> None:
+    """Wait for the estimate, press ``keys``, then let the throttled path plot catch up."""
     app = pilot.app
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -32,17 +33,24 @@ async def settle(pilot) -> None:
         if app.computing is None and app.result is not None:
             break
         await asyncio.sleep(0.02)
+    if keys:
+        await pilot.press(*keys)
+        await pilot.pause(0.3)
     for widget in app.query("Input"):
         widget.cursor_blink = False
     await pilot.pause()
 
 
+def moves(*keys: str):
+    return lambda pilot: settle(pilot, *keys)
+
+
 def test_profile_80x24(snap_compare, app):
-    assert snap_compare(app, press=["j", "j", "l", "l", "l"], terminal_size=(80, 24), run_before=settle)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=moves("j", "j", "l", "l", "l"))
 
 
 def test_profile_hidden_non_significant_wide(snap_compare, app):
-    assert snap_compare(app, press=["G", "i", "s"], terminal_size=(120, 36), run_before=settle)
+    assert snap_compare(app, terminal_size=(120, 36), run_before=moves("G", "i", "s"))
 
 
 def test_summaries(snap_compare, app):

@@ -17,11 +17,26 @@ MARK = 39  # treatment step / cursor column
 
 
 class BandPlot(PlotextPlot):
-    """One series tau(x) with its simultaneous band; empty plots show a message instead of axes."""
+    """One series tau(x) with its simultaneous band; empty plots show a message instead of axes.
+
+    PlotextPlot rebuilds the whole plot on every render, including renders caused by unrelated layout changes
+    elsewhere on screen; this caches the built plot until the data, the size or the theme change.
+    """
 
     DEFAULT_CSS = """
     BandPlot { height: 1fr; min-height: 7; }
     """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._version = 0
+        self._built: tuple | None = None
+
+    def render(self):
+        key = (self._version, self.size, self.app.theme, self.theme)
+        if self._built is None or self._built[0] != key:
+            self._built = (key, super().render())
+        return self._built[1]
 
     def show(
         self,
@@ -35,6 +50,7 @@ class BandPlot(PlotextPlot):
         marks: tuple = (),
         steps: bool = True,
     ) -> None:
+        self._version += 1
         plt = self.plt
         plt.clear_figure()
         plt.title(title)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,6 +16,7 @@ from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot
 from memtui.estimate import EstimateResult
 
+PLOT_EVERY_S = 0.1
 WIDE_PLOT = 50  # columns the path plot needs beside the heatmap
 # matrices read from the result for the status line and the path plot
 _COLUMNS = ("std_error", "band_low", "band_high", "n_treated", "n_control")
@@ -53,6 +56,8 @@ class ProfilePane(Vertical):
         self._plotted: tuple | None = None
         self._unit = ""
         self._scale = 1.0
+        self._plotted_at = 0.0
+        self._plot_timer = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="profile-message", classes="message")
@@ -64,6 +69,8 @@ class ProfilePane(Vertical):
 
     def on_resize(self) -> None:
         self._layout()
+        if self.result is not None:
+            self._describe(self.heatmap.row, self.heatmap.column)
 
     def _layout(self) -> None:
         """Path plot beside the heatmap when the matrix leaves room for it, else below (paper-size profiles)."""
@@ -137,15 +144,30 @@ class ProfilePane(Vertical):
         return " │ ".join(parts)
 
     def _describe(self, row: int, column: int) -> None:
-        self.query_one("#cell-info", Static).update(self.cell_text(row, column))
+        info = self.query_one("#cell-info", Static)
+        text = self.cell_text(row, column)
+        lines = 1 if len(text) <= max(1, info.size.width - 2) else 2
+        if info.styles.height is None or info.styles.height.value != lines:
+            info.styles.height = lines  # a layout only when the line count changes, not on every cursor move
+        info.update(text, layout=False)
 
     def _plot_row(self, row: int, column: int) -> None:
+        """Replot the cursor row's path; while the cursor runs (key repeat) at most every PLOT_EVERY_S, plus once
+        where it stops, so holding j stays fluid on paper-size profiles."""
         r = self.result
         if r is None or not len(r.cohorts):
             return
         key = (id(r), row)
         if key == self._plotted:
             return
+        now = time.monotonic()
+        if self._plot_timer is not None:
+            self._plot_timer.stop()
+            self._plot_timer = None
+        if now - self._plotted_at < PLOT_EVERY_S:
+            self._plot_timer = self.set_timer(PLOT_EVERY_S, lambda: self._plot_row(self.heatmap.row, 0))
+            return
+        self._plotted_at = now
         self._plotted = key
         g = int(r.cohorts[row])
         m = self._mats
