@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui.app import run_app
+from memtui.app import open_app, run_app
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import ExtractionPane, progress_text
@@ -502,13 +502,24 @@ def test_memtui_panel_opens_the_app(monkeypatch, panel_path):
     assert seen == [panel_path, None]
 
 
-async def test_shipped_sample_opens():
-    from memtui.cli import default_panel
+@pytest.mark.parametrize("sample", ["synthetic.h5", "tiny-gptneox.h5"])
+async def test_shipped_samples_open_and_cycle_every_metric(sample):
+    from memtui.cli import DEFAULT_PANEL
 
-    app = MemtuiApp(read_panel(default_panel()))
+    path = DEFAULT_PANEL.parent / sample
+    if not path.exists():
+        pytest.skip(f"{path} is not shipped in this checkout")
+    app = open_app(path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot, timeout=60)
         assert app.result is not None and app.query_one(Heatmap).painted
+        seen = [app.settings.metric]
+        for _ in app.metrics[1:]:
+            await pilot.press("m")
+            await settle(pilot, timeout=60)
+            assert app.result is not None, app.message
+            seen.append(app.result.settings.metric)
+        assert seen == app.metrics and seen[:3] == ["loglik", "accuracy", "rank"]
 
 
 async def test_panel_waiting_for_extraction_opens_on_the_extraction_pane(tmp_path):

@@ -159,8 +159,8 @@ class ExtractionPane(VerticalScroll):
         while not worker.is_cancelled:
             try:
                 progress = jobs.read_progress(path)
-            except MemtuiError as exc:
-                progress = {"state": "unreadable", "last_error": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - keep polling; say what went wrong in the pane
+                progress = {"state": "unreadable", "last_error": str(exc) or type(exc).__name__}
             done = read_done(path)
             key = (repr(progress), None if done is None else done.tobytes())
             if key != last:

@@ -214,7 +214,7 @@ class Heatmap(ScrollView, can_focus=True):
         for col in range(0, n, stride):
             text = labels[col]
             x = col * cw
-            if x + len(text) < x0 or x > x1:
+            if (x + len(text) < x0 or x > x1) and x + len(text) <= width:
                 chars[x : x + len(text)] = text
         chars[x0:x1] = labels[self.column][: x1 - x0].ljust(x1 - x0)
         line = "".join(chars)[:width]
