@@ -111,6 +111,7 @@ class ExtractionPane(VerticalScroll):
         yield Static("", id="extract-panel")
         with Vertical(id="extract-form"):
             model = self.panel.attrs.get("model", "")
+            model = model if model and " " not in model else ""  # a hub id or folder, not a description
             yield _field("model / folder", Input(model, placeholder="hub id or local checkpoint folder", id="ex-model"))
             yield _field("checkpoints", Input("all", placeholder="all, 0:95000:1000 or 0,1000,2000", id="ex-ckpt"))
             devices = [(d, d) for d in ("auto", "cpu", "cuda", "mps")]
