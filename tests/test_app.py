@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 
@@ -25,15 +26,19 @@ from memtui.export import export_frame
 from memtui.panel import NEVER, PanelWriter, create_panel, read_panel
 from memtui.synthetic import Simulation, simulate, write_synthetic
 
-pytestmark = pytest.mark.anyio
-
 SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
 SIZE = (100, 32)
 
 
-@pytest.fixture
-def anyio_backend():
-    return "asyncio"
+def run_async(test):
+    """Run an ``async def`` test in a fresh event loop (no pytest-asyncio or anyio plugin needed);
+    pytest still sees the original signature, so fixtures work."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(test(*args, **kwargs))
+
+    return wrapper
 
 
 @pytest.fixture
@@ -101,6 +106,7 @@ def test_short_step():
 # ---- profile ---------------------------------------------------------------------------------------------------
 
 
+@run_async
 async def test_open_move_cursor_and_read_status_line(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -139,6 +145,7 @@ async def test_open_move_cursor_and_read_status_line(panel_path):
         assert heatmap.column == 0 and heatmap.row == 1 + heatmap.scroll_offset.y
 
 
+@run_async
 async def test_significance_toggle_dims_hides_and_shows(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -163,6 +170,7 @@ async def test_significance_toggle_dims_hides_and_shows(panel_path):
         assert heatmap.mode == "dim"
 
 
+@run_async
 async def test_metric_and_estimator_switch_change_values_and_come_back_from_memory(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -191,6 +199,7 @@ async def test_metric_and_estimator_switch_change_values_and_come_back_from_memo
         assert app.settings.estimator == "did" and status(app) == loglik_line
 
 
+@run_async
 async def test_estimation_runs_in_a_thread_keys_keep_working_and_quit_asks(panel_path, monkeypatch):
     """A slow estimate shows progress, does not block the cursor, and q asks before throwing it away."""
     import memtui.app.main as main
@@ -231,6 +240,7 @@ async def test_estimation_runs_in_a_thread_keys_keep_working_and_quit_asks(panel
     assert app.return_value == 0
 
 
+@run_async
 async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypatch):
     import memtui.app.main as main
 
@@ -262,6 +272,7 @@ async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypat
 # ---- summaries and estimates -----------------------------------------------------------------------------------
 
 
+@run_async
 async def test_summaries_pane(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -281,6 +292,7 @@ async def test_summaries_pane(panel_path):
         assert "accuracy" in str(app.query_one("#summary-text").render())  # the visible pane updates in place
 
 
+@run_async
 async def test_estimates_table_sort_filter_scope_and_open(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -326,6 +338,7 @@ async def test_estimates_table_sort_filter_scope_and_open(panel_path):
         assert app.query_one(EstimatesPane).scope == "profile"
 
 
+@run_async
 async def test_estimates_table_stays_fast_with_ten_thousand_rows(tmp_path):
     """~10,000 rows: filling, sorting and paging the table take milliseconds, not seconds."""
     sim = Simulation(n_cohorts=100, per_cohort=4, n_never=40, n_checkpoints=101, seed=2)
@@ -350,6 +363,7 @@ async def test_estimates_table_stays_fast_with_ten_thousand_rows(tmp_path):
 # ---- dialogs ---------------------------------------------------------------------------------------------------
 
 
+@run_async
 async def test_export_writes_the_csv_and_reports_where(panel_path, tmp_path):
     out = tmp_path / "out.csv"
     app = make_app(panel_path)
@@ -383,6 +397,7 @@ async def test_export_writes_the_csv_and_reports_where(panel_path, tmp_path):
         assert inst.height == app.result.instantaneous.height and set(inst["scope"]) == {"instantaneous"}
 
 
+@run_async
 async def test_export_to_an_unwritable_path_is_a_message_in_the_modal(panel_path, tmp_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -401,6 +416,7 @@ async def test_export_to_an_unwritable_path_is_a_message_in_the_modal(panel_path
         assert not isinstance(app.screen, ExportDialog)
 
 
+@run_async
 async def test_settings_dialog_changes_alpha_draws_family_and_final_step(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -430,6 +446,7 @@ async def test_settings_dialog_changes_alpha_draws_family_and_final_step(panel_p
         assert app.settings == s
 
 
+@run_async
 async def test_help_lists_every_key_and_palette_offers_the_actions(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
@@ -458,6 +475,7 @@ async def test_help_lists_every_key_and_palette_offers_the_actions(panel_path):
         assert app.settings.metric == "rank"
 
 
+@run_async
 async def test_panes_by_number_and_small_terminal(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=(80, 24)) as pilot:
@@ -503,6 +521,7 @@ def test_memtui_panel_opens_the_app(monkeypatch, panel_path):
 
 
 @pytest.mark.parametrize("sample", ["synthetic.h5", "tiny-gptneox.h5"])
+@run_async
 async def test_shipped_samples_open_and_cycle_every_metric(sample):
     from memtui.cli import DEFAULT_PANEL
 
@@ -522,6 +541,7 @@ async def test_shipped_samples_open_and_cycle_every_metric(sample):
         assert seen == app.metrics and seen[:3] == ["loglik", "accuracy", "rank"]
 
 
+@run_async
 async def test_panel_waiting_for_extraction_opens_on_the_extraction_pane(tmp_path):
     path = create_panel(tmp_path / "empty.h5", ids=range(6), treatment=[1000, 1000, 2000, 2000, NEVER, NEVER],
                         steps=[0, 1000, 2000], metrics=["loglik"])  # fmt: skip
@@ -536,6 +556,7 @@ async def test_panel_waiting_for_extraction_opens_on_the_extraction_pane(tmp_pat
         assert not isinstance(app.screen, ExportDialog)
 
 
+@run_async
 async def test_completed_checkpoints_update_the_profile(tmp_path):
     """When a checkpoint is written into the panel, the app re-reads it and re-estimates on the completed ones."""
     sim = Simulation(n_cohorts=4, per_cohort=12, n_never=50, n_checkpoints=6, seed=4)
@@ -594,6 +615,7 @@ def _tiny_extraction_panel(tmp_path):
     return path, folder
 
 
+@run_async
 async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_quitting(tmp_path):
     jobs = pytest.importorskip("memtui.extract.jobs")
     path, folder = _tiny_extraction_panel(tmp_path)
@@ -646,6 +668,7 @@ async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_qui
         assert f["checkpoints/done"][()].all()
 
 
+@run_async
 async def test_launch_errors_stay_in_the_form(tmp_path, panel_path):
     pytest.importorskip("memtui.extract.jobs")
     app = make_app(panel_path)  # a synthetic panel: no token ids

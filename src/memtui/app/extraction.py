@@ -27,7 +27,7 @@ from memtui.errors import MemtuiError
 from memtui.panel import Panel
 
 POLL_S = 0.5
-START_DELAY_S = 1.0
+START_DELAY_S = 0.5
 RUNNING = ("running", "starting")
 
 
@@ -128,8 +128,8 @@ class ExtractionPane(VerticalScroll):
 
     def on_mount(self) -> None:
         self.describe_panel(self.panel)
-        # The job API imports torch (~1 s of CPU): let the first profile paint before it starts, unless there is
-        # nothing to paint yet.
+        # Importing the job API and polling cost a little CPU: let the first profile paint before they start,
+        # unless there is nothing to paint yet.
         if self.panel.done.any():
             self.set_timer(START_DELAY_S, lambda: self._poll(self.panel.path))
         else:
