@@ -16,17 +16,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 PEAK_BF16_TFLOPS = {  # dense, no sparsity
     "H200": 989.0,
-    "H100 SXM": 989.0,
     "H100 NVL": 835.0,
     "H100 PCIe": 756.0,
-    "H100": 756.0,
+    "H100": 989.0,  # SXM reports e.g. "NVIDIA H100 80GB HBM3"
     "GH200": 989.0,
     "B200": 2250.0,
     "A100": 312.0,
@@ -89,7 +90,7 @@ def timed(fn, device, reps: int) -> float:
 
 
 def is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def main() -> None:
@@ -105,7 +106,11 @@ def main() -> None:
     args = p.parse_args()
     args.seq_len = args.seq_len or (129 if args.tiny else 2049)
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))  # runs from a bare checkout (GPU box)
     from memtui.extract.scoring import Scorer, resolve_device, resolve_dtype
+
+    if not args.tiny and not torch.cuda.is_available():
+        raise SystemExit("no CUDA device: this check is for a GPU (use --tiny for a CPU smoke test)")
 
     device = resolve_device("cpu" if args.tiny and args.device == "auto" else args.device)
     dtype = resolve_dtype(args.dtype, device)
@@ -134,7 +139,7 @@ def main() -> None:
                 torch.cuda.reset_peak_memory_stats(device)
             seconds = timed(lambda tokens=tokens, lengths=lengths: scorer.score(tokens, lengths), device, args.reps)
             break
-        except (RuntimeError, torch.OutOfMemoryError) as exc:
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
             if not is_oom(exc) or b == 1:
                 raise
             scorer.release()
@@ -161,21 +166,27 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
-        t = torch.as_tensor(tokens, device=device)
-        try:
-            naive_s = timed(lambda: naive(model, t), device, args.reps)
-            result["naive_tokens_per_s"] = n_tokens / naive_s
-            if device.type == "cuda":
-                result["naive_peak_gpu_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
-            print(
-                f"naive:  batch {b} x {args.seq_len}: {n_tokens / naive_s:,.0f} tokens/s"
-                + (f", peak {result['naive_peak_gpu_gb']:.1f} GiB" if "naive_peak_gpu_gb" in result else "")
-            )
-        except (RuntimeError, torch.OutOfMemoryError) as exc:
-            if not is_oom(exc):
-                raise
-            result["naive_tokens_per_s"] = None
-            print(f"naive:  out of memory at batch {b} (memtui's scorer fits it)")
+        nb = b  # the full fp32 logits (batch x 2048 x 50304 x 4 B) rarely fit at memtui's batch: halve until they do
+        while True:
+            t = torch.as_tensor(tokens[:nb], device=device)
+            try:
+                naive_s = timed(lambda t=t: naive(model, t), device, args.reps)
+                break
+            except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+                if not is_oom(exc) or nb == 1:
+                    raise
+                del t
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                nb //= 2
+        result["naive_batch"] = nb
+        result["naive_tokens_per_s"] = nb * args.seq_len / naive_s
+        if device.type == "cuda":
+            result["naive_peak_gpu_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+        print(
+            f"naive:  batch {nb} x {args.seq_len} (largest that fits): {result['naive_tokens_per_s']:,.0f} tokens/s"
+            + (f", peak {result['naive_peak_gpu_gb']:.1f} GiB" if "naive_peak_gpu_gb" in result else "")
+        )
     print(json.dumps(result))
 
 

@@ -146,3 +146,18 @@ def test_device_and_dtype_resolution():
         resolve_dtype("int3", dev)
     with pytest.raises(MemtuiError):
         resolve_device("warp-drive")
+
+
+def test_bf16_body_keeps_rotary_frequencies_in_fp32():
+    """Casting a whole model to bf16 would round rotary inv_freq (angles off by ~0.4 rad at position 2047)."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from memtui.extract.worker import to_body_dtype
+
+    cfg = GPTNeoXConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
+                        vocab_size=50, rotary_pct=0.25)  # fmt: skip
+    net = to_body_dtype(GPTNeoXForCausalLM(cfg), torch.bfloat16)
+    assert all(p.dtype == torch.bfloat16 for p in net.parameters())
+    freqs = [b for name, b in net.named_buffers() if "inv_freq" in name]
+    assert freqs and all(b.dtype == torch.float32 for b in freqs)

@@ -187,7 +187,7 @@ pathlib.Path(report).write_text("\\n".join([str(reads), *errors]))
 """
 
 
-def _wait(cond, timeout=60.0, every=0.05):
+def _wait(cond, timeout=180.0, every=0.05):
     end = time.time() + timeout
     while time.time() < end:
         value = cond()

@@ -199,7 +199,11 @@ class Scorer:
 
 
 def per_instance(b: int, rows, logp, rank, ent) -> dict[str, np.ndarray]:
-    """Sum / mean per-target quantities into per-row metrics (float64 accumulation)."""
+    """Sum / mean per-target quantities into per-row metrics (float64 accumulation).
+
+    Done on the CPU (a few MB per batch): deterministic, unlike float64 atomics on CUDA, and MPS has no float64.
+    """
+    rows, logp, rank, ent = (x.cpu() for x in (rows, logp, rank, ent))
     dev = logp.device
 
     def total(x):

@@ -18,6 +18,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from memtui.panel import PanelWriter, read_panel, read_tokens, set_attrs
 
 from .checkpoints import Prefetcher, Source, copy_weights, parse_checkpoints
 from .locking import PanelLock, clear_writer_mark
+
+if TYPE_CHECKING:
+    import torch
 
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 
@@ -89,6 +93,14 @@ class Progress:
             write_json_atomic(self.path, self.data)
 
 
+def to_body_dtype(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """Cast the parameters only: buffers such as rotary ``inv_freq`` stay in fp32, as ``from_pretrained`` keeps them
+    (bf16 frequencies shift the rotary angle at position 2047 by up to ~0.4 rad)."""
+    for param in net.parameters():
+        param.data = param.data.to(dtype)
+    return net
+
+
 def plan_steps(panel_steps: np.ndarray, done: np.ndarray, requested: list[int] | None, source: Source) -> list[int]:
     """Panel steps to extract now: requested (or all), not yet done, and available from the source."""
     steps = [int(s) for s in panel_steps]
@@ -124,7 +136,7 @@ def auto_batch(device, n: int, length: int) -> int:
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
-    return isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc).lower()
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
 def run(
@@ -236,7 +248,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
                     break
                 step = loaded.step
                 if net is None:
-                    net = loaded.model.to(device=dev, dtype=body_dtype)
+                    net = to_body_dtype(loaded.model.to(dev), body_dtype)
                     scorer = Scorer(net, dev, chunk)
                     check_head(net, scorer, scorer.vocab)
                 else:
@@ -265,7 +277,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
                     L = int(lengths[rows].max())
                     try:
                         out = scorer.score(tokens[rows, :L], lengths[rows])
-                    except (RuntimeError, torch.OutOfMemoryError) as exc:
+                    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
                         if not _is_oom(exc) or bs == 1:
                             raise
                         scorer.release()
