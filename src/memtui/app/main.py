@@ -94,6 +94,7 @@ class MemtuiApp(App):
         self._generation = 0  # bumped when the panel is re-read; older results are dropped
         self._stage = ""
         self.computing: Settings | None = None
+        self._worker: Worker | None = None
         self.timings: dict[str, float] = {}  # for the speed benchmark
 
     # ---- layout -------------------------------------------------------------------------------------------------
@@ -164,7 +165,7 @@ class MemtuiApp(App):
             return
         self.computing = settings
         self._show_busy(0.0, "starting")
-        self._compute(self.panel, settings, self._generation)
+        self._worker = self._compute(self.panel, settings, self._generation)
 
     @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
     def _compute(self, panel: Panel, settings: Settings, generation: int):
@@ -195,6 +196,8 @@ class MemtuiApp(App):
         if event.worker.group != "estimate" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
             return
         if event.state == WorkerState.ERROR:  # a bug, not a bad panel: say so instead of crashing the app
+            if event.worker is not self._worker:
+                return
             self.computing = None
             self._hide_busy()
             self._set_result(None, f"estimation failed: {event.worker.error!r}")
