@@ -171,7 +171,8 @@ def read_progress(panel_path: str | os.PathLike) -> dict | None:
         return None
     data.setdefault("log", str(log_path(panel_path)))
     pid = data.get("pid")
-    if data.get("state") == "running" and (not isinstance(pid, int) or not _alive(pid)):
+    # gone, or its pid reused by another program since (a reboot): either way nobody is extracting
+    if data.get("state") == "running" and (not isinstance(pid, int) or not _alive(pid) or not _is_worker(pid)):
         data["state"] = "stale"
     return data
 
