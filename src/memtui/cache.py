@@ -21,8 +21,8 @@ from memtui.panel import Panel
 def cache_key(panel: Panel, settings: Settings) -> str:
     h = hashlib.blake2b(digest_size=16)
     h.update(json.dumps({"settings": settings.key(), "version": __version__}, sort_keys=True).encode())
-    if settings.metric not in panel.metrics:
-        panel.values(settings.metric)  # raises the one-line "no metric" error
+    if settings.metric not in panel.metrics or not panel.done.any():
+        panel.values(settings.metric)  # raises the one-line "no metric" / "no values yet" error
     # the whole matrix with the done flags: no masked copy (a tenth of a second at the paper's size)
     for arr in (panel.treatment, panel.steps, panel.done, panel.metrics[settings.metric]):
         h.update(np.ascontiguousarray(arr).tobytes())

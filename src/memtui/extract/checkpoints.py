@@ -111,6 +111,9 @@ class Source:
             where, kwargs = str(self.local[step]), {}
         else:
             where, kwargs = self.model, {"revision": self.revision_template.format(step=step)}
+            # huggingface_hub reads HF_HUB_OFFLINE once, at import: honour it as set now, without network retries
+            if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+                kwargs["local_files_only"] = True
         try:
             model = AutoModelForCausalLM.from_pretrained(where, dtype="auto", **kwargs)
         except (OSError, ValueError) as exc:
