@@ -7,8 +7,9 @@
 and the summaries, for one metric. Timings run in this process, one after another, on the same panel; peak memory
 is measured in a fresh child process per engine (peak RSS minus the RSS before estimating); csdid and differences
 run only in such child processes, so that a crash of theirs does not end the benchmark. `differences` takes
-minutes per cohort at these sizes, so it runs on a few cohorts and its time is extrapolated per cell (said so in the
-output). Needs `pip install csdid` for the csdid column.
+minutes per cohort at these sizes, so it runs with a few cohorts treated (every other instance kept, as never
+treated, so a cell costs what it does on the whole panel) and its time is extrapolated per cell (said so).
+Needs `pip install csdid` for the csdid column.
 """
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ def make_panel(sim: Simulation) -> Panel:
 
 
 def long_frame(panel: Panel, cohorts: np.ndarray | None = None) -> pd.DataFrame:
-    keep = panel.treatment == NEVER
-    keep |= np.isin(panel.treatment, cohorts) if cohorts is not None else panel.treatment != NEVER
-    y = panel.metrics["loglik"][keep]
-    g = panel.treatment[keep]
+    """The panel in long form. With ``cohorts``, only those stay treated; the other instances stay in the data as
+    never treated, so each cell costs what it costs on the whole panel (its influence function spans every unit)."""
+    y = panel.metrics["loglik"]
+    g = panel.treatment
+    if cohorts is not None:
+        g = np.where(np.isin(g, cohorts), g, NEVER)
     n, t = y.shape
     return pd.DataFrame(
         {
