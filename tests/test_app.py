@@ -114,7 +114,9 @@ async def test_open_move_cursor_and_read_status_line(panel_path):
         heatmap = app.query_one(Heatmap)
         assert heatmap.has_focus and heatmap.painted
         result = app.result
-        assert "g 1000  c 0" in status(app)  # first cohort, first checkpoint: the base period, no estimate
+        assert "g 1000  c 1000  c−g 0" in status(app)  # opens on the first cohort's instantaneous cell
+        await pilot.press("0")
+        assert "g 1000  c 0" in status(app)  # the first checkpoint: the base period, no estimate
         await pilot.press("j", "l", "l")
         assert (heatmap.row, heatmap.column) == (1, 2)
         cells = result.cells.filter((pl.col("cohort") == 2000) & (pl.col("checkpoint") == 2000)).row(0, named=True)
@@ -175,7 +177,7 @@ async def test_metric_and_estimator_switch_change_values_and_come_back_from_memo
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.press("j", "l", "l")
+        await pilot.press("j", "i")  # cohort 2000, c = g
         loglik_line = status(app)
         assert "loglik" in title(app)
         await pilot.press("m")

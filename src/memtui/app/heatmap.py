@@ -129,6 +129,10 @@ class Heatmap(ScrollView, can_focus=True):
         else:
             self.row = _nearest(data.cohorts, g, self.row)
             self.column = _nearest(data.checkpoints, c, self.column)
+            if old is None and len(data.cohorts) and len(data.checkpoints):  # open on the first cohort's c = g cell
+                self.column = min(
+                    int(np.searchsorted(data.checkpoints, data.cohorts[self.row])), len(data.checkpoints) - 1
+                )
             self._labels = [short_step(s) for s in data.cohorts]
         self._recode()
         self._keep_cursor_visible()

@@ -117,10 +117,11 @@ class MemtuiApp(App):
 
     def on_mount(self) -> None:
         self.query_one("#busy", ProgressBar).display = False
-        self.query_one(Heatmap).focus()
-        if not self.panel.done.any():
-            # nothing to estimate yet: open where the user can start extraction
-            self.query_one(TabbedContent).active = "extraction"
+        # nothing to estimate yet: open where the user can start extraction (focus goes with the pane, or focusing
+        # the heatmap could race the tab switch back to the profile)
+        first = "profile" if self.panel.done.any() else "extraction"
+        self.query_one(TabbedContent).active = first
+        self._focus_pane(first)
         self.request_estimate()
 
     @property
