@@ -13,10 +13,8 @@ DEFAULT_PANEL = Path(__file__).resolve().parents[2] / "sample_panels" / "synthet
 
 
 def default_panel() -> Path:
-    """The shipped synthetic sample (in a source checkout), else the copy installed with the package."""
-    if DEFAULT_PANEL.exists():
-        return DEFAULT_PANEL
-    return Path(__file__).resolve().parent / "data" / "synthetic.h5"
+    """The shipped synthetic sample (the app opens it when no panel is named)."""
+    return DEFAULT_PANEL
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ and -1 where lower is better (rank, entropy), so positive always means "does bet
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 
 import numpy as np
@@ -325,7 +325,3 @@ def _pretrend(draws, se, att, pre, alpha) -> dict:
         n_significant=int(np.sum(np.abs(att[ok]) / se[ok] > crit)),
     )
     return out
-
-
-def with_changes(settings: Settings, **changes) -> Settings:
-    return replace(settings, **changes)
