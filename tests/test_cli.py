@@ -92,3 +92,12 @@ def test_console_script_reports_errors_without_traceback(tmp_path):
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr.startswith("memtui: ") and "Traceback" not in proc.stderr
+
+
+def test_output_piped_into_head_ends_quietly(small_panel):
+    """Like `memtui info P | head -1`: the reader is gone before memtui writes (closed at once here)."""
+    proc = subprocess.Popen([sys.executable, "-m", "memtui.cli", "info", str(small_panel)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0 and "Traceback" not in err, err

@@ -141,9 +141,9 @@ class DemoConfig:
     batch: int = 16  # rows per training step
     steps: int = 320  # training steps (one pass over steps * batch rows)
     every: int = 8  # checkpoint (and macro-batch) every this many steps
-    k: int = 2  # batches sampled per macro-batch
-    m: int = 8  # rows sampled per batch
-    n_validation: int = 256
+    k: int = 4  # batches sampled per macro-batch
+    m: int = 12  # rows sampled per batch (48 per cohort: with a dozen the bootstrap bands run narrow)
+    n_validation: int = 512
     lr: float = 3e-3
     warmup: int = 16
     seed: int = 0
