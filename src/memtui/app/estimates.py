@@ -20,6 +20,7 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from memtui.app.fmt import cell
+from memtui.app.scrolling import scroll_to_cursor
 from memtui.estimate import SCOPES, EstimateResult
 from memtui.export import export_frame
 
@@ -174,20 +175,10 @@ class EstimatesTable(ScrollView, can_focus=True):
         if not self._columns:
             return
         region = self.scrollable_content_region
-        data_h = max(1, region.height - HEADER)
-        sx, sy = self.scroll_offset
         x0 = self._offsets[self.column]
-        x1 = x0 + self._widths[self.column]
-        if x0 < sx:
-            sx = x0
-        elif x1 > sx + region.width:
-            sx = x1 - region.width
-        if self.row < sy:
-            sy = self.row
-        elif self.row >= sy + data_h:
-            sy = self.row - data_h + 1
-        if (sx, sy) != tuple(self.scroll_offset):
-            self.scroll_to(sx, sy, animate=False, force=True)
+        scroll_to_cursor(
+            self, x0, x0 + self._widths[self.column], self.row, region.width, max(1, region.height - HEADER)
+        )
 
     def on_resize(self) -> None:
         self._keep_cursor_visible()

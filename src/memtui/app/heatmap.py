@@ -23,6 +23,7 @@ from textual.strip import Strip
 
 from memtui.app import palette
 from memtui.app.fmt import short_step
+from memtui.app.scrolling import scroll_to_cursor
 
 HEADER = 1  # checkpoint label line
 MODES = ("dim", "hide", "show")  # how non-significant post-treatment cells are drawn
@@ -283,21 +284,9 @@ class Heatmap(ScrollView, can_focus=True):
         if self.data is None:
             return
         region = self.scrollable_content_region
-        data_w = max(1, region.width - self._gutter)
-        data_h = max(1, region.height - HEADER)
-        cw = self.cell_width
-        sx, sy = self.scroll_offset
-        x0 = self.column * cw
-        if x0 < sx:
-            sx = x0
-        elif x0 + cw > sx + data_w:
-            sx = x0 + cw - data_w
-        if self.row < sy:
-            sy = self.row
-        elif self.row >= sy + data_h:
-            sy = self.row - data_h + 1
-        if (sx, sy) != tuple(self.scroll_offset):
-            self.scroll_to(sx, sy, animate=False, force=True)
+        x0 = self.column * self.cell_width
+        width, height = max(1, region.width - self._gutter), max(1, region.height - HEADER)
+        scroll_to_cursor(self, x0, x0 + self.cell_width, self.row, width, height)
 
     def on_resize(self) -> None:
         self._keep_cursor_visible()
