@@ -15,6 +15,7 @@ import polars as pl
 
 from memtui import __version__
 from memtui.estimate import SCOPES, EstimateResult, Progress, Settings, estimate
+from memtui.files import atomic_write
 from memtui.panel import Panel
 
 
@@ -36,15 +37,6 @@ def cache_dir(panel: Panel) -> Path:
         return local
     digest = hashlib.blake2b(str(path).encode(), digest_size=8).hexdigest()
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memtui" / digest
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def load(panel: Panel, settings: Settings) -> EstimateResult | None:
@@ -89,8 +81,8 @@ def store(panel: Panel, result: EstimateResult) -> None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         frames = pl.concat([result.scope(s) for s in SCOPES], how="vertical_relaxed")
-        _atomic_write(base.with_suffix(".parquet"), frames.write_parquet)
-        _atomic_write(base.with_suffix(".json"), lambda p: p.write_text(json.dumps(meta, default=float)))
+        atomic_write(base.with_suffix(".parquet"), frames.write_parquet)
+        atomic_write(base.with_suffix(".json"), lambda p: p.write_text(json.dumps(meta, default=float)))
     except OSError:
         pass  # a cache that cannot be written only costs time
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from memtui import __version__
 from memtui.errors import MemtuiError
+from memtui.files import atomic_write
 
 FORMAT_NAME = "memtui-panel"
 FORMAT_VERSION = 1
@@ -154,9 +155,15 @@ def create_panel(
         values[name] = _checked_array(f"metric '{name}'", arr, np.float64, (n, t))
         done |= np.isfinite(values[name]).any(axis=0)
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
+    if tokens is not None:
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 2 or tokens.shape[0] != n:
+            raise MemtuiError(f"tokens have shape {tokens.shape}, expected ({n}, sequence length).")
+        tokens = tokens.astype(np.int32)
+        lengths = np.full(n, tokens.shape[1]) if lengths is None else lengths
+        lengths = _checked_array("lengths", lengths, np.int32, (n,))
+
+    def write(tmp: Path) -> None:
         with h5py.File(tmp, "w", libver="latest") as f:
             f.attrs.update(
                 {
@@ -175,12 +182,8 @@ def create_panel(
             inst.create_dataset("split", data=split.astype(str).tolist(), dtype=_STR)
             inst["source_index"] = source_index
             if tokens is not None:
-                tokens = np.asarray(tokens)
-                if tokens.ndim != 2 or tokens.shape[0] != n:
-                    raise MemtuiError(f"tokens have shape {tokens.shape}, expected ({n}, sequence length).")
-                inst.create_dataset("tokens", data=tokens.astype(np.int32), chunks=(1, tokens.shape[1]))
-                lengths = np.full(n, tokens.shape[1]) if lengths is None else lengths
-                inst["length"] = _checked_array("lengths", lengths, np.int32, (n,))
+                inst.create_dataset("tokens", data=tokens, chunks=(1, tokens.shape[1]))
+                inst["length"] = lengths
             ck = f.create_group("checkpoints")
             ck["step"] = steps
             ck["done"] = done.astype(np.uint8)
@@ -196,9 +199,9 @@ def create_panel(
                 tg = f.create_group("truth")
                 for key, arr in truth.items():
                     tg[key] = np.asarray(arr)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, write)
     return path
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memtui.errors import MemtuiError
+from memtui.files import atomic_write
 from memtui.panel import PanelWriter, read_panel, read_tokens, set_attrs
 
 from .checkpoints import Prefetcher, Source, copy_weights, parse_checkpoints
@@ -45,9 +46,7 @@ def log_path(panel: str | os.PathLike) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1)))
 
 
 class Progress:
