@@ -35,7 +35,7 @@ def test_a_folder(cli, tmp_path):
 def test_truncated_half_written_panel(cli, small_panel):
     data = small_panel.read_bytes()
     small_panel.write_bytes(data[: len(data) // 2])
-    one_line_error(cli, "info", small_panel, expect="may be corrupt or half-written")
+    one_line_error(cli, "info", small_panel, expect=f"is truncated: {len(data) // 2:,} of its {len(data):,} bytes")
 
 
 def test_hdf5_but_not_a_panel(cli, tmp_path):
@@ -88,10 +88,15 @@ def test_metric_entirely_nan(cli, tmp_path):
 
 
 def test_panel_awaiting_extraction(cli, tmp_path):
-    path = create_panel(tmp_path / "p.h5", ids=range(4), treatment=[1, 2, NEVER, NEVER], steps=[0, 1, 2])
+    kw = dict(ids=range(4), treatment=[1, 2, NEVER, NEVER], steps=[0, 1, 2])
+    path = create_panel(tmp_path / "p.h5", tokens=np.ones((4, 3), int), **kw)
     code, out, _ = cli("info", path)
     assert code == 0 and "0/3 completed" in out
     one_line_error(cli, "estimate", path, expect="has no values yet; run `memtui extract")
+    # without token ids extraction cannot work, so it is not what the message advises
+    bare = create_panel(tmp_path / "bare.h5", **kw)
+    err = one_line_error(cli, "estimate", bare, expect="has no values yet; choose a metric that has values")
+    assert "memtui extract" not in err
 
 
 def test_unknown_metric_and_bad_settings(cli, small_panel):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memtui.errors import MemtuiError
-from memtui.panel import NEVER, PAD, PanelWriter, create_panel, read_panel, read_tokens, set_attrs
+from memtui.panel import NEVER, PAD, PanelWriter, create_panel, read_panel, read_tokens
 
 
 def make(tmp_path, **kw):
@@ -64,10 +64,9 @@ def test_writer_commits_column_then_done_flag_while_a_reader_reads(tmp_path):
     np.testing.assert_array_equal(p.metrics["rank"][0], [0.0, 1.0, 2.0])
 
 
-def test_set_attrs_and_a_writer_with_a_reader_open(tmp_path):
+def test_the_model_is_recorded_per_checkpoint_and_a_writer_works_with_a_reader_open(tmp_path):
     path = make(tmp_path)
-    set_attrs(path, model="pythia-tiny")
-    assert read_panel(path).attrs["model"] == "pythia-tiny"
+    size = path.stat().st_size
     # another process holding the file open for reading does not keep the writer out
     hold = (
         "import sys, time, h5py\n"
@@ -77,9 +76,13 @@ def test_set_attrs_and_a_writer_with_a_reader_open(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", hold, str(path)], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "1"
     with PanelWriter(path) as w:
-        w.write_checkpoint(0, {"loglik": np.zeros(6)})
+        w.write_checkpoint(0, {"loglik": np.zeros(6)}, model="pythia-tiny")
+        w.write_checkpoint(2, {"loglik": np.ones(6)}, model="pythia-other")
     proc.wait(timeout=30)
-    assert read_panel(path).done[0]
+    p = read_panel(path)
+    assert list(p.done) == [True, False, True]
+    assert p.models == ["pythia-tiny", "", "pythia-other"] and p.attrs["model"] == "pythia-tiny, pythia-other"
+    assert path.stat().st_size == size  # everything extraction writes was preallocated: the file never grows
 
 
 def test_create_refuses_bad_shapes(tmp_path):

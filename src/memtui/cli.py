@@ -9,6 +9,7 @@ from pathlib import Path
 
 from memtui import __version__
 from memtui.errors import MemtuiError
+from memtui.text import clean
 
 DEFAULT_PANEL = Path(__file__).resolve().parents[2] / "sample_panels" / "synthetic.h5"
 
@@ -18,11 +19,18 @@ def default_panel() -> Path:
     return DEFAULT_PANEL
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (``memtui: ...``, exit 2) like every other error, not the usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"memtui: {clean(message)} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from memtui import commands
     from memtui.extract import commands as extract_commands
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="memtui",
         description="Causal estimation of memorisation profiles. `memtui [PANEL]` opens the workbench.",
     )
@@ -44,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except MemtuiError as exc:
-        print(f"memtui: {exc}", file=sys.stderr)
+        print(f"memtui: {clean(exc, limit=None)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("memtui: interrupted", file=sys.stderr)

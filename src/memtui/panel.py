@@ -20,6 +20,8 @@ import numpy as np
 from memtui import __version__
 from memtui.errors import MemtuiError
 from memtui.files import atomic_write
+from memtui.superblock import read_superblock
+from memtui.text import clean
 
 FORMAT_NAME = "memtui-panel"
 FORMAT_VERSION = 1
@@ -35,7 +37,6 @@ METRIC_LABEL = {
     "rank": "mean rank of the true token",
     "entropy": "mean predictive entropy",
 }
-_STR = h5py.string_dtype("utf-8")
 
 
 @dataclass
@@ -51,6 +52,7 @@ class Panel:
     source_index: np.ndarray = None
     revisions: list[str] = field(default_factory=list)
     weight_hashes: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # the model that scored each checkpoint ("" where none yet)
     signs: dict[str, int] = field(default_factory=dict)
     attrs: dict[str, str] = field(default_factory=dict)
     truth: dict[str, np.ndarray] | None = None  # simulated panels: cohorts, steps and the true tau per metric
@@ -80,11 +82,23 @@ class Panel:
             )
         y = self.metrics[metric][:, self.done]
         if not np.isfinite(y).any():
-            raise MemtuiError(
-                f"{self._name}: metric '{metric}' has no values yet; run `memtui extract {self._name}` "
-                "or import a table that has it."
+            # only point to extraction where it can work: a panel without token ids cannot be extracted
+            how = (
+                f"run `memtui extract {self._name} --model MODEL`"
+                if self.has_tokens
+                else "choose a metric that has values or import a table that has it"
             )
+            raise MemtuiError(f"{self._name}: metric '{metric}' has no values yet; {how}.")
         return y
+
+    @property
+    def default_metric(self) -> str:
+        """The metric shown and estimated when none is named: loglik where it has values, else the first that has."""
+        filled = [m for m, y in self.metrics.items() if self.done.any() and np.isfinite(y[:, self.done]).any()]
+        for name in (*METRICS, *self.metrics):
+            if name in filled:
+                return name
+        return "loglik" if "loglik" in self.metrics else next(iter(self.metrics))
 
     @property
     def done_steps(self) -> np.ndarray:
@@ -100,6 +114,33 @@ def _checked_array(name: str, values, dtype, shape: tuple) -> np.ndarray:
     if arr.shape != shape:
         raise MemtuiError(f"{name} has shape {arr.shape}, expected {shape}.")
     return arr.astype(dtype, copy=False)
+
+
+MAX_ATTR_CHARS = 8192  # attributes stay small enough to live in the (checksummed) object header
+
+
+def _new_file(path: Path) -> h5py.File:
+    """A new HDF5 file laid out so that every byte HDF5 must parse is covered by a checksum.
+
+    Files of the latest format checksum their metadata, except the heaps that hold "dense" attributes and
+    variable-length strings; a damaged heap can make HDF5 loop forever. So attributes are kept compact (inside the
+    checksummed object header) and strings fixed-length; raw data carries Fletcher-32 checksums (see ``_put``).
+    """
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_attr_phase_change(64, 48)
+    fid = h5py.h5f.create(os.fsencode(path), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    return h5py.File(fid)
+
+
+def _put(group: h5py.Group, name: str, data: np.ndarray, chunks: tuple | None = None) -> h5py.Dataset:
+    """A dataset written whole at its final size, with a Fletcher-32 checksum per chunk: damaged data is refused on
+    read instead of being estimated from. Rewriting a chunk in place (extraction) keeps its size, so the file never
+    grows after it is made."""
+    data = np.asarray(data)
+    chunks = chunks or (data.shape if data.size else None)
+    return group.create_dataset(name, data=data, chunks=chunks, fletcher32=chunks is not None)
 
 
 def create_panel(
@@ -163,149 +204,245 @@ def create_panel(
         lengths = np.full(n, tokens.shape[1]) if lengths is None else lengths
         lengths = _checked_array("lengths", lengths, np.int32, (n,))
 
+    root_attrs = {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "memtui_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+        "model": "",
+        **{k: str(v) for k, v in (attrs or {}).items()},
+    }
+
     def write(tmp: Path) -> None:
-        with h5py.File(tmp, "w", libver="latest") as f:
-            f.attrs.update(
-                {
-                    "format": FORMAT_NAME,
-                    "format_version": FORMAT_VERSION,
-                    "memtui_version": __version__,
-                    "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "command": " ".join(sys.argv),
-                    "model": "",
-                }
-            )
-            f.attrs.update({k: str(v) for k, v in (attrs or {}).items()})
+        with _new_file(tmp) as f:
+            for key, value in root_attrs.items():
+                f.attrs[key] = value if not isinstance(value, str) else value[:MAX_ATTR_CHARS]
             inst = f.create_group("instances")
-            inst["id"] = ids
-            inst["treatment_step"] = treatment
-            inst.create_dataset("split", data=split.astype(str).tolist(), dtype=_STR)
-            inst["source_index"] = source_index
+            _put(inst, "id", ids)
+            _put(inst, "treatment_step", treatment)
+            _put(inst, "split", np.array([str(v).encode() for v in split], dtype="S"))
+            _put(inst, "source_index", source_index)
             if tokens is not None:
-                inst.create_dataset("tokens", data=tokens, chunks=(1, tokens.shape[1]))
-                inst["length"] = lengths
+                _put(inst, "tokens", tokens, chunks=(1, tokens.shape[1]))
+                _put(inst, "length", lengths)
             ck = f.create_group("checkpoints")
-            ck["step"] = steps
-            ck["done"] = done.astype(np.uint8)
-            ck.create_dataset("revision", data=np.array(revisions, dtype="S256"))
-            ck.create_dataset("weights_hash", data=np.zeros(t, dtype="S64"))
-            ck.create_dataset("finished_at", data=np.zeros(t, dtype=np.float64))
+            _put(ck, "step", steps)
+            _put(ck, "done", done.astype(np.uint8))
+            _put(ck, "revision", np.array(revisions, dtype="S256"))
+            _put(ck, "weights_hash", np.zeros(t, dtype="S64"))
+            # written by extraction with each column: preallocated, so recording provenance never grows the file
+            _put(ck, "model", np.zeros(t, dtype="S256"))
+            _put(ck, "finished_at", np.zeros(t, dtype=np.float64))
             grp = f.create_group("metrics")
             for name in metrics:
                 data = values.get(name, np.full((n, t), np.nan))
-                ds = grp.create_dataset(name, data=data, chunks=(n, 1), dtype=np.float64)
+                ds = _put(grp, name, np.asarray(data, dtype=np.float64), chunks=(n, 1))
                 ds.attrs["sign"] = int((signs or {}).get(name, METRIC_SIGN.get(name, 1)))
             if truth:
                 tg = f.create_group("truth")
                 for key, arr in truth.items():
-                    tg[key] = np.asarray(arr)
+                    _put(tg, key, np.asarray(arr))
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, write)
     return path
 
 
-def _open(path: Path, mode: str = "r") -> h5py.File:
+def _check_file(path: Path) -> None:
+    """One-line refusals for what is not a whole panel file, before HDF5 touches it (it can hang on a cut file)."""
     if not path.exists():
         raise MemtuiError(
             f"{path}: no such file; make one with `memtui sample synthetic {path}` or `memtui import TABLE {path}`."
         )
     if path.is_dir():
         raise MemtuiError(f"{path} is a folder, not a panel file; pass the .h5 file inside it.")
-    if not h5py.is_hdf5(path):
+    try:
+        sb = read_superblock(path)
+        is_hdf5 = sb is not None or h5py.is_hdf5(path)
+        size = path.stat().st_size
+    except OSError as exc:
+        raise MemtuiError(f"{path} cannot be read ({exc.strerror or exc}).") from None
+    if not is_hdf5:
         raise MemtuiError(
             f"{path} is not an HDF5 panel file (empty, truncated or another format); "
             "rebuild it with `memtui import` or `memtui sample`."
         )
-    try:
-        if mode == "r":
-            return h5py.File(path, "r", libver="latest", swmr=True)
-        return h5py.File(path, mode, libver="latest")
-    except OSError as exc:
-        reason = str(exc).split("(")[0].strip() or "unreadable"
+    if sb is not None and not sb.checksum_ok:
+        raise MemtuiError(f"{path} is damaged (its HDF5 superblock fails its checksum); copy it again or rebuild it.")
+    if sb is not None and size < sb.needed_size:
         raise MemtuiError(
-            f"{path} cannot be opened ({reason}); it may be corrupt or half-written, or locked by another writer."
-        ) from None
+            f"{path} is truncated: {size:,} of its {sb.needed_size:,} bytes are there (an interrupted copy or "
+            "download?); copy it again."
+        )
 
 
-def _require(f: h5py.File, path: Path, name: str) -> h5py.Dataset:
-    if name not in f or not isinstance(f[name], h5py.Dataset):
+def _open(path: Path) -> h5py.File:
+    """Open a panel for reading: in SWMR mode only while a writer has it open, otherwise a plain open, which keeps
+    HDF5's own end-of-file checks. Never takes HDF5's file lock (it fails on NFS and Lustre)."""
+    _check_file(path)
+    writing = _being_written(path)
+    attempts = (True, False) if writing else (False, True)  # a writer may start or stop between the check and open
+    reason = "unreadable"
+    for swmr in attempts:
+        try:
+            return h5py.File(path, "r", libver="latest", swmr=swmr, locking=False)
+        except OSError as exc:
+            reason = str(exc).split("(")[0].strip() or reason
+    raise MemtuiError(
+        f"{path} cannot be opened ({clean(reason, 120)}); it may be corrupt or half-written: "
+        "copy it again or rebuild it."
+    )
+
+
+def _dataset(
+    f: h5py.File, path: Path, name: str, kinds: str, shape: tuple | None = None, *, optional: bool = False, label=None
+):
+    """The dataset ``name`` read whole, checked to be a dataset of one of the numpy dtype ``kinds`` and of ``shape``.
+
+    Every check is a one-line refusal: a hand-edited or damaged file must never reach the estimator in a form the
+    code did not expect (a group where a dataset belongs, ints stored where strings belong, a wrong length).
+    """
+    if name not in f:
+        if optional:
+            return None
         raise MemtuiError(f"{path}: dataset '{name}' is missing; the file is incomplete, rebuild it.")
-    return f[name]
+    obj = f.get(name, getlink=False)
+    if not isinstance(obj, h5py.Dataset):
+        found = type(obj).__name__.lower()
+        raise MemtuiError(f"{path}: {clean(name, 80)} is not a dataset (found a {found}); rebuild the panel.")
+    label = label or f"'{name}'"
+    if obj.dtype.kind not in kinds:
+        want = {"iu": "integers", "f": "floating point", "S": "strings", "SO": "strings", "iub": "flags"}.get(kinds)
+        raise MemtuiError(f"{path}: {label} is stored as {obj.dtype}, expected {want or kinds}; rebuild the panel.")
+    if shape is not None and obj.shape != shape:
+        raise MemtuiError(f"{path}: {label} has shape {obj.shape}, expected {shape}; the file is inconsistent.")
+    return obj[()]
+
+
+def _strings(values, path: Path, name: str) -> list[str]:
+    out = []
+    for v in values:
+        if not isinstance(v, bytes | str):
+            raise MemtuiError(f"{path}: '{name}' holds {type(v).__name__} values, expected strings; rebuild it.")
+        out.append(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+    return out
+
+
+def _attr_text(value) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray) and value.dtype.kind == "S":
+        return " ".join(v.decode("utf-8", "replace") for v in value.ravel())
+    return str(value)
 
 
 def read_panel(path: str | os.PathLike) -> Panel:
     """Open and validate a panel; any problem is a MemtuiError with a one-line message."""
     path = Path(path)
+    for attempt in range(_LIVE_READ_ATTEMPTS):
+        try:
+            with _open(path) as f:
+                return _read(f, path)
+        except MemtuiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes h5py raise is a one-line refusal
+            if attempt + 1 < _LIVE_READ_ATTEMPTS and _being_written(path):
+                # a column caught mid-write fails its checksum: read again rather than call a live panel damaged
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            reason = clean((str(exc).strip().splitlines() or [type(exc).__name__])[0], 160)
+            raise MemtuiError(
+                f"{path} cannot be read ({reason}); it may be corrupt or half-written: rebuild it or copy it again."
+            ) from None
+    raise AssertionError("unreachable")
+
+
+_LIVE_READ_ATTEMPTS = 5
+
+
+def _being_written(path: Path) -> bool:
     try:
-        with _open(path) as f:
-            return _read(f, path)
-    except MemtuiError:
-        raise
-    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise MemtuiError(
-            f"{path} cannot be read ({reason}); it may be corrupt or half-written: rebuild it or copy it again."
-        ) from None
+        sb = read_superblock(path)
+    except OSError:
+        return False
+    return sb is not None and sb.open_for_write
 
 
 def _read(f: h5py.File, path: Path) -> Panel:
-    if f.attrs.get("format") != FORMAT_NAME:
+    if _attr_text(f.attrs.get("format", "")) != FORMAT_NAME:
         raise MemtuiError(f"{path} is an HDF5 file but not a memtui panel; convert it with `memtui import`.")
-    version = int(f.attrs.get("format_version", -1))
+    try:
+        version = int(f.attrs.get("format_version", -1))
+    except (TypeError, ValueError):
+        version = -1
     if version != FORMAT_VERSION:
         raise MemtuiError(
             f"{path} has panel format version {version}, this memtui reads version {FORMAT_VERSION}; "
             "use a matching memtui or rebuild the panel."
         )
-    ids = _require(f, path, "instances/id")[()]
+    ids = _dataset(f, path, "instances/id", "iu")
+    if ids.ndim != 1 or len(ids) == 0:
+        raise MemtuiError(f"{path}: 'instances/id' must list at least one instance; rebuild the panel.")
     n = len(ids)
-    treatment = _require(f, path, "instances/treatment_step")[()]
-    steps = _require(f, path, "checkpoints/step")[()]
+    treatment = _dataset(f, path, "instances/treatment_step", "iu", (n,))
+    steps = _dataset(f, path, "checkpoints/step", "iu")
+    if steps.ndim != 1:
+        raise MemtuiError(f"{path}: 'checkpoints/step' has shape {steps.shape}, expected a list of steps.")
     t = len(steps)
-    done = _require(f, path, "checkpoints/done")[()]
-    for name, arr, shape in [("instances/treatment_step", treatment, (n,)), ("checkpoints/done", done, (t,))]:
-        if arr.shape != shape:
-            raise MemtuiError(f"{path}: {name} has shape {arr.shape}, expected {shape}; the file is inconsistent.")
-    if not np.issubdtype(treatment.dtype, np.integer) or not np.issubdtype(steps.dtype, np.integer):
-        raise MemtuiError(f"{path}: treatment steps and checkpoint steps must be integers; rebuild the panel.")
-    if t == 0 or np.any(np.diff(steps) <= 0):
+    done = _dataset(f, path, "checkpoints/done", "iub", (t,))
+    if t == 0 or np.any(np.diff(steps.astype(np.int64)) <= 0):
         raise MemtuiError(f"{path}: checkpoint steps are not strictly increasing; rebuild the panel.")
     if not (treatment == NEVER).any():
         raise MemtuiError(
             f"{path}: no never-treated (validation) instances, so there is no control group; "
             "add validation instances (treatment step -1)."
         )
-    if "metrics" not in f or not len(f["metrics"]):
+    if (treatment < NEVER).any():
+        raise MemtuiError(
+            f"{path}: {int((treatment < NEVER).sum())} treatment steps are below -1 (-1 means never treated); "
+            "rebuild the panel."
+        )
+    group = f.get("metrics", getlink=False)
+    if not isinstance(group, h5py.Group) or not len(group):
         raise MemtuiError(f"{path}: the panel has no metrics; rebuild it with `memtui import` or `memtui sample`.")
     metrics, signs = {}, {}
-    for name, ds in f["metrics"].items():
-        if ds.shape != (n, t):
-            raise MemtuiError(
-                f"{path}: metric '{name}' has shape {ds.shape}, expected ({n}, {t}) instances x checkpoints."
-            )
-        if not np.issubdtype(ds.dtype, np.floating):
-            raise MemtuiError(f"{path}: metric '{name}' is stored as {ds.dtype}, expected floating point.")
-        metrics[name] = ds[()].astype(np.float64, copy=False)
-        signs[name] = int(ds.attrs.get("sign", METRIC_SIGN.get(name, 1)))
-    done = done.astype(bool)
-    split = f["instances/split"].asstr()[()] if "instances/split" in f else None
-    source = f["instances/source_index"][()] if "instances/source_index" in f else None
-    truth = {k: v[()] for k, v in f["truth"].items()} if "truth" in f else None
+    for name in group:
+        shown = clean(name, 60)
+        values = _dataset(f, path, f"metrics/{name}", "f", (n, t), label=f"metric '{shown}'")
+        metrics[name] = values.astype(np.float64, copy=False)
+        try:
+            sign = int(group[name].attrs.get("sign", METRIC_SIGN.get(name, 1)))
+        except (TypeError, ValueError):
+            sign = 0
+        if sign not in (1, -1):
+            raise MemtuiError(f"{path}: metric '{shown}' has sign attribute other than +1 or -1; rebuild the panel.")
+        signs[name] = sign
+    split = _dataset(f, path, "instances/split", "SO", (n,), optional=True)
+    source = _dataset(f, path, "instances/source_index", "iu", (n,), optional=True)
+    revisions = _dataset(f, path, "checkpoints/revision", "SO", (t,), optional=True)
+    hashes = _dataset(f, path, "checkpoints/weights_hash", "SO", (t,), optional=True)
+    models = _dataset(f, path, "checkpoints/model", "SO", (t,), optional=True)
+    truth = None
+    if "truth" in f:
+        truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
+    attrs = {k: _attr_text(v) for k, v in f.attrs.items()}
+    models = _strings(models, path, "checkpoints/model") if models is not None else []
+    if not attrs.get("model") and any(models):
+        attrs["model"] = ", ".join(dict.fromkeys(m for m in models if m))  # who scored the checkpoints
     return Panel(
-        ids=ids,
+        ids=ids.astype(np.int64),
         treatment=treatment.astype(np.int64),
         steps=steps.astype(np.int64),
-        done=done,
+        done=done.astype(bool),
         metrics=metrics,
-        split=split,
+        split=np.array(_strings(split, path, "instances/split"), dtype=object) if split is not None else None,
         source_index=source,
-        revisions=[r.decode() for r in f["checkpoints/revision"][()]] if "checkpoints/revision" in f else [],
-        weight_hashes=[h.decode() for h in f["checkpoints/weights_hash"][()]]
-        if "checkpoints/weights_hash" in f
-        else [],
+        revisions=_strings(revisions, path, "checkpoints/revision") if revisions is not None else [],
+        weight_hashes=_strings(hashes, path, "checkpoints/weights_hash") if hashes is not None else [],
+        models=models,
         signs=signs,
-        attrs={k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()},
+        attrs=attrs,
         truth=truth,
         path=path,
         has_tokens="instances/tokens" in f,
@@ -334,7 +471,7 @@ class PanelWriter:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        _open(self.path).close()  # the usual one-line errors for a missing or foreign file
+        _check_file(self.path)  # the usual one-line errors for a missing, foreign, cut or damaged file
         fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
         fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
         fapl.set_fclose_degree(h5py.h5f.CLOSE_STRONG)
@@ -346,9 +483,11 @@ class PanelWriter:
         self._f = h5py.File(fid)
         try:
             self.panel = _read(self._f, self.path)
-        except Exception:
+        except BaseException as exc:
             self._f.close()
-            raise
+            if isinstance(exc, MemtuiError) or not isinstance(exc, Exception):
+                raise
+            raise MemtuiError(f"{self.path} cannot be read ({clean(exc, 160)}); it may be corrupt.") from None
 
     def __enter__(self) -> PanelWriter:
         return self
@@ -361,7 +500,13 @@ class PanelWriter:
             self._f.close()
 
     def write_checkpoint(
-        self, index: int, columns: Mapping[str, np.ndarray], *, revision: str | None = None, weights_hash: str = ""
+        self,
+        index: int,
+        columns: Mapping[str, np.ndarray],
+        *,
+        revision: str | None = None,
+        weights_hash: str = "",
+        model: str = "",
     ) -> None:
         f = self._f
         n = self.panel.n_instances
@@ -372,17 +517,10 @@ class PanelWriter:
         if revision is not None:
             f["checkpoints/revision"][index] = revision.encode()[:256]
         f["checkpoints/weights_hash"][index] = weights_hash.encode()[:64]
+        if "checkpoints/model" in f:  # panels made before it existed keep their provenance in the progress file
+            f["checkpoints/model"][index] = model.encode()[:256]
         f["checkpoints/finished_at"][index] = time.time()
         f.flush()
         f["checkpoints/done"][index] = 1
         f.flush()
         self.panel.done[index] = True
-
-
-def set_attrs(path: str | os.PathLike, **attrs: str) -> None:
-    """Change provenance attributes (e.g. the model name) of a panel no writer has open; SWMR cannot change them."""
-    with h5py.File(path, "r", libver="latest", swmr=True) as f:
-        current = {k: (v.decode() if isinstance(v, bytes) else str(v)) for k, v in f.attrs.items()}
-    if any(current.get(k) != str(v) for k, v in attrs.items()):
-        with h5py.File(path, "r+", libver="latest", locking=False) as f:
-            f.attrs.update({k: str(v) for k, v in attrs.items()})

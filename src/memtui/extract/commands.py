@@ -73,33 +73,11 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_demo)
 
 
-def _fmt_time(seconds) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(seconds)
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h{m:02d}m" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
-
-
 def describe(progress: dict) -> str:
-    """One line for a progress record."""
-    state = progress.get("state", "?")
-    parts = [state]
-    if progress.get("K"):
-        step = progress.get("checkpoint")
-        parts.append(
-            f"checkpoint {progress.get('k', 0)}/{progress['K']}" + (f" (step {step})" if step is not None else "")
-        )
-    if progress.get("instances_total"):
-        parts.append(f"{progress.get('instances_done', 0)}/{progress['instances_total']} instances")
-    if progress.get("tokens_per_s"):
-        parts.append(f"{progress['tokens_per_s']:,.0f} tokens/s")
-    if state == "running" and progress.get("eta_s") is not None:
-        parts.append(f"ETA {_fmt_time(progress['eta_s'])}")
-    if progress.get("last_error"):
-        parts.append(f"error: {progress['last_error']}")
-    return ", ".join(parts)
+    """One line for a progress record (kept here for callers of the old name)."""
+    from .progress import describe as describe_record
+
+    return describe_record(progress)
 
 
 def cmd_extract(args) -> int:
@@ -111,7 +89,7 @@ def cmd_extract(args) -> int:
         if jobs.cancel(args.panel):
             print(f"sent SIGTERM to the extraction of {args.panel}; it stops after the current batch (resumable)")
             return 0
-        print(f"no extraction is running on {args.panel}")
+        print(f"no extraction is running on {args.panel} (no process holds its writer lock); nothing was signalled")
         return 1
     if not args.model:
         raise MemtuiError("--model is required: a Hugging Face repo id or a folder of checkpoint folders (stepN/).")
@@ -163,13 +141,15 @@ def cmd_extract(args) -> int:
 
 
 def _bar(p: dict, width: int = 24) -> str:
+    from .progress import fmt_duration
+
     n, total = p.get("instances_done", 0), max(1, p.get("instances_total") or 1)
     filled = int(width * n / total)
     bar = "#" * filled + "-" * (width - filled)
     rate = f"{p['tokens_per_s']:,.0f} tok/s" if p.get("tokens_per_s") else ""
     return (
         f"[{p.get('k', 0)}/{p.get('K', 0)}] step {p.get('checkpoint')} [{bar}] {n}/{total} {rate} "
-        f"ETA {_fmt_time(p.get('eta_s'))}"
+        f"ETA {fmt_duration(p.get('eta_s'))}"
     )
 
 
@@ -194,6 +174,9 @@ def cmd_status(args) -> int:
             print(f"  {done}; log {progress.get('log')}")
             for w in progress.get("warnings") or []:
                 print(f"  warning: {w}")
+            if progress.get("state") == "unreadable":
+                print(f"  the progress file {jobs.progress_path(args.panel)} is not a progress record; a rerun of "
+                      "`memtui extract` replaces it")  # fmt: skip
             if progress.get("state") in ("stale", "cancelled", "failed"):
                 print(f"  rerun `memtui extract {args.panel} --model {progress.get('model') or 'MODEL'}` to resume")
             return 0 if progress.get("state") != "failed" else 1

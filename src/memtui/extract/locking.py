@@ -1,14 +1,17 @@
-"""One writer per panel: an advisory lock file next to it, and recovery of a panel whose writer was killed.
+"""One writer per panel: an advisory lock file next to it, and a verified answer to "which process writes it?".
 
 The lock is an ``flock`` on ``PANEL.lock``; the kernel drops it when the holding process dies, however it dies, so a
-crashed worker never leaves a stale lock. HDF5 itself marks a file "open for (SWMR) write" in its superblock and
-refuses a new writer while the mark is there; a writer killed with SIGKILL leaves the mark behind. Because SWMR
-writes keep the file consistent at every flush, clearing the mark (what ``h5clear -s`` does) is safe once we hold
-the lock, and :func:`clear_writer_mark` does exactly that.
+crashed worker never leaves a stale lock. The file also records the holder's pid, but a pid alone proves nothing (it
+may be reused, or the file forged): :func:`verified_holder` accepts it only if the kernel confirms that this pid holds
+the flock on this very file (``/proc/locks``), which is what lets ``--cancel`` signal a process safely.
+
+The files memtui creates beside a panel are opened without following symbolic links: a link planted at
+``PANEL.lock`` would otherwise let a run truncate whatever it points at.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
@@ -21,6 +24,19 @@ def lock_path(panel: str | os.PathLike) -> Path:
     return panel.with_name(panel.name + ".lock")
 
 
+def open_beside(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` for a file memtui keeps beside a panel, refusing a symbolic link there (one-line error)."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or path.is_symlink():
+            raise MemtuiError(
+                f"{path} is a symbolic link; memtui does not follow links for the files it keeps beside a panel: "
+                "remove it and rerun."
+            ) from None
+        raise MemtuiError(f"cannot open {path}: {exc.strerror or exc}.") from None
+
+
 class PanelLock:
     """Exclusive, non-blocking writer lock on a panel (context manager)."""
 
@@ -30,7 +46,7 @@ class PanelLock:
         self._fd: int | None = None
 
     def acquire(self) -> PanelLock:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = open_beside(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -41,8 +57,13 @@ class PanelLock:
                 f"{self.panel} is being written by another extraction{who}; follow it with "
                 f"`memtui status {self.panel}` or stop it with `memtui extract {self.panel} --cancel`."
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a full disk: the lock still holds, only the pid note is missing
+            if exc.errno != errno.ENOSPC:
+                os.close(fd)
+                raise MemtuiError(f"cannot write {self.path}: {exc.strerror or exc}.") from None
         self._fd = fd
         return self
 
@@ -61,9 +82,12 @@ class PanelLock:
 
 def is_locked(panel: str | os.PathLike) -> bool:
     path = lock_path(panel)
-    if not path.exists():
+    if not path.exists() or path.is_symlink():
         return False
-    fd = os.open(path, os.O_RDONLY)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -74,95 +98,52 @@ def is_locked(panel: str | os.PathLike) -> bool:
 
 
 def holder_pid(panel: str | os.PathLike) -> int | None:
-    try:
-        return int(lock_path(panel).read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+    """The pid the lock file names (unverified: for messages only)."""
+    path = lock_path(panel)
+    if path.is_symlink():
         return None
+    try:
+        pid = int(path.read_text()[:32].split()[0])
+    except (OSError, ValueError, IndexError, UnicodeDecodeError):
+        return None
+    return pid if pid > 0 else None
 
 
-# --- HDF5 superblock: clear the "open for write / SWMR write" flags left by a killed writer ---------------------
-
-_SIGNATURE = b"\x89HDF\r\n\x1a\n"
-_MASK = 0xFFFFFFFF
-
-
-def _rot(x: int, k: int) -> int:
-    return ((x << k) | (x >> (32 - k))) & _MASK
-
-
-def lookup3(data: bytes, initval: int = 0) -> int:
-    """Bob Jenkins' lookup3 ``hashlittle``, the checksum HDF5 uses for its metadata."""
-    n = len(data)
-    a = b = c = (0xDEADBEEF + n + initval) & _MASK
-    i = 0
-    while n > 12:
-        a = (a + int.from_bytes(data[i : i + 4], "little")) & _MASK
-        b = (b + int.from_bytes(data[i + 4 : i + 8], "little")) & _MASK
-        c = (c + int.from_bytes(data[i + 8 : i + 12], "little")) & _MASK
-        a = (a - c) & _MASK
-        a ^= _rot(c, 4)
-        c = (c + b) & _MASK
-        b = (b - a) & _MASK
-        b ^= _rot(a, 6)
-        a = (a + c) & _MASK
-        c = (c - b) & _MASK
-        c ^= _rot(b, 8)
-        b = (b + a) & _MASK
-        a = (a - c) & _MASK
-        a ^= _rot(c, 16)
-        c = (c + b) & _MASK
-        b = (b - a) & _MASK
-        b ^= _rot(a, 19)
-        a = (a + c) & _MASK
-        c = (c - b) & _MASK
-        c ^= _rot(b, 4)
-        b = (b + a) & _MASK
-        n -= 12
-        i += 12
-    if n == 0:
-        return c
-    tail = data[i : i + n] + bytes(12 - n)
-    a = (a + int.from_bytes(tail[0:4], "little")) & _MASK
-    b = (b + int.from_bytes(tail[4:8], "little")) & _MASK
-    c = (c + int.from_bytes(tail[8:12], "little")) & _MASK
-    c ^= b
-    c = (c - _rot(b, 14)) & _MASK
-    a ^= c
-    a = (a - _rot(c, 11)) & _MASK
-    b ^= a
-    b = (b - _rot(a, 25)) & _MASK
-    c ^= b
-    c = (c - _rot(b, 16)) & _MASK
-    a ^= c
-    a = (a - _rot(c, 4)) & _MASK
-    b ^= a
-    b = (b - _rot(a, 14)) & _MASK
-    c ^= b
-    c = (c - _rot(b, 24)) & _MASK
-    return c
+def _flock_holders(path: Path) -> set[int] | None:
+    """Pids holding an flock on ``path`` according to the kernel, or None where /proc/locks is not available."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return None
+    holders = set()
+    for line in text.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 12345 08:01:123456 0 EOF" (blocked waiters carry a "->" and are skipped)
+        if len(parts) < 6 or parts[1] != "FLOCK" or "->" in parts:
+            continue
+        try:
+            pid = int(parts[4])
+            inode = int(parts[5].rsplit(":", 1)[1])
+        except (ValueError, IndexError):
+            continue
+        if inode == st.st_ino:
+            holders.add(pid)
+    return holders
 
 
-def clear_writer_mark(path: str | os.PathLike) -> bool:
-    """Clear the superblock's write/SWMR-write flags (``h5clear -s``); True if they were set.
+def verified_holder(panel: str | os.PathLike) -> int | None:
+    """The pid of the process that holds this panel's writer lock, confirmed by the kernel; None if none does.
 
-    Only call this while holding the panel's lock: it is how a resumed run reopens a panel whose writer was killed.
+    Where /proc/locks exists (Linux) the pid must be one the kernel lists as holding the flock on this lock file's
+    inode; elsewhere the lock must be held and the recorded pid alive. Nothing else is ever treated as the writer.
     """
-    with open(path, "r+b") as f:
-        head = f.read(48)
-        if len(head) < 48 or head[:8] != _SIGNATURE or head[8] not in (2, 3):
-            return False  # older superblock versions keep no such flags
-        size_offsets = head[9]
-        end = 12 + 4 * size_offsets  # base, extension, end-of-file and root-group addresses
-        if head[11] == 0:
-            return False
-        f.seek(0)
-        block = bytearray(f.read(end + 4))
-        if int.from_bytes(block[end : end + 4], "little") != lookup3(bytes(block[:end])):
-            return False  # not a superblock we understand; leave it alone
-        block[11] = 0
-        block[end : end + 4] = lookup3(bytes(block[:end])).to_bytes(4, "little")
-        f.seek(0)
-        f.write(block)
-        f.flush()
-        os.fsync(f.fileno())
-    return True
+    if not is_locked(panel):
+        return None
+    pid = holder_pid(panel)
+    holders = _flock_holders(lock_path(panel))
+    if holders is not None:
+        if pid in holders:
+            return pid
+        return min(holders) if len(holders) == 1 else None
+    return pid

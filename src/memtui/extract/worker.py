@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -23,11 +22,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from memtui.errors import MemtuiError
-from memtui.files import atomic_write
-from memtui.panel import PanelWriter, read_panel, read_tokens, set_attrs
+from memtui.panel import PanelWriter, read_panel, read_tokens
+from memtui.superblock import clear_writer_flags
+from memtui.text import clean
 
+from . import progress as records
 from .checkpoints import Prefetcher, Source, copy_weights, parse_checkpoints
-from .locking import PanelLock, clear_writer_mark
+from .jobs import check_free_space
+from .locking import PanelLock, open_beside
+from .progress import log_path, progress_path
+
+__all__ = ["run", "main", "progress_path", "log_path", "check_tokens"]
 
 if TYPE_CHECKING:
     import torch
@@ -35,49 +40,15 @@ if TYPE_CHECKING:
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 
 
-def progress_path(panel: str | os.PathLike) -> Path:
-    panel = Path(panel)
-    return panel.with_name(panel.name + ".progress.json")
-
-
-def log_path(panel: str | os.PathLike) -> Path:
-    panel = Path(panel)
-    return panel.with_name(panel.name + ".extract.log")
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1)))
-
-
 class Progress:
     """What the worker publishes; ``publish`` is throttled unless forced."""
 
     def __init__(self, panel: Path, on_update: Callable[[dict], None] | None = None, interval: float = 1.0):
-        self.path = progress_path(panel)
+        self.panel = panel
         self.on_update = on_update
         self.interval = interval
         self._last = 0.0
-        self.data = {
-            "state": "running",
-            "pid": os.getpid(),
-            "panel": str(panel),
-            "model": "",
-            "checkpoint": None,
-            "k": 0,
-            "K": 0,
-            "instances_done": 0,
-            "instances_total": 0,
-            "tokens_per_s": None,
-            "eta_s": None,
-            "last_error": None,
-            "warnings": [],
-            "batch_size": None,
-            "device": None,
-            "dtype": None,
-            "started": time.time(),
-            "updated": time.time(),
-            "log": str(log_path(panel)),
-        }
+        self.data = records.new_record(panel, batch_size=None, device=None, dtype=None)
 
     def publish(self, force: bool = False, **fields) -> None:
         self.data.update(fields)
@@ -88,8 +59,8 @@ class Progress:
             return
         self._last = now
         self.data["updated"] = now
-        with contextlib.suppress(OSError):  # progress is informative; never let it stop the run
-            write_json_atomic(self.path, self.data)
+        with contextlib.suppress(OSError):  # progress is informative; never let it stop the run (e.g. a full disk)
+            records.publish(self.panel, self.data)
 
 
 def to_body_dtype(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -124,6 +95,38 @@ def plan_steps(panel_steps: np.ndarray, done: np.ndarray, requested: list[int] |
         if absent:
             raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
     return pending
+
+
+def check_tokens(tokens: np.ndarray, lengths: np.ndarray, vocab: int, panel_path) -> None:
+    """Every token id inside its row's length must be in [0, vocab): refused before any checkpoint is scored (an
+    embedding lookup with a bad id would fail mid-run, or on some devices read garbage)."""
+    inside = np.arange(tokens.shape[1])[None, :] < np.asarray(lengths)[:, None]
+    ids = tokens[inside]
+    if not ids.size:
+        return
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        bad = int(((ids < 0) | (ids >= vocab)).sum())
+        raise MemtuiError(
+            f"{panel_path}: {bad} token ids lie outside the model's vocabulary [0, {vocab}) (smallest {low}, largest "
+            f"{high}); the panel was built from another tokenizer's ids: rebuild it with this model's tokens."
+        )
+
+
+def _append_to_log(panel_path: Path, text: str) -> Path | None:
+    """Append ``text`` to the panel's extraction log (never through a link); the log's path, or None if unwritable."""
+    path = log_path(panel_path)
+    try:
+        fd = open_beside(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    except MemtuiError:
+        return None
+    try:
+        os.write(fd, text.encode("utf-8", "replace"))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return path
 
 
 def auto_batch(device, n: int, length: int) -> int:
@@ -161,6 +164,8 @@ def run(
     panel_path = Path(panel_path)
     stop = stop or threading.Event()
     requested = parse_checkpoints(checkpoints)
+    read_panel(panel_path)  # the one-line refusals for a missing, foreign, cut or damaged panel come first
+    check_free_space(panel_path.resolve())
     with PanelLock(panel_path):
         progress = Progress(panel_path, on_update)
         previous = {}
@@ -183,10 +188,12 @@ def run(
             if isinstance(exc, KeyboardInterrupt):
                 progress.publish(force=True, state="cancelled", last_error="interrupted")
                 raise
-            progress.publish(force=True, state="failed", last_error=msg.splitlines()[0] if msg else repr(exc))
+            first = clean(msg.splitlines()[0] if msg else repr(exc), 300)
+            progress.publish(force=True, state="failed", last_error=first)
             if not isinstance(exc, MemtuiError):
-                log(traceback.format_exc())
-                raise MemtuiError(f"extraction failed: {msg.splitlines()[0] if msg else repr(exc)}") from exc
+                # the traceback is for a bug report: it goes to the log, the user sees one line that points there
+                where = _append_to_log(panel_path, traceback.format_exc())
+                raise MemtuiError(f"extraction failed: {first}" + (f" (details in {where})" if where else "")) from exc
             raise
         finally:
             for sig, handler in previous.items():
@@ -199,7 +206,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
 
     from .scoring import Scorer, check_head, resolve_device, resolve_dtype
 
-    if clear_writer_mark(panel_path):
+    if clear_writer_flags(panel_path):
         log(f"{panel_path}: cleared the write mark left by a killed writer; resuming")
     panel = read_panel(panel_path)
     tokens, lengths = read_tokens(panel_path)
@@ -231,7 +238,6 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
         f"extracting {len(steps)} checkpoint(s) of {model_name} into {panel_path} on {dev} ({body_dtype}), "
         f"{n} instances, {tokens_per_ckpt} tokens per checkpoint"
     )
-    set_attrs(panel_path, model=model_name)
 
     bs = auto_batch(dev, n, int(lengths.max())) if str(batch_size) == "auto" else int(batch_size)
     if bs <= 0:
@@ -250,14 +256,11 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
                     net = to_body_dtype(loaded.model.to(dev), body_dtype)
                     scorer = Scorer(net, dev, chunk)
                     check_head(net, scorer, scorer.vocab)
+                    check_tokens(tokens, lengths, scorer.vocab, panel_path)  # every checkpoint shares the vocabulary
                 else:
                     copy_weights(net, loaded.model)
                     scorer.refresh_head()
                 del loaded.model
-                if int(tokens.max()) >= scorer.vocab:
-                    raise MemtuiError(
-                        f"the panel has token id {int(tokens.max())} but the model's vocabulary has {scorer.vocab}."
-                    )
                 if loaded.weights_hash in known_hashes and known_hashes[loaded.weights_hash] != step:
                     warning = (
                         f"step {step} has the same weights as step {known_hashes[loaded.weights_hash]} "
@@ -297,7 +300,7 @@ def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, re
                 if stop.is_set():
                     break
                 writer.write_checkpoint(
-                    step_index[step], cols, revision=loaded.revision, weights_hash=loaded.weights_hash
+                    step_index[step], cols, revision=loaded.revision, weights_hash=loaded.weights_hash, model=model_name
                 )
                 progress.data["checkpoints_done"] = int(writer.panel.done.sum())
                 rate = done_tokens / max(time.time() - t_start, 1e-9)
@@ -331,7 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def log(msg: str) -> None:
-        print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
+        with contextlib.suppress(OSError):  # the log is stdout on a file that may be full: the run goes on
+            print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
 
     try:
         state = run(
