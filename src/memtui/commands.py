@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
 from memtui.errors import MemtuiError
+from memtui.text import clean
+
+# Panel attributes `info` shows first, in this order; any other attribute follows.
+_PROVENANCE = ("model", "created", "command", "memtui_version", "source")
+_FORMAT_ATTRS = ("format", "format_version")
 
 
 def register(sub) -> None:
@@ -51,7 +58,16 @@ def register(sub) -> None:
     p.add_argument("--macro-steps", type=int, default=1000, help="steps between checkpoints, for --from-seq-idx")
     p.add_argument("--metrics", help="comma-separated metric columns (default: every other numeric column)")
     p.add_argument(
-        "--never-value", type=float, action="append", default=[], help="treatment value meaning never treated (e.g. 0)"
+        "--never-value",
+        type=float,
+        action="append",
+        default=[],
+        help="treatment value meaning never treated, besides -1 (e.g. 0); repeat for several",
+    )
+    p.add_argument(
+        "--drop-missing-treatment",
+        action="store_true",
+        help="leave out units whose treatment is empty (refused otherwise), and say how many",
     )
     p.add_argument("--lower-is-better", default="", help="comma-separated metrics where lower is better (e.g. rank)")
     p.add_argument("--force", action="store_true", help="overwrite an existing panel")
@@ -61,19 +77,34 @@ def register(sub) -> None:
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
     s = kinds.add_parser("synthetic", help="a simulated panel with a known true memorisation profile")
     s.add_argument("panel", type=Path)
-    s.add_argument("--cohorts", type=int, default=20)
-    s.add_argument("--per-cohort", type=int, default=20)
-    s.add_argument("--never", type=int, default=200, help="never-treated (validation) instances")
-    s.add_argument("--checkpoints", type=int, default=21)
+    s.add_argument("--cohorts", type=_count, default=20)
+    s.add_argument("--per-cohort", type=_count, default=20)
+    s.add_argument("--never", type=_count, default=200, help="never-treated (validation) instances")
+    s.add_argument("--checkpoints", type=_count, default=21)
     s.add_argument("--effect", type=float, default=1.0, help="scale of the true effect (0 = no memorisation)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--force", action="store_true")
     s.set_defaults(func=cmd_sample_synthetic)
 
 
+def _count(text: str) -> int:
+    """A whole number, also in the 1e5 notation people use for sizes."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number")
+    return int(value)
+
+
 def add_settings_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("estimation")
-    g.add_argument("-m", "--metric", default="loglik", help="metric to estimate [loglik]")
+    g.add_argument("-m", "--metric", help="metric to estimate [loglik, else the first metric with values]")
     g.add_argument("--estimator", default="did", choices=["did", "difference"])
     g.add_argument("--base-period", default="varying", choices=["varying", "universal"])
     g.add_argument("--control-group", default="never_treated", choices=["never_treated", "not_yet_treated"])
@@ -87,11 +118,12 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
 
 
-def settings_from_args(args):
+def settings_from_args(args, panel):
+    """Settings from the command line; without --metric, the panel's default metric (the first with values)."""
     from memtui.estimate import Settings
 
     return Settings(
-        metric=args.metric,
+        metric=args.metric if args.metric is not None else panel.default_metric,
         estimator=args.estimator,
         base_period=args.base_period,
         control_group=args.control_group,
@@ -126,7 +158,7 @@ def _estimate(args):
     from memtui.panel import read_panel
 
     panel = read_panel(args.panel)
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, panel)
     run = estimate if args.no_cache else cached_estimate
     return panel, run(panel, settings, _progress_bar())
 
@@ -143,26 +175,47 @@ def cmd_info(args) -> int:
     p = read_panel(args.panel)
     treated = p.treatment != NEVER
     cohorts = np.unique(p.treatment[treated])
-    print(f"panel      {p.path}")
+    print(f"panel      {clean(p.path)}")
     print(f"instances  {p.n_instances} ({int(treated.sum())} treated in {len(cohorts)} cohorts, "
           f"{int((~treated).sum())} never treated)")  # fmt: skip
     if len(cohorts):
         print(f"cohorts    steps {cohorts[0]} .. {cohorts[-1]}")
+    folded = _folded_note(p.treatment, p.steps)
+    if folded:
+        print(f"folded     {folded}")
     done = p.done_steps
     span = f", steps {done[0]} .. {done[-1]}" if len(done) else ""
     print(f"checkpoints {int(p.done.sum())}/{p.n_checkpoints} completed{span}")
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0
         better = "higher" if p.sign(name) > 0 else "lower"
-        label = METRIC_LABEL.get(name, name)
-        print(f"metric     {name:<10} {label} ({better} is better), {coverage:.1%} filled")
+        label = clean(METRIC_LABEL.get(name, name), 80)
+        print(f"metric     {clean(name, 80):<10} {label} ({better} is better), {coverage:.1%} filled")
     print(f"tokens     {'stored' if p.has_tokens else 'not stored'}")
     if p.truth is not None:
         print("truth      simulated panel: the true profile is stored")
-    for key in ("model", "created", "command", "memtui_version"):
-        if p.attrs.get(key):
-            print(f"{key:<10} {p.attrs[key]}")
+    for key, value in _provenance(p.attrs):
+        print(f"{clean(key, 40):<10} {clean(value)}")
     return 0
+
+
+def _provenance(attrs: dict[str, str]) -> list[tuple[str, str]]:
+    """The panel's non-empty attributes, the usual provenance first; the format markers are implied by reading it."""
+    rest = sorted(k for k in attrs if k not in _PROVENANCE and k not in _FORMAT_ATTRS)
+    return [(k, attrs[k]) for k in (*_PROVENANCE, *rest) if attrs.get(k)]
+
+
+def _folded_note(treatment: np.ndarray, steps: np.ndarray) -> str | None:
+    """How many instances the documented rule moves forward to the next checkpoint, if any."""
+    from memtui.importing import FOLDED_RULE, count_folded
+
+    folded = count_folded(treatment, steps)
+    return f"{folded} instances have a treatment step between checkpoints: {FOLDED_RULE}" if folded else None
+
+
+def _notes(res) -> list[str]:
+    """The estimate's notes (folded cohorts, left-out instances), safe to print: metric names come from the file."""
+    return [clean(n, limit=None) for n in res.notes]
 
 
 def _fmt_row(r: dict) -> str:
@@ -177,7 +230,8 @@ def cmd_estimate(args) -> int:
     s = res.settings
     cells = res.cells
     post = cells.filter(~cells["pre_treatment"])
-    print(f"{panel.path}: {s.metric} ({METRIC_LABEL.get(s.metric, s.metric)}), estimator {s.estimator}, "
+    metric = f"{clean(s.metric, 80)} ({clean(METRIC_LABEL.get(s.metric, s.metric), 80)})"
+    print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
           f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
     band = f"simultaneous {1 - s.alpha:.0%} band, crit {res.crit:.3f}" if s.draws else "pointwise, no bootstrap"
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
@@ -205,7 +259,7 @@ def cmd_estimate(args) -> int:
         )
         print(f"pre-trend      {pt['n_cells']} placebo cells (c < g): sup-t {pt['sup_t']:.3f}, "
               f"p = {pt['p_value']:.3f}, {pt['n_significant']} significant; {verdict}")  # fmt: skip
-    for note in res.notes:
+    for note in _notes(res):
         print(f"note           {note}")
     return 0
 
@@ -216,12 +270,26 @@ def cmd_export(args) -> int:
     _, res = _estimate(args)
     rows = export_csv(res, args.output, args.scope, args.significant_only)
     which = "significant " if args.significant_only else ""
-    print(f"wrote {rows} {which}{args.scope} estimates to {args.output}")
+    print(f"wrote {rows} {which}{args.scope} estimates of {clean(res.settings.metric, 80)} to {clean(args.output)}")
+    for note in _notes(res):
+        print(f"note   {note}")
     return 0
 
 
+def _check_output(path: Path, force: bool, source: Path | None = None) -> None:
+    """Refuse, before any work, an output path that cannot take a new panel."""
+    if path.is_dir():
+        raise MemtuiError(f"{path} is a folder; give a panel file name such as {path / 'panel.h5'}.")
+    if not path.parent.is_dir():
+        raise MemtuiError(f"cannot write {path}: {path.parent} is not an existing folder; create it first.")
+    if source is not None and path.exists() and source.exists() and os.path.samefile(path, source):
+        raise MemtuiError(f"{path} is the table being imported; write the panel to another file.")
+    if path.exists() and not force:
+        raise MemtuiError(f"{path} already exists; pass --force to overwrite it or choose another path.")
+
+
 def cmd_import(args) -> int:
-    from memtui.importing import ImportSpec, import_table, read_table
+    from memtui.importing import ImportSpec, check_spec, import_table, read_table
 
     spec = ImportSpec(
         unit=args.unit,
@@ -233,18 +301,32 @@ def cmd_import(args) -> int:
         batch_size=args.batch_size,
         macro_steps=args.macro_steps,
         lower_is_better=tuple(m for m in args.lower_is_better.split(",") if m),
+        drop_missing_treatment=args.drop_missing_treatment,
     )
+    check_spec(spec)
+    _check_output(args.panel, args.force, source=args.table)
     table = read_table(args.table)
-    path = import_table(table, args.panel, spec, overwrite=args.force, attrs={"source": str(args.table)})
-    print(f"wrote {path}; see `memtui info {path}`")
+    done = import_table(table, args.panel, spec, overwrite=args.force, attrs={"source": str(args.table)})
+    for line in done.lines():
+        print(clean(line, limit=None))
+    print(f"see `memtui info {clean(done.path)}`")
     return 0
 
 
-def cmd_sample_synthetic(args) -> int:
-    from memtui.synthetic import Simulation, write_synthetic
+def _simulation(args):
+    """The simulation the options describe, refused up front when it makes no sense or cannot fit in memory."""
+    from memtui.memory import require_memory, require_shape
+    from memtui.synthetic import Simulation
 
-    if min(args.cohorts, args.per_cohort, args.never) < 1 or args.checkpoints < 2:
-        raise MemtuiError("a synthetic panel needs at least 1 cohort, 1 instance each, 1 never-treated, 2 checkpoints.")
+    for name, value in (("--cohorts", args.cohorts), ("--per-cohort", args.per_cohort), ("--never", args.never)):
+        if value < 1:
+            raise MemtuiError(f"{name} must be at least 1, not {value}.")
+    if args.checkpoints < 2:
+        raise MemtuiError(f"--checkpoints must be at least 2, not {args.checkpoints}.")
+    if args.seed < 0:
+        raise MemtuiError(f"--seed must be 0 or more, not {args.seed}.")
+    if not math.isfinite(args.effect):
+        raise MemtuiError(f"--effect must be a finite number, not {args.effect}.")
     sim = Simulation(
         n_cohorts=args.cohorts,
         per_cohort=args.per_cohort,
@@ -253,7 +335,24 @@ def cmd_sample_synthetic(args) -> int:
         effect=args.effect,
         seed=args.seed,
     )
+    fix = "use fewer --cohorts, --per-cohort, --never or --checkpoints"
+    size = f"a panel of {sim.n_instances:,} instances x {sim.n_checkpoints:,} checkpoints"
+    require_memory(sim.memory_needed(), size, fix)
+    require_shape(sim.n_instances, sim.n_checkpoints, fix)
+    if args.cohorts >= args.checkpoints:
+        raise MemtuiError(
+            f"{args.cohorts} cohorts need at least {args.cohorts + 1} checkpoints (cohort k is first trained at "
+            f"checkpoint k); pass --checkpoints {args.cohorts + 1} or fewer --cohorts."
+        )
+    return sim
+
+
+def cmd_sample_synthetic(args) -> int:
+    from memtui.synthetic import write_synthetic
+
+    sim = _simulation(args)
+    _check_output(args.panel, args.force)
     path = write_synthetic(args.panel, sim, overwrite=args.force)
-    print(f"wrote {path}: {args.cohorts} cohorts x {args.per_cohort} + {args.never} never treated, "
+    print(f"wrote {clean(path)}: {args.cohorts} cohorts x {args.per_cohort} + {args.never} never treated, "
           f"{args.checkpoints} checkpoints")  # fmt: skip
     return 0

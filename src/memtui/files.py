@@ -32,7 +32,8 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     except OSError as exc:
         if isinstance(exc, WriteError):
             raise
-        reason = exc.strerror or (str(exc).splitlines() or [type(exc).__name__])[0]
+        # h5py puts HDF5's whole error stack in strerror; the errno says it in words a user reads
+        reason = os.strerror(exc.errno) if exc.errno else (str(exc).splitlines() or [type(exc).__name__])[0]
         kept = "; the existing file is unchanged" if path.exists() else ""
         raise WriteError(f"cannot write {path}: {reason}{kept}.") from None
     finally:

@@ -119,19 +119,32 @@ def _checked_array(name: str, values, dtype, shape: tuple) -> np.ndarray:
 MAX_ATTR_CHARS = 8192  # attributes stay small enough to live in the (checksummed) object header
 
 
-def _new_file(path: Path) -> h5py.File:
-    """A new HDF5 file laid out so that every byte HDF5 must parse is covered by a checksum.
+def _new_file(name: str = "panel.h5") -> h5py.File:
+    """A new HDF5 file, in memory, laid out so that every byte HDF5 must parse is covered by a checksum.
 
     Files of the latest format checksum their metadata, except the heaps that hold "dense" attributes and
     variable-length strings; a damaged heap can make HDF5 loop forever. So attributes are kept compact (inside the
     checksummed object header) and strings fixed-length; raw data carries Fletcher-32 checksums (see ``_put``).
+    The file is built in memory and saved with :func:`_save`: HDF5 itself never writes to a disk that can fill up
+    (on ENOSPC it leaves objects that crash the interpreter when they are freed).
     """
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    fapl.set_fapl_core(1 << 20, False)
     fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
     fcpl.set_attr_phase_change(64, 48)
-    fid = h5py.h5f.create(os.fsencode(path), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    fid = h5py.h5f.create(os.fsencode(name), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     return h5py.File(fid)
+
+
+def _save(f: h5py.File, path: Path) -> None:
+    """Write the in-memory file ``f`` to ``path`` with plain I/O (errors are ordinary OSErrors) and sync it."""
+    f.flush()
+    image = f.id.get_file_image()
+    with open(path, "wb") as out:
+        out.write(image)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def _put(group: h5py.Group, name: str, data: np.ndarray, chunks: tuple | None = None) -> h5py.Dataset:
@@ -215,7 +228,7 @@ def create_panel(
     }
 
     def write(tmp: Path) -> None:
-        with _new_file(tmp) as f:
+        with _new_file(tmp.name) as f:
             for key, value in root_attrs.items():
                 f.attrs[key] = value if not isinstance(value, str) else value[:MAX_ATTR_CHARS]
             inst = f.create_group("instances")
@@ -243,6 +256,7 @@ def create_panel(
                 tg = f.create_group("truth")
                 for key, arr in truth.items():
                     _put(tg, key, np.asarray(arr))
+            _save(f, tmp)
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, write)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memtui.errors import MemtuiError
 from memtui.panel import NEVER, create_panel
 
 # per metric: (sign, level, trend amplitude, instance sd, noise sd, peak effect)
@@ -34,6 +35,14 @@ class Simulation:
     late_boost: float = 1.0  # the last cohort's peak is (1 + late_boost) times the first's
     effect: float = 1.0  # scales every true effect (0 = no memorisation at all)
     seed: int = 0
+
+    @property
+    def n_instances(self) -> int:
+        return self.n_cohorts * self.per_cohort + self.n_never
+
+    def memory_needed(self) -> int:
+        """Peak bytes of ``simulate`` + ``create_panel``: every metric's matrix plus a metric's temporaries."""
+        return self.n_instances * self.n_checkpoints * 8 * (len(_METRICS) + 3)
 
     @property
     def steps(self) -> np.ndarray:
@@ -85,6 +94,9 @@ def simulate(sim: Simulation) -> dict:
 
 
 def write_synthetic(path, sim: Simulation = Simulation(), *, overwrite: bool = False):
-    data = simulate(sim)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, in one line
+        data = simulate(sim)
+    if not all(np.isfinite(y).all() for y in data["values"].values()):
+        raise MemtuiError(f"an effect of {sim.effect:g} makes the simulated values overflow; choose a smaller effect.")
     attrs = {"model": "synthetic", "simulation": repr(sim)}
     return create_panel(path, metrics=list(data["values"]), attrs=attrs, overwrite=overwrite, **data)

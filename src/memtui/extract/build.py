@@ -11,6 +11,7 @@ Two sources:
 from __future__ import annotations
 
 import os
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from memtui.errors import MemtuiError
 from memtui.panel import NEVER, PAD, create_panel
+from memtui.text import clean
 
 from .checkpoints import parse_checkpoints
 
@@ -32,16 +34,52 @@ def treatment_of_rows(rows: np.ndarray, batch_size: int, macro: int) -> np.ndarr
     return (np.asarray(rows, dtype=np.int64) // (batch_size * macro) + 1) * macro
 
 
+def _load(path: Path, **kw):
+    """``np.load`` with its many failure modes (junk bytes, a pickled object array, a truncated zip) as one line."""
+    try:
+        return np.load(path, allow_pickle=False, **kw)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        reason = clean((str(exc).strip().splitlines() or [type(exc).__name__])[0], 120)
+        if "allow_pickle" in reason or "Object arrays" in reason:
+            reason = "it holds Python objects, not numbers"
+        raise MemtuiError(f"{path}: cannot read it as a numpy array file ({reason}).") from None
+
+
+def _token_ids(arr, path) -> np.ndarray:
+    """A 2-D integer token matrix, or a one-line refusal."""
+    arr = np.asarray(arr)
+    if arr.ndim != 2:
+        raise MemtuiError(f"{path}: expected a 2-D array of token ids, found shape {arr.shape}.")
+    if arr.dtype.kind not in "iu":
+        raise MemtuiError(f"{path}: token ids must be integers, found {arr.dtype}.")
+    return arr
+
+
+def check_token_range(tokens: np.ndarray, lengths: np.ndarray, path) -> None:
+    """Token ids inside each row's length must be >= 0 and fit int32 (the vocabulary is checked when extracting)."""
+    inside = np.arange(tokens.shape[1])[None, :] < np.asarray(lengths)[:, None]
+    ids = tokens[inside]
+    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+        bad = int(((ids < 0) | (ids > np.iinfo(np.int32).max)).sum())
+        raise MemtuiError(
+            f"{path}: {bad} token ids are negative or too large (smallest {int(ids.min())}, largest "
+            f"{int(ids.max())}); token ids are vocabulary indices >= 0."
+        )
+
+
+def _lengths_from_padding(tokens: np.ndarray) -> np.ndarray:
+    """Each row's length where none is given: trailing PAD (-1) entries are padding, as in the panel format."""
+    real = tokens != PAD
+    return np.where(real.any(axis=1), tokens.shape[1] - np.argmax(real[:, ::-1], axis=1), 0)
+
+
 def open_memmap(path: str | os.PathLike, seq_len: int) -> np.ndarray:
     """Rows x seq_len tokens, memory-mapped: a raw uint16 ``.bin`` (Pythia's layout) or an ``.npy``."""
     path = Path(path)
     if not path.exists():
         raise MemtuiError(f"{path}: no such token file.")
     if path.suffix == ".npy":
-        arr = np.load(path, mmap_mode="r")
-        if arr.ndim != 2:
-            raise MemtuiError(f"{path}: expected a 2-D array of token ids, found shape {arr.shape}.")
-        return arr
+        return _token_ids(_load(path, mmap_mode="r"), path)
     size = path.stat().st_size
     if size % (2 * seq_len):
         raise MemtuiError(
@@ -56,16 +94,25 @@ def load_token_array(path: str | os.PathLike, key: str | None = None) -> np.ndar
     if not path.exists():
         raise MemtuiError(f"{path}: no such token file.")
     if path.suffix == ".npz":
-        with np.load(path) as z:
+        z = _load(path)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise MemtuiError(f"{path}: not an .npz archive.")
+        with z:
             name = key or ("tokens" if "tokens" in z else (z.files[0] if len(z.files) == 1 else None))
             if name is None or name not in z:
-                raise MemtuiError(f"{path}: no array named 'tokens' (it has {', '.join(z.files)}).")
-            arr = z[name]
+                raise MemtuiError(f"{path}: no array named 'tokens' (it has {clean(', '.join(z.files), 200)}).")
+            arr = _npz_member(z, name, path)
     else:
-        arr = np.load(path, allow_pickle=False)
-    if arr.ndim != 2:
-        raise MemtuiError(f"{path}: expected a 2-D array of token ids, found shape {arr.shape}.")
-    return arr
+        arr = _load(path)
+    return _token_ids(arr, path)
+
+
+def _npz_member(z, name: str, path: Path) -> np.ndarray:
+    try:
+        return z[name]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        reason = "it holds Python objects" if "allow_pickle" in str(exc) else clean(type(exc).__name__)
+        raise MemtuiError(f"{path}: cannot read array '{clean(name, 60)}' ({reason}).") from None
 
 
 def sample_memmap_rows(
@@ -124,6 +171,7 @@ def build_from_memmap(
     if len(rows) == 0:
         raise MemtuiError("no training rows fall into the panel's checkpoint steps; check --steps and --macro.")
     val = load_token_array(validation)
+    check_token_range(val, np.full(len(val), val.shape[1]), validation)
     if n_validation is not None and n_validation < len(val):
         pick = np.sort(np.random.default_rng(seed + 1).choice(len(val), size=n_validation, replace=False))
     else:
@@ -132,6 +180,7 @@ def build_from_memmap(
     width = max(length, val.shape[1])
     tokens = np.full((len(rows) + len(val), width), PAD, dtype=np.int64)
     tokens[: len(rows), :length] = np.asarray(data[rows])
+    check_token_range(tokens[: len(rows)], np.full(len(rows), length), memmap)
     tokens[len(rows) :, : val.shape[1]] = val
     lengths = np.r_[np.full(len(rows), length), np.full(len(val), val.shape[1])]
     ids = np.r_[rows, n_rows + pick]  # validation ids follow the memmap's rows
@@ -196,26 +245,46 @@ def build_from_tokens(
         for i, s in enumerate(seqs):
             tokens[i, : len(s)] = s
     elif path.suffix == ".npz":
-        with np.load(path) as z:
+        z = _load(path)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise MemtuiError(f"{path}: not an .npz archive.")
+        with z:
             if tokens_column not in z or treatment_column not in z:
                 raise MemtuiError(
-                    f"{path}: needs arrays '{tokens_column}' and '{treatment_column}' (it has {', '.join(z.files)})."
+                    f"{path}: needs arrays '{clean(tokens_column, 60)}' and '{clean(treatment_column, 60)}' "
+                    f"(it has {clean(', '.join(z.files), 200)})."
                 )
-            tokens, treat = z[tokens_column], z[treatment_column]
-            lengths = z.get("lengths", None)
-            ids = z.get("id", None)
+            tokens, treat = _npz_member(z, tokens_column, path), _npz_member(z, treatment_column, path)
+            lengths = _npz_member(z, "lengths", path) if "lengths" in z else None
+            ids = _npz_member(z, "id", path) if "id" in z else None
     elif path.suffix == ".npy":
         if treatment_file is None:
             raise MemtuiError(f"{path}: an .npy token matrix needs --treatment-file with one step per row.")
-        tokens, treat = load_token_array(path), np.load(treatment_file)
+        if not Path(treatment_file).exists():
+            raise MemtuiError(f"{treatment_file}: no such treatment file.")
+        tokens, treat = load_token_array(path), _load(Path(treatment_file))
     else:
         raise MemtuiError(f"{path}: unsupported token file; use .npy (+ --treatment-file), .npz or .parquet.")
-    tokens = np.asarray(tokens)
-    treat = np.asarray(treat, dtype=np.int64).reshape(-1)
-    if tokens.ndim != 2 or len(tokens) != len(treat):
+    tokens = _token_ids(tokens, path)
+    treat = np.asarray(treat)
+    if treat.dtype.kind not in "iu" and not (treat.dtype.kind == "f" and np.all(np.mod(treat, 1) == 0)):
+        raise MemtuiError(f"{path}: treatment steps must be whole numbers (-1 for never trained), found {treat.dtype}.")
+    treat = treat.astype(np.int64).reshape(-1)
+    if len(tokens) != len(treat):
         raise MemtuiError(f"{path}: {len(treat)} treatment steps for token array of shape {tokens.shape}.")
+    if len(treat) == 0:
+        raise MemtuiError(f"{path}: no rows.")
     if treat.min() < NEVER:
         raise MemtuiError(f"{path}: treatment steps must be >= 0, or -1 for never-trained instances.")
+    lengths = _lengths_from_padding(tokens) if lengths is None else np.asarray(lengths).reshape(-1)
+    if (
+        len(lengths) != len(tokens)
+        or lengths.dtype.kind not in "iu"
+        or lengths.min() < 1
+        or lengths.max() > tokens.shape[1]
+    ):
+        raise MemtuiError(f"{path}: 'lengths' must give each row's length, 1 .. {tokens.shape[1]}.")
+    check_token_range(tokens, lengths, path)
     if steps is None:
         step_list = sorted({0, *treat[treat >= 0].tolist()})
     else:
