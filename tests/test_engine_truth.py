@@ -4,6 +4,7 @@ and the hand-computable pieces (one cell by hand, the difference estimator, miss
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 
 from memtui.engine.did import multipliers
@@ -108,7 +109,7 @@ def test_unfinished_checkpoints_and_missing_values():
 def test_a_cohort_emptied_by_missing_values_is_a_clear_error():
     panel = panel_of(Simulation(n_cohorts=2, per_cohort=5, n_never=10, n_checkpoints=4, seed=7))
     panel.metrics["loglik"][panel.treatment == 2000, 3] = np.nan
-    with pytest.raises(MemtuiError, match="every instance of cohort 2000 has missing values"):
+    with pytest.raises(MemtuiError, match="every instance of cohort 2000 has missing or infinite values"):
         estimate(panel, Settings(draws=0))
 
 
@@ -118,7 +119,14 @@ def test_treatment_between_checkpoints_maps_to_the_next_checkpoint():
     shifted[shifted == 2000] = 1500
     a = estimate(panel, Settings(draws=0))
     b = estimate(Panel(**{**panel.__dict__, "treatment": shifted}), Settings(draws=0))
-    assert a.cells.equals(b.cells)
+    # the documented rule: the same estimates; and the folding is counted, per cohort, in a column and a note
+    assert a.cells.drop("n_folded").equals(b.cells.drop("n_folded"))
+    assert a.cells["n_folded"].sum() == 0
+    folded = b.cells.group_by("cohort").agg(pl.col("n_folded").max()).sort("cohort")
+    assert folded.rows() == [(1000, 0), (2000, 5)]
+    assert b.persistent.filter(pl.col("event_time") == 0)["n_folded"].item() == 5
+    assert any("5 instances first trained on between completed checkpoints" in n and "2000 (5)" in n for n in b.notes)
+    assert not any("between completed checkpoints" in n for n in a.notes)
 
 
 def test_not_yet_treated_uses_later_cohorts_as_controls():

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import polars as pl
 import pytest
 from differences import ATTgt
 
 from memtui.engine.differences_engine import long_frame
 from memtui.estimate import Settings, estimate
 from memtui.importing import ImportSpec, import_table, read_table
-from memtui.panel import read_panel
+from memtui.panel import Panel, read_panel
 
 DATA = Path(__file__).parent / "data"
 
@@ -88,6 +89,48 @@ def test_aggregates_agree_with_differences(small_panel):
     assert (a["std_error"] / b["std_error"]).between(0.88, 1.12).all()
     assert mine.overall["estimate"] == pytest.approx(theirs.overall["estimate"], abs=1e-9)
     assert mine.overall["std_error"] == pytest.approx(theirs.overall["std_error"], rel=0.1)
+
+
+@pytest.mark.parametrize("control_group", ["never_treated", "not_yet_treated"])
+def test_analytic_aggregates_equal_differences(small_panel, control_group):
+    """With -B 0 the persistent and overall summaries get influence-function standard errors: differences' analytic
+    ones for aggte-style aggregations (weight estimation included)."""
+    panel = read_panel(small_panel)
+    frame, _ = long_frame(panel, "loglik", control_group)
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        att = ATTgt(data=frame, cohort_column="cohort", base_period="varying")
+        att.fit("y", est_method="reg", control_group=control_group, boot_iterations=0, progress_bar=False)
+        att.aggregate("event", boot_iterations=0)
+        event = att.results("event")
+        att.aggregate("simple", boot_iterations=0)
+        simple = att.results("simple")
+    event.columns = [c[-1] for c in event.columns]
+    simple.columns = [c[-1] for c in simple.columns]
+    mine = estimate(panel, Settings(draws=0, control_group=control_group))
+    pers = mine.persistent.to_pandas().set_index("event_time")
+    event = event.reset_index().set_index("relative_period")
+    assert list(pers.index) == list(event.index)
+    np.testing.assert_allclose(pers["estimate"], event["ATT"], atol=1e-9)
+    np.testing.assert_allclose(pers["std_error"], event["std_error"], rtol=1e-9)
+    assert mine.overall["std_error"] == pytest.approx(float(simple["std_error"].iloc[0]), rel=1e-9)
+
+
+def test_differences_engine_counts_folded_instances_and_small_cohorts_alike(small_panel):
+    panel = read_panel(small_panel)
+    treatment = panel.treatment.copy()
+    treatment[np.flatnonzero(treatment == 2000)[:3]] = 1500  # between checkpoints: counted in cohort 2000
+    treatment[np.flatnonzero(treatment == 4000)[3:]] = -1  # cohort 4000 keeps 3 instances
+    panel = Panel(**{**panel.__dict__, "treatment": treatment})
+    a = estimate(panel, Settings(draws=0))
+    b = estimate(panel, Settings(draws=0, engine="differences"))
+    cols = ["cohort", "checkpoint", "n_treated", "n_folded", "small_group"]
+    assert a.cells.select(cols).sort(cols[:2]).equals(b.cells.select(cols).sort(cols[:2]))
+    assert set(a.cells.filter(pl.col("n_folded") > 0)["cohort"]) == {2000}
+    assert set(a.cells.filter(pl.col("small_group"))["cohort"]) == {4000}
+    for notes in (a.notes, b.notes):
+        assert any("2000 (3)" in n and "between completed checkpoints" in n for n in notes)
+        assert any("4000 (3)" in n and "fewer than 5 instances" in n for n in notes)
 
 
 @pytest.fixture(scope="module")

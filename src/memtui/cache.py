@@ -1,11 +1,15 @@
 """Estimates cached next to the panel (``PANEL.memtui-cache/``), keyed by the data they came from and the settings,
 so re-opening a panel or switching back to a metric is instant. Falls back to ~/.cache/memtui when the panel's folder
 is read-only. A cache entry is two files written atomically; the JSON one is written last and marks it complete.
+
+The cache is optional: an entry that cannot be read or does not look exactly like one memtui writes is a miss, and a
+cache that cannot be written only adds a note ("cache not written: ...") to the estimate.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -14,9 +18,30 @@ import numpy as np
 import polars as pl
 
 from memtui import __version__
-from memtui.estimate import SCOPES, EstimateResult, Progress, Settings, estimate
+from memtui.errors import MemtuiError
+from memtui.estimate import SCOPES, EstimateResult, Progress, Settings, estimate, result_frame
 from memtui.files import atomic_write
 from memtui.panel import Panel
+from memtui.text import clean
+
+# what an entry's JSON holds, and the types each value must have
+_META = {
+    "overall": dict,
+    "pretrend": dict,
+    "crit": (int, float),
+    "cohorts": list,
+    "checkpoints": list,
+    "notes": list,
+}
+# the numbers the CLI and the app read from the summaries
+_OVERALL = ("estimate", "std_error", "ci_low", "ci_high", "significant", "n_cells")
+_PRETREND = ("n_cells", "n_significant", "sup_t", "p_value", "crit")
+
+
+def _numbers(record: dict, keys: tuple[str, ...]) -> bool:
+    return all(isinstance(record.get(k), (int, float)) for k in keys) and all(
+        isinstance(v, (int, float)) for v in record.values()
+    )
 
 
 def cache_key(panel: Panel, settings: Settings) -> str:
@@ -39,15 +64,29 @@ def cache_dir(panel: Panel) -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memtui" / digest
 
 
-def load(panel: Panel, settings: Settings) -> EstimateResult | None:
-    if panel.path is None:
-        return None
-    base = cache_dir(panel) / cache_key(panel, settings)
-    try:
-        meta = json.loads(base.with_suffix(".json").read_text())
-        frames = pl.read_parquet(base.with_suffix(".parquet"))
-    except (OSError, ValueError, pl.exceptions.PolarsError):
-        return None
+def _schema() -> pl.Schema:
+    """The columns (and types) of a result frame, from the code that makes them: an older entry does not match."""
+    one = np.zeros(1)
+    frame = result_frame(
+        Settings(), "profile", cohort=[1], checkpoint=[1], event_time=[0], att=one, sign=1, se=one, ase=one,
+        crit=one, n_treated=[1], n_control=[1], pre=[False], n_folded=[0], small=[False],
+    )  # fmt: skip
+    return frame.schema
+
+
+def _read(base: Path, settings: Settings) -> EstimateResult:
+    meta = json.loads(base.with_suffix(".json").read_text())
+    if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
+        raise ValueError("not a cache entry")
+    if not all(isinstance(n, str) for n in meta["notes"]):
+        raise ValueError("notes are not text")
+    if not (_numbers(meta["overall"], _OVERALL) and _numbers(meta["pretrend"], _PRETREND)):
+        raise ValueError("summaries are not numbers")
+    if not all(isinstance(v, int) for v in meta["cohorts"] + meta["checkpoints"]):
+        raise ValueError("steps are not integers")
+    frames = pl.read_parquet(base.with_suffix(".parquet"))
+    if frames.schema != _schema():
+        raise ValueError("columns differ")
     parts = {s: frames.filter(pl.col("scope") == s) for s in SCOPES}
     return EstimateResult(
         settings=settings,
@@ -57,18 +96,29 @@ def load(panel: Panel, settings: Settings) -> EstimateResult | None:
         residual=parts["residual"],
         overall=meta["overall"],
         pretrend=meta["pretrend"],
-        crit=meta["crit"],
+        crit=float(meta["crit"]),
         cohorts=np.array(meta["cohorts"], dtype=np.int64),
         checkpoints=np.array(meta["checkpoints"], dtype=np.int64),
         notes=meta["notes"],
     )
 
 
-def store(panel: Panel, result: EstimateResult) -> None:
+def load(panel: Panel, settings: Settings) -> EstimateResult | None:
+    """The cached estimate, or None: anything unreadable or malformed is a miss (it is recomputed and rewritten)."""
     if panel.path is None:
-        return
-    folder = cache_dir(panel)
-    base = folder / cache_key(panel, result.settings)
+        return None
+    try:
+        return _read(cache_dir(panel) / cache_key(panel, settings), settings)
+    except MemtuiError:
+        raise  # cache_key's "no such metric" / "no values yet": the estimate would say the same
+    except Exception:  # noqa: BLE001 - a cache entry is a file anyone may have damaged; any failure is a miss
+        return None
+
+
+def store(panel: Panel, result: EstimateResult) -> str | None:
+    """Write the cache entry; returns why it could not be written (None when it was, or there is no panel file)."""
+    if panel.path is None:
+        return None
     meta = {
         "overall": result.overall,
         "pretrend": result.pretrend,
@@ -79,12 +129,20 @@ def store(panel: Panel, result: EstimateResult) -> None:
         "settings": result.settings.key(),
     }
     try:
+        folder = cache_dir(panel)
+        base = folder / cache_key(panel, result.settings)
         folder.mkdir(parents=True, exist_ok=True)
         frames = pl.concat([result.scope(s) for s in SCOPES], how="vertical_relaxed")
-        atomic_write(base.with_suffix(".parquet"), frames.write_parquet)
+        # into memory first: polars reports a full disk as a parquet "transport error", a write_bytes as ENOSPC
+        data = io.BytesIO()
+        frames.write_parquet(data)
+        atomic_write(base.with_suffix(".parquet"), lambda p: p.write_bytes(data.getvalue()))
         atomic_write(base.with_suffix(".json"), lambda p: p.write_text(json.dumps(meta, default=float)))
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    except (OSError, RuntimeError, MemtuiError, pl.exceptions.PolarsError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        where = getattr(exc, "filename", None)
+        return clean(f"{reason} ({where})" if where and str(where) not in reason else reason, limit=200)
+    return None
 
 
 def cached_estimate(panel: Panel, settings: Settings, progress: Progress | None = None) -> EstimateResult:
@@ -94,5 +152,7 @@ def cached_estimate(panel: Panel, settings: Settings, progress: Progress | None 
     if hit is not None:
         return hit
     result = estimate(panel, settings, progress)
-    store(panel, result)
+    problem = store(panel, result)
+    if problem:
+        result.notes.append(f"cache not written: {problem}")
     return result

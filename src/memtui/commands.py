@@ -218,6 +218,11 @@ def _notes(res) -> list[str]:
     return [clean(n, limit=None) for n in res.notes]
 
 
+def _num(value, spec: str) -> str:
+    """A number for the summary, or "n/a" where there is none (a NaN is never shown as if it were a value)."""
+    return format(value, spec) if value is not None and math.isfinite(value) else "n/a"
+
+
 def _fmt_row(r: dict) -> str:
     star = "*" if r["significant"] else " "
     return f"{r['estimate']:10.4g} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
@@ -233,7 +238,9 @@ def cmd_estimate(args) -> int:
     metric = f"{clean(s.metric, 80)} ({clean(METRIC_LABEL.get(s.metric, s.metric), 80)})"
     print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
           f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
-    band = f"simultaneous {1 - s.alpha:.0%} band, crit {res.crit:.3f}" if s.draws else "pointwise, no bootstrap"
+    band = (
+        f"simultaneous {1 - s.alpha:.0%} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
+    )
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
           f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
     for name, frame in (("instantaneous", res.instantaneous), ("residual", res.residual)):
@@ -250,7 +257,7 @@ def cmd_estimate(args) -> int:
         for r in shown:
             print("               ..." if r is None else f"    c-g={r['event_time']:<9}{_fmt_row(r)}")
     o = res.overall
-    print(f"overall        average post-treatment {o['estimate']:.4g} (se {o['std_error']:.3g})"
+    print(f"overall        average post-treatment {o['estimate']:.4g} (se {_num(o['std_error'], '.3g')})"
           f"{', significant' if o['significant'] else ''}")  # fmt: skip
     pt = res.pretrend
     if pt["n_cells"] and s.draws:

@@ -14,13 +14,15 @@ import numpy as np
 import polars as pl
 
 from memtui.engine import did
-from memtui.engine.layout import build_layout
-from memtui.engine.summaries import aggregate
+from memtui.engine.layout import build_layout, listing
+from memtui.engine.summaries import aggregate, analytic_se
 from memtui.errors import MemtuiError
+from memtui.memory import human
 from memtui.panel import NEVER, Panel
 
 ESTIMATORS = ("did", "difference")
 SCOPES = ("profile", "instantaneous", "persistent", "residual")
+SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/estimation.md ("Small cohorts")
 Progress = Callable[[float, str], None]
 
 
@@ -59,6 +61,8 @@ class Settings:
             raise MemtuiError(f"alpha must be between 0 and 1, not {self.alpha}.")
         if self.draws < 0 or 0 < self.draws < 20:
             raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
+        if self.seed < 0:
+            raise MemtuiError(f"seed must be 0 or a positive integer, not {self.seed}.")
         return self
 
     def key(self) -> dict:
@@ -94,9 +98,14 @@ class EstimateResult:
 
 
 def result_frame(
-    settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre
-):
-    """One row per estimate, with the columns every scope and the CSV export share."""
+    settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre, n_folded,
+    small,
+):  # fmt: skip
+    """One row per estimate, with the columns every scope and the CSV export share.
+
+    ``n_folded``: treated instances first trained on between two completed checkpoints, counted in the next one's
+    cohort; ``small``: a cohort or control set under ``SMALL_GROUP`` instances went into the estimate.
+    """
     z = z_value(settings.alpha)
     tau = sign * att
     band = crit * se
@@ -122,6 +131,8 @@ def result_frame(
             "pre_treatment": pre,
             "n_treated": pl.Series(n_treated, dtype=pl.Int64),
             "n_control": pl.Series(n_control, dtype=pl.Int64),
+            "n_folded": pl.Series(n_folded, dtype=pl.Int64),
+            "small_group": pl.Series(small, dtype=pl.Boolean),
             "alpha": settings.alpha,
             "draws": settings.draws,
             "seed": settings.seed,
@@ -160,6 +171,13 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
     )
     if not len(lay.cell_group):
         raise MemtuiError("no (cohort, checkpoint) cell can be estimated: no treated cohort falls inside the window.")
+    if lay.scale == 0:
+        raise MemtuiError(
+            f"metric '{settings.metric}' has the same value for every instance and completed checkpoint used, so "
+            "there is nothing to estimate; choose a metric that varies."
+        )
+    if settings.draws:
+        check_memory(settings.draws, lay)
     est = did.point_estimates(lay)
     report(0.05, "bootstrap")
     boot = None
@@ -178,6 +196,46 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
     return result
 
 
+def check_memory(draws: int, lay) -> None:
+    """Refuse, before allocating anything, a bootstrap whose draws cannot fit in the memory available."""
+    n_events = len(np.unique(lay.cell_t - lay.group_index[lay.cell_group]))
+    size = {"n_cells": len(lay.cell_group), "n_groups": lay.n_groups, "n_aggregates": n_events + 1}
+    need = did.bootstrap_bytes(draws, **size, n_units=lay.n_units, width=lay.y.shape[1])
+    have = did.available_memory()
+    if have is not None and need > have:
+        per_draw = did.bootstrap_bytes(1, **size) - did.bootstrap_bytes(0, **size)
+        fits = int((have - (need - draws * per_draw)) / per_draw) // 100 * 100
+        advice = f"use at most about {fits} draws (-B {fits})" if fits >= 20 else "use -B 0 (analytic bands)"
+        raise MemtuiError(
+            f"{draws} bootstrap draws of {size['n_cells']} cells need about {human(need)} of memory and "
+            f"{human(have)} is available; {advice}."
+        )
+
+
+def _group_notes(lay, est: did.CellEstimates) -> list[str]:
+    """Say which cohorts and control sets are too small for the inference to hold (R `did`'s rule)."""
+    notes = []
+    t = len(lay.steps)
+    small = [(int(lay.steps[lay.group_index[g]]), int(lay.group_n[g])) for g in lay.cohort_groups]
+    small = [(step, n) for step, n in small if n < SMALL_GROUP]
+    if small:
+        notes.append(
+            f"{len(small)} cohort(s) have fewer than {SMALL_GROUP} instances, step (n): {listing(small)}; their "
+            "standard errors run low and bands too narrow (docs/estimation.md, small cohorts): treat their "
+            "significance with caution (column small_group)"
+        )
+    few = est.n_control < SMALL_GROUP
+    if few.any():
+        never = int(lay.group_n[0]) if lay.group_index[0] >= t else 0
+        which = (
+            f"the control group has only {never} never-treated instance(s)"
+            if never < SMALL_GROUP
+            else f"{int(few.sum())} cells have fewer than {SMALL_GROUP} control instances"
+        )
+        notes.append(f"{which}: standard errors run low and bands too narrow (column small_group)")
+    return notes
+
+
 def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> EstimateResult:
     sign = panel.sign(settings.metric)
     steps = lay.steps
@@ -186,6 +244,10 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     event = cell_step - cohort_step
     pre = lay.cell_pre
     z = z_value(settings.alpha)
+    floor = did.se_floor(lay.scale)
+    cell_folded = lay.group_folded[lay.cell_group]
+    cell_small = (est.n_treated < SMALL_GROUP) | (est.n_control < SMALL_GROUP)
+    notes = list(lay.notes) + _group_notes(lay, est)
 
     def band_for(draws, se, mask):
         """Simultaneous critical value over the rows in ``mask`` (pointwise z without a bootstrap)."""
@@ -194,8 +256,15 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         tmax = did.sup_t(draws, se, mask)
         return did.critical_value(tmax, settings.alpha), tmax
 
-    se = did.bootstrap_se(boot.cells) if boot is not None else est.se
+    ase = did.floored(est.se, floor)
+    se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
     draws = boot.cells if boot is not None else None
+    flat = ~np.isfinite(se)
+    if flat.any():
+        notes.append(
+            f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
+            "the outcome's standard deviation): no band, never marked significant"
+        )
     crit = np.empty(len(pre))
     if settings.family == "all":
         crit[:], _ = band_for(draws, se, np.ones(len(pre), bool))
@@ -213,11 +282,13 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         event_time=event,
         att=est.att,
         se=se,
-        ase=est.se,
+        ase=ase,
         crit=crit,
         n_treated=est.n_treated,
         n_control=est.n_control,
         pre=pre,
+        n_folded=cell_folded,
+        small=cell_small,
         **common,
     )
 
@@ -231,11 +302,13 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
             event_time=event[mask],
             att=est.att[mask],
             se=se[mask],
-            ase=est.se[mask],
+            ase=ase[mask],
             crit=np.full(mask.sum(), c),
             n_treated=est.n_treated[mask],
             n_control=est.n_control[mask],
             pre=pre[mask],
+            n_folded=cell_folded[mask],
+            small=cell_small[mask],
             **common,
         )
 
@@ -248,7 +321,8 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     events = np.unique(event)
     members = [np.flatnonzero(event == e) for e in events]
     theta, agg_draws = aggregate(lay, est.att, draws, boot.group_w if boot else None, members)
-    agg_se = did.bootstrap_se(agg_draws) if agg_draws is not None else np.full(len(events), np.nan)
+    agg_ase = did.floored(analytic_se(lay, est, members), floor)
+    agg_se = did.bootstrap_se(agg_draws, floor) if agg_draws is not None else agg_ase
     post_e = events >= 0
     fam = post_e if settings.family == "post" else np.ones(len(events), bool)
     crit_e = np.full(len(events), z)
@@ -264,26 +338,31 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         event_time=events,
         att=theta,
         se=agg_se,
-        ase=np.full(len(events), np.nan),
+        ase=agg_ase,
         crit=crit_e,
         n_treated=[int(est.n_treated[m].sum()) for m in members],
         n_control=[int(est.n_control[m].max()) for m in members],
         pre=events < 0,
+        n_folded=[int(cell_folded[m].sum()) for m in members],
+        small=[bool(cell_small[m].any()) for m in members],
         **common,
     )
 
     # overall average post-treatment effect (R did's "simple" aggregation)
     post_cells = np.flatnonzero(~pre)
     o_theta, o_draws = aggregate(lay, est.att, draws, boot.group_w if boot else None, [post_cells])
-    o_se = float(did.bootstrap_se(o_draws)[0]) if o_draws is not None else float("nan")
+    o_ase = float(did.floored(analytic_se(lay, est, [post_cells]), floor)[0])
+    o_se = float(did.bootstrap_se(o_draws, floor)[0]) if o_draws is not None else o_ase
     o_tau = float(sign * o_theta[0])
     overall = {
         "estimate": o_tau,
         "std_error": o_se,
+        "analytic_se": o_ase,
         "ci_low": o_tau - z * o_se,
         "ci_high": o_tau + z * o_se,
         "significant": bool(abs(o_tau) > z * o_se),
         "n_cells": len(post_cells),
+        "small_group": bool(cell_small[post_cells].any()),
     }
     pretrend = _pretrend(draws, se, est.att, pre, settings.alpha)
     return EstimateResult(
@@ -297,7 +376,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         crit=profile_crit,
         cohorts=np.unique(cohort_step),
         checkpoints=steps,
-        notes=list(lay.notes),
+        notes=notes,
     )
 
 

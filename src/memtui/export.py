@@ -8,11 +8,13 @@ import polars as pl
 
 from memtui.errors import MemtuiError
 from memtui.estimate import EstimateResult
+from memtui.files import atomic_write
 
+# what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Export columns")
 COLUMNS = [
     "metric", "estimator", "scope", "cohort", "checkpoint", "event_time", "estimate", "std_error", "analytic_se",
-    "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control", "alpha",
-    "draws", "seed",
+    "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control",
+    "n_folded", "small_group", "alpha", "draws", "seed",
 ]  # fmt: skip
 
 
@@ -22,7 +24,8 @@ def export_frame(result: EstimateResult, scope: str = "profile", significant_onl
 
 
 def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile", significant_only: bool = True) -> int:
-    """Write the scope's estimates to ``path``; returns the number of rows written."""
+    """Write the scope's estimates to ``path`` (beside it, then renamed: a failure leaves an existing file as it was);
+    returns the number of rows written."""
     frame = export_frame(result, scope, significant_only)
     path = Path(path).expanduser()
     if path.is_dir():
@@ -30,7 +33,9 @@ def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile",
     if not path.parent.exists():
         raise MemtuiError(f"cannot write {path}: folder {path.parent} does not exist.")
     try:
-        frame.write_csv(path)
-    except OSError as exc:
-        raise MemtuiError(f"cannot write {path}: {exc.strerror or exc}.") from None
+        atomic_write(path, frame.write_csv)
+    except MemtuiError:
+        raise
+    except OSError as exc:  # an atomic_write that does not yet turn these into one line
+        raise MemtuiError(f"cannot write {path}: {exc.strerror or exc}; an existing file is unchanged.") from None
     return frame.height

@@ -80,10 +80,9 @@ class Imported:
 
 def count_folded(treatment: np.ndarray, steps: np.ndarray) -> int:
     """Treated instances whose step is no checkpoint but has one after it: the documented rule maps them forward."""
-    if not len(steps):
-        return 0
-    treated = treatment != NEVER
-    return int((treated & ~np.isin(treatment, steps) & (treatment < steps[-1])).sum())
+    from memtui.engine.layout import folded
+
+    return int(folded(np.asarray(treatment), np.asarray(steps), NEVER).sum()) if len(steps) else 0
 
 
 def pythia_treatment_step(seq_idx: np.ndarray, batch_size: int = 1024, macro_steps: int = 1000) -> np.ndarray:

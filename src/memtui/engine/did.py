@@ -14,12 +14,16 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from memtui.engine.layout import Layout
 
-_SE_FLOOR = np.sqrt(np.finfo(float).eps) * 10  # R `did`: bootstrap se below this is treated as degenerate
+# R `did` treats a bootstrap se at or below sqrt(eps) * 10 (~1.5e-7) as degenerate. That is absolute: an outcome in
+# units of 1e-8 would have nothing significant, one in units of 1e8 would keep rounding noise as a "standard error".
+# memtui applies the same number relative to the outcome's standard deviation (R's rule for an outcome with sd 1).
+SE_FLOOR_REL = float(np.sqrt(np.finfo(float).eps) * 10)
 _IQR_NORMAL = 1.3489795003921634  # norm.ppf(0.75) - norm.ppf(0.25)
 _SLAB = 1024  # rows per block when scanning the draws
 
@@ -144,8 +148,64 @@ def bootstrap(
     return BootstrapDraws(cells=out, group_w=group_w)
 
 
-def bootstrap_se(draws: np.ndarray) -> np.ndarray:
-    """Robust bootstrap standard error per row, as R `did`: IQR of the draws over the normal IQR (type-1 quantiles)."""
+def se_floor(scale: float) -> float:
+    """The standard error at or below which a cell has no sampling variation, for outcomes of sd ``scale``."""
+    return SE_FLOOR_REL * scale
+
+
+def floored(se: np.ndarray, floor: float) -> np.ndarray:
+    """``se`` with values at or below ``floor`` (and non-finite ones) as NaN: no band, never significant."""
+    se = np.array(se, dtype=float)
+    se[~(se > floor)] = np.nan
+    return se
+
+
+def bootstrap_bytes(
+    draws: int, n_cells: int, n_groups: int, n_aggregates: int, n_units: int = 0, width: int = 0, chunk: int = 128
+) -> int:
+    """Peak memory of a bootstrap of ``draws`` draws and its summaries, from how this module and summaries.py hold them.
+
+    Held throughout: the cells' float32 draws and the groups' float64 multiplier sums. On top of them, the larger of
+    the float32 slab every thread of ``bootstrap_se`` partitions (``sup_t`` takes one slab) and, for the summaries,
+    the persistent aggregates' float64 draws plus the copy ``bootstrap_se`` partitions. Per chunk of draws,
+    ``bootstrap`` holds the multipliers, the group sums and their prefix sums, and a few cells x chunk arrays.
+    """
+    threads = os.cpu_count() or 1
+    held = 4 * n_cells + 8 * n_groups
+    partition = 4 * min(n_cells, _SLAB * threads)
+    summaries = 8 * n_aggregates + 8 * min(n_aggregates, _SLAB * threads)
+    per_chunk = 4 * chunk * (n_units + 2 * (n_groups + 1) * width + 8 * n_cells)
+    return int(draws) * (held + max(partition, summaries)) + per_chunk + (32 << 20)
+
+
+def available_memory() -> int | None:
+    """Bytes this process can still allocate: MemAvailable, capped by a cgroup limit; None where unknown."""
+    have = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    have = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        try:
+            have = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            have = None
+    try:
+        cgroup = Path("/sys/fs/cgroup")
+        limit = (cgroup / "memory.max").read_text().strip()
+        used = int((cgroup / "memory.current").read_text())
+        if limit != "max":
+            room = int(limit) - used
+            have = room if have is None else min(have, room)
+    except (OSError, ValueError):
+        pass
+    return have
+
+
+def bootstrap_se(draws: np.ndarray, floor: float = SE_FLOOR_REL) -> np.ndarray:
+    """Robust bootstrap standard error per row, as R `did`: IQR of the draws over the normal IQR (type-1 quantiles);
+    NaN at or below ``floor`` (see ``se_floor``)."""
     nb = draws.shape[1]
     k25, k75 = int(np.ceil(nb * 0.25)) - 1, int(np.ceil(nb * 0.75)) - 1
 
@@ -156,9 +216,7 @@ def bootstrap_se(draws: np.ndarray) -> np.ndarray:
     # partition releases the GIL: row slabs on every core
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB)))) if len(draws) else np.empty(0)
-    se = spread / _IQR_NORMAL
-    se[~(se > _SE_FLOOR)] = np.nan
-    return se
+    return floored(spread / _IQR_NORMAL, floor)
 
 
 def sup_t(draws: np.ndarray, se: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
@@ -170,7 +228,9 @@ def sup_t(draws: np.ndarray, se: np.ndarray, rows: np.ndarray | None = None) -> 
     tmax = np.zeros(draws.shape[1], dtype=draws.dtype)
     scale = (1 / se[idx]).astype(draws.dtype)[:, None]
     for start in range(0, len(idx), _SLAB):  # in slabs: never a full cells x B temporary
-        part = np.abs(draws[idx[start : start + _SLAB]]) * scale[start : start + _SLAB]
+        part = draws[idx[start : start + _SLAB]]  # a copy: abs and scale in place, one slab at a time
+        np.abs(part, out=part)
+        part *= scale[start : start + _SLAB]
         np.maximum(tmax, part.max(axis=0), out=tmax)
     return tmax
 

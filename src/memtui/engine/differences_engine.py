@@ -24,8 +24,9 @@ def _flat(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.rename(columns={"lower": "band_lower", "upper": "band_upper"})
 
 
-def long_frame(panel: Panel, metric: str, control_group: str) -> tuple[pd.DataFrame, list[str]]:
-    """The panel as differences wants it: (unit, time) MultiIndex, never-treated cohorts as NaN."""
+def long_frame(panel: Panel, metric: str, control_group: str, *, with_layout: bool = False):
+    """The panel as differences wants it: (unit, time) MultiIndex, never-treated cohorts as NaN; and the layout's
+    notes (or, ``with_layout``, the layout itself)."""
     y = panel.values(metric)
     steps = panel.done_steps
     lay = build_layout(y, panel.treatment, steps, never=NEVER, control_group=control_group)
@@ -40,19 +41,31 @@ def long_frame(panel: Panel, metric: str, control_group: str) -> tuple[pd.DataFr
             "cohort": np.repeat(cohort, t),
         }
     ).set_index(["unit", "time"])
-    return frame, lay.notes
+    return frame, (lay if with_layout else lay.notes)
 
 
 def estimate_with_differences(panel: Panel, settings, progress=None):
     from differences import ATTgt
 
-    from memtui.estimate import EstimateResult, _final_index, result_frame, z_value
+    from memtui.engine.did import point_estimates
+    from memtui.estimate import (
+        SMALL_GROUP,
+        EstimateResult,
+        _final_index,
+        _group_notes,
+        check_memory,
+        result_frame,
+        z_value,
+    )
 
     if settings.estimator != "did":
         raise MemtuiError("the differences engine implements difference-in-differences only; use --engine memtui.")
     report = progress or (lambda fraction, message: None)
     report(0.0, "differences")
-    frame, notes = long_frame(panel, settings.metric, settings.control_group)
+    frame, lay = long_frame(panel, settings.metric, settings.control_group, with_layout=True)
+    notes = list(lay.notes) + _group_notes(lay, point_estimates(lay))
+    if settings.draws:  # differences holds at least what memtui does
+        check_memory(settings.draws, lay)
     seed = settings.seed + 1  # differences treats random_state=0 as "unseeded"
     boot = {"boot_iterations": settings.draws, "random_state": seed, "alpha": settings.alpha}
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):  # silence its tqdm bars
@@ -76,6 +89,12 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     n_by_cohort = frame.groupby("cohort", dropna=False).size() // len(panel.done_steps)
     n_never = int(frame["cohort"].isna().sum() // len(panel.done_steps))
     pre = time < cohort
+    folded_of = {
+        int(lay.steps[k]): int(f) for k, f in zip(lay.group_index, lay.group_folded, strict=True) if k < len(lay.steps)
+    }
+    n_folded = np.array([folded_of.get(c, 0) for c in cohort], dtype=np.int64)
+    n_treated = n_by_cohort.reindex(cohort).to_numpy()
+    small = (n_treated < SMALL_GROUP) | (n_never < SMALL_GROUP)
 
     def frame_of(scope, mask, c=None):
         return result_frame(
@@ -89,9 +108,11 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
             se=se[mask],
             ase=np.full(mask.sum(), np.nan),
             crit=crit[mask],
-            n_treated=n_by_cohort.reindex(cohort[mask]).to_numpy(),
+            n_treated=n_treated[mask],
             n_control=np.full(mask.sum(), n_never),
             pre=pre[mask],
+            n_folded=n_folded[mask],
+            small=small[mask],
         )
 
     profile = frame_of("profile", np.ones(len(se), bool))
@@ -113,6 +134,8 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
         n_treated=np.zeros(len(e), dtype=np.int64),
         n_control=np.full(len(e), n_never),
         pre=e < 0,
+        n_folded=[int(n_folded[(time - cohort) == k].sum()) for k in e],
+        small=[bool(small[(time - cohort) == k].any()) for k in e],
     )
     o = simple.iloc[0]
     o_tau = float(sign * o["ATT"])
@@ -123,6 +146,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
         "ci_high": o_tau + z * float(o["std_error"]),
         "significant": bool(abs(o_tau) > z * float(o["std_error"])),
         "n_cells": int((~pre).sum()),
+        "small_group": bool(small[~pre].any()),
     }
     pre_sig = int(profile.filter(profile["pre_treatment"])["significant"].sum())
     report(1.0, "done")

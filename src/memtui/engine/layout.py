@@ -37,6 +37,8 @@ class Layout:
     cell_prefix: np.ndarray  # number of leading groups forming the control set
     cell_own: np.ndarray  # whether the cell's own group sits inside that prefix and must be taken out
     cell_pre: np.ndarray  # c < g
+    group_folded: np.ndarray | None = None  # (G,) instances first trained on between checkpoints, counted in the next
+    scale: float = 1.0  # standard deviation of the outcomes used: what "negligibly small" is measured against
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -56,6 +58,36 @@ def treatment_index(treatment: np.ndarray, steps: np.ndarray, never: int) -> np.
     idx = np.searchsorted(steps, treatment, side="left").astype(np.int64)
     idx[treatment == never] = NEVER_INDEX
     return idx
+
+
+# The outcomes' standard deviation must lie in this range: squares of the values stay normal doubles, and the float32
+# bootstrap draws (about scale / sqrt(n)) stay far from float32's limits (1e-38 .. 3e38).
+SCALES = (1e-30, 1e30)
+
+
+def _scale(y: np.ndarray) -> float:
+    """Standard deviation of ``y``, exactly 0 for a constant ``y`` (np.std would leave rounding dust), computed on
+    ``y / max|y|`` so that neither huge nor tiny values overflow or underflow when squared."""
+    if not y.size:
+        return 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        top = float(np.abs(y).max())
+        if top == 0 or not np.ptp(y) > 0:
+            return 0.0
+        return top * float(np.std(y / top))
+
+
+def folded(treatment: np.ndarray, steps: np.ndarray, never: int) -> np.ndarray:
+    """Which instances were first trained on strictly between two of ``steps`` (they join the next one's cohort)."""
+    idx = np.searchsorted(steps, treatment, side="left")
+    inside = (treatment != never) & (idx < len(steps))
+    return inside & (steps[np.minimum(idx, len(steps) - 1)] != treatment)
+
+
+def listing(pairs: list[tuple[int, int]], limit: int = 6) -> str:
+    """``step (n), step (n), ...``, cut after ``limit`` entries: notes stay one short line on any panel."""
+    shown = ", ".join(f"{step} ({n})" for step, n in pairs[:limit])
+    return shown + (f" and {len(pairs) - limit} more" if len(pairs) > limit else "")
 
 
 def build_layout(
@@ -78,7 +110,9 @@ def build_layout(
 
     complete = np.isfinite(y).all(axis=1)
     if not complete.all():
-        notes.append(f"dropped {int((~complete).sum())} instances with missing values in completed checkpoints")
+        notes.append(
+            f"dropped {int((~complete).sum())} instances with missing or infinite values in completed checkpoints"
+        )
     keep = complete.copy()
     if estimator == "did":
         first = keep & (tidx == 0)
@@ -107,8 +141,9 @@ def build_layout(
     for cohort in np.unique(tidx[(tidx < t) & (tidx > 0 if estimator == "did" else True)]):
         if not (keep & (tidx == cohort)).any():
             raise MemtuiError(
-                f"every instance of cohort {steps[cohort]} has missing values in completed checkpoints; "
-                "re-run extraction for those checkpoints (memtui extract --redo)."
+                f"every instance of cohort {steps[cohort]} has missing or infinite values in completed checkpoints, "
+                "so the cohort cannot be estimated; `memtui info PANEL` shows how much of each metric is filled, "
+                "estimate a metric that has the values or re-import the table with them."
             )
 
     rows = np.flatnonzero(keep)
@@ -121,12 +156,26 @@ def build_layout(
 
     yy = np.zeros((len(order), t + 1))
     yy[:, :t] = y[order]
+    scale = _scale(yy[:, :t])
+    if scale and not SCALES[0] <= scale <= SCALES[1]:
+        raise MemtuiError(
+            f"the metric's values vary on a scale of {scale:.3g} (standard deviation); memtui estimates on scales "
+            f"from {SCALES[0]:g} to {SCALES[1]:g}: rescale it, e.g. re-import it in other units."
+        )
     # Shift each column by the never-treated mean and, for DiD, each instance by its own mean: the estimates are
     # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits.
     if estimator == "did":
         yy[:, :t] -= yy[:, :t].mean(axis=1, keepdims=True)
     yy[:, :t] -= yy[group_start[0] : group_start[1], :t].mean(axis=0)
     means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
+    group_folded = np.add.reduceat(folded(treatment, steps, never)[order].astype(np.int64), group_start[:-1])
+    in_cohort = group_index < t
+    if group_folded[in_cohort].any():
+        pairs = [(int(steps[k]), int(f)) for k, f in zip(group_index, group_folded, strict=True) if k < t and f]
+        notes.append(
+            f"{int(group_folded[in_cohort].sum())} instances first trained on between completed checkpoints are "
+            f"counted in the next checkpoint's cohort: {listing(sorted(pairs))}"
+        )
 
     cohort_groups = np.flatnonzero(group_index < t)[::-1]
     cells = _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
@@ -138,6 +187,8 @@ def build_layout(
         group_n=group_n,
         means=means,
         cohort_groups=cohort_groups,
+        group_folded=group_folded,
+        scale=scale,
         notes=notes,
         **cells,
     )
