@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_models import STEPS, make_panel, save_checkpoints
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from memtui.errors import MemtuiError
@@ -21,49 +22,17 @@ from memtui.extract.checkpoints import parse_checkpoints
 from memtui.extract.locking import PanelLock
 from memtui.extract.scoring import Scorer
 from memtui.extract.worker import run
-from memtui.panel import NEVER, create_panel, read_panel
-
-VOCAB = 101
-STEPS = [0, 10, 20, 30, 40]
-
-
-def _model(seed: int) -> GPTNeoXForCausalLM:
-    torch.manual_seed(seed)
-    cfg = GPTNeoXConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    return GPTNeoXForCausalLM(cfg).eval()
+from memtui.panel import read_panel
 
 
 @pytest.fixture(scope="module")
 def extract_checkpoints(tmp_path_factory) -> Path:
-    """A folder of checkpoint folders step0 ... step40; step30 is a copy of step20 (the hub has such duplicates)."""
-    root = tmp_path_factory.mktemp("ckpts")
-    for step in STEPS:
-        _model(seed=20 if step == 30 else step).save_pretrained(root / f"step{step}")
-    (root / "notes").mkdir()  # other folders are ignored
-    return root
-
-
-def _make_panel(path: Path, n_train: int = 24, n_val: int = 16, length: int = 24) -> Path:
-    rng = np.random.default_rng(0)
-    n = n_train + n_val
-    tokens = rng.integers(0, VOCAB, size=(n, length))
-    lengths = np.full(n, length)
-    lengths[::5] = rng.integers(2, length, size=len(lengths[::5]))  # some shorter instances
-    tokens[np.arange(length)[None, :] >= lengths[:, None]] = -1
-    treatment = np.r_[np.repeat([10, 20, 30, 40], n_train // 4), np.full(n_val, NEVER)]
-    return create_panel(path, ids=np.arange(n), treatment=treatment, steps=STEPS, tokens=tokens, lengths=lengths)
+    return save_checkpoints(tmp_path_factory.mktemp("ckpts"))
 
 
 @pytest.fixture
 def extract_panel(tmp_path) -> Path:
-    return _make_panel(tmp_path / "panel.h5")
+    return make_panel(tmp_path / "panel.h5")
 
 
 def test_parse_checkpoints():
@@ -201,11 +170,11 @@ def _wait(cond, timeout=180.0, every=0.05, what=""):
 def test_sigkill_at_several_points_then_resume_equals_uninterrupted(tmp_path, extract_checkpoints, monkeypatch):
     """The detached worker is killed (SIGKILL) mid-checkpoint and between checkpoints; resumed runs finish the panel
     with exactly the values of an uninterrupted run, and a reader polling throughout never errors."""
-    reference = _make_panel(tmp_path / "reference.h5")
+    reference = make_panel(tmp_path / "reference.h5")
     run(reference, model=str(extract_checkpoints), batch_size=4, handle_signals=False, log=lambda m: None)
     # ~3 s per checkpoint: the kills land mid-run even when the 2 cores are busy (progress is published each second)
     monkeypatch.setenv("MEMTUI_EXTRACT_BATCH_DELAY", "0.3")
-    panel = _make_panel(tmp_path / "panel.h5")
+    panel = make_panel(tmp_path / "panel.h5")
     stop_file, report = tmp_path / "stop-reader", tmp_path / "reader.txt"
     reader = None
     kills = [
@@ -282,7 +251,7 @@ def test_cli_foreground_and_errors(extract_panel, extract_checkpoints, cli, tmp_
 
 def test_out_of_memory_halves_the_batch_and_continues(extract_panel, extract_checkpoints, monkeypatch):
     """A CUDA OOM is simulated for batches over 4 instances: the run halves its batch and still fills the panel."""
-    reference = _make_panel(extract_panel.with_name("ref.h5"))
+    reference = make_panel(extract_panel.with_name("ref.h5"))
     run(reference, model=str(extract_checkpoints), batch_size=4, handle_signals=False, log=lambda m: None)
     original = Scorer.score
 

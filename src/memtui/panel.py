@@ -116,7 +116,13 @@ def _checked_array(name: str, values, dtype, shape: tuple) -> np.ndarray:
     return arr.astype(dtype, copy=False)
 
 
-MAX_ATTR_CHARS = 8192  # attributes stay small enough to live in the (checksummed) object header
+MAX_ATTR_BYTES = 8192  # attributes stay small enough to live in the (checksummed) object header
+
+
+def text_attr(value: str) -> np.bytes_:
+    """A text attribute as fixed-length UTF-8: h5py stores a ``str`` as a variable-length string in HDF5's global
+    heap, which has no checksum (damaged, it can make HDF5 loop forever)."""
+    return np.bytes_(value.encode("utf-8", "replace")[:MAX_ATTR_BYTES])
 
 
 def _new_file(name: str = "panel.h5") -> h5py.File:
@@ -230,7 +236,7 @@ def create_panel(
     def write(tmp: Path) -> None:
         with _new_file(tmp.name) as f:
             for key, value in root_attrs.items():
-                f.attrs[key] = value if not isinstance(value, str) else value[:MAX_ATTR_CHARS]
+                f.attrs[key] = text_attr(value) if isinstance(value, str) else value
             inst = f.create_group("instances")
             _put(inst, "id", ids)
             _put(inst, "treatment_step", treatment)
@@ -271,6 +277,8 @@ def _check_file(path: Path) -> None:
         )
     if path.is_dir():
         raise MemtuiError(f"{path} is a folder, not a panel file; pass the .h5 file inside it.")
+    if not path.is_file():  # a pipe would block the read forever, a device could stream without end
+        raise MemtuiError(f"{path} is not a regular file (a pipe, socket or device?); pass a panel file.")
     try:
         sb = read_superblock(path)
         is_hdf5 = sb is not None or h5py.is_hdf5(path)
@@ -321,6 +329,20 @@ def _dataset(
         if optional:
             return None
         raise MemtuiError(f"{path}: dataset '{name}' is missing; the file is incomplete, rebuild it.")
+    return _dataset_handle(f, path, name, kinds, shape, label=label)[()]
+
+
+def _dataset_handle(f: h5py.File, path: Path, name: str, kinds: str, shape: tuple | None = None, *, label=None):
+    """The checked dataset object itself (for reading a part of it)."""
+    if name not in f:
+        raise MemtuiError(f"{path}: dataset '{name}' is missing; the file is incomplete, rebuild it.")
+    for depth in range(1, name.count("/") + 2):  # every link on the way must be a plain (hard) link
+        part = "/".join(name.split("/")[:depth])
+        if not isinstance(f.get(part, getlink=True), h5py.HardLink):
+            raise MemtuiError(
+                f"{path}: '{clean(part, 80)}' is a link to somewhere else (soft or external); a panel holds its data "
+                "itself: rebuild it."
+            )
     obj = f.get(name, getlink=False)
     if not isinstance(obj, h5py.Dataset):
         found = type(obj).__name__.lower()
@@ -331,7 +353,7 @@ def _dataset(
         raise MemtuiError(f"{path}: {label} is stored as {obj.dtype}, expected {want or kinds}; rebuild the panel.")
     if shape is not None and obj.shape != shape:
         raise MemtuiError(f"{path}: {label} has shape {obj.shape}, expected {shape}; the file is inconsistent.")
-    return obj[()]
+    return obj
 
 
 def _strings(values, path: Path, name: str) -> list[str]:
@@ -417,7 +439,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
             f"{path}: {int((treatment < NEVER).sum())} treatment steps are below -1 (-1 means never treated); "
             "rebuild the panel."
         )
-    group = f.get("metrics", getlink=False)
+    group = f.get("metrics", getlink=False) if isinstance(f.get("metrics", getlink=True), h5py.HardLink) else None
     if not isinstance(group, h5py.Group) or not len(group):
         raise MemtuiError(f"{path}: the panel has no metrics; rebuild it with `memtui import` or `memtui sample`.")
     metrics, signs = {}, {}
@@ -438,7 +460,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
     hashes = _dataset(f, path, "checkpoints/weights_hash", "SO", (t,), optional=True)
     models = _dataset(f, path, "checkpoints/model", "SO", (t,), optional=True)
     truth = None
-    if "truth" in f:
+    if "truth" in f and isinstance(f.get("truth", getlink=True), h5py.HardLink) and isinstance(f["truth"], h5py.Group):
         truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
     attrs = {k: _attr_text(v) for k, v in f.attrs.items()}
     models = _strings(models, path, "checkpoints/model") if models is not None else []
@@ -471,7 +493,14 @@ def read_tokens(path: str | os.PathLike, rows: np.ndarray | slice = slice(None))
             raise MemtuiError(
                 f"{path}: the panel stores no token ids, so it cannot be extracted; build it with `memtui build`."
             )
-        return f["instances/tokens"][rows], f["instances/length"][rows]
+        n = len(_dataset(f, path, "instances/id", "iu"))
+        tokens = _dataset_handle(f, path, "instances/tokens", "iu")
+        lengths = _dataset(f, path, "instances/length", "iu", (n,))
+        if tokens.ndim != 2 or tokens.shape[0] != n:
+            raise MemtuiError(f"{path}: 'instances/tokens' has shape {tokens.shape}, expected ({n}, length).")
+        if len(lengths) and (lengths.min() < 0 or lengths.max() > tokens.shape[1]):
+            raise MemtuiError(f"{path}: 'instances/length' holds lengths outside 0 .. {tokens.shape[1]}.")
+        return tokens[rows], lengths[rows]
 
 
 class PanelWriter:

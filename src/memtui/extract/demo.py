@@ -29,6 +29,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from memtui.panel import text_attr
+
 VOCAB = 256
 
 _CATEGORY = {
@@ -274,9 +276,11 @@ def make_demo(
             handle_signals=False,
             log=log,
         )
-        with h5py.File(out, "r+", libver="latest") as f:
-            f.attrs["model"] = description
-            f.attrs["source"] = str(f.attrs.get("source", "")).replace(str(work), "<demo workdir>")
+        with h5py.File(out, "r+", libver="latest") as f:  # still the demo's own new file: no one else has it
+            f.attrs["model"] = text_attr(description)
+            source = f.attrs.get("source", b"")
+            source = source.decode() if isinstance(source, bytes) else str(source)
+            f.attrs["source"] = text_attr(source.replace(str(work), "<demo workdir>"))
         with h5py.File(out, "r+", libver="latest") as f:  # checkpoint folders were temporary: keep their names
             rev = f["checkpoints/revision"]
             rev[:] = np.array([Path(r.decode()).name.encode() for r in rev[()]], dtype="S256")

@@ -20,7 +20,7 @@ from memtui.errors import MemtuiError
 
 from . import progress as records
 from .checkpoints import parse_checkpoints
-from .locking import is_locked, open_beside, verified_holder
+from .locking import is_locked, lock_path, open_beside, verified_holder
 from .progress import log_path, progress_path
 
 __all__ = ["launch", "read_progress", "cancel", "progress_path", "log_path", "check_free_space"]
@@ -108,6 +108,12 @@ def launch(
     if not os.access(panel_path, os.W_OK) or not os.access(panel_path.parent, os.W_OK):
         raise MemtuiError(f"{panel_path} is not writable here; extraction writes into the panel and beside it.")
     check_free_space(panel_path)
+    for beside in (lock_path(panel_path), log_path(panel_path)):
+        if beside.is_symlink():  # the worker would refuse it too, but only after we had said "started"
+            raise MemtuiError(
+                f"{beside} is a symbolic link; memtui does not follow links for the files it keeps beside a panel: "
+                "remove it and rerun."
+            )
     model = _resolve_model(model)
     for _ in range(20):  # a worker that was just killed releases its lock a moment after its pid is gone
         if not is_locked(panel_path):

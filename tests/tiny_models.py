@@ -1,0 +1,47 @@
+"""A tiny GPT-NeoX and a panel for it, shared by the extraction tests: real models, real checkpoints, seconds on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+from memtui.panel import NEVER, create_panel
+
+VOCAB = 101
+STEPS = [0, 10, 20, 30, 40]
+
+
+def tiny_model(seed: int) -> GPTNeoXForCausalLM:
+    torch.manual_seed(seed)
+    cfg = GPTNeoXConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return GPTNeoXForCausalLM(cfg).eval()
+
+
+def save_checkpoints(root: Path, steps=STEPS) -> Path:
+    """Checkpoint folders step0 ... step40; step30 is a copy of step20 (the hub has such duplicates)."""
+    for step in steps:
+        tiny_model(seed=20 if step == 30 else step).save_pretrained(root / f"step{step}")
+    (root / "notes").mkdir(exist_ok=True)  # other folders are ignored
+    return root
+
+
+def make_panel(path: Path, n_train: int = 24, n_val: int = 16, length: int = 24, tokens=None) -> Path:
+    rng = np.random.default_rng(0)
+    n = n_train + n_val
+    if tokens is None:
+        tokens = rng.integers(0, VOCAB, size=(n, length))
+    lengths = np.full(n, length)
+    lengths[::5] = rng.integers(2, length, size=len(lengths[::5]))  # some shorter instances
+    tokens[np.arange(length)[None, :] >= lengths[:, None]] = -1
+    treatment = np.r_[np.repeat([10, 20, 30, 40], n_train // 4), np.full(n_val, NEVER)]
+    return create_panel(path, ids=np.arange(n), treatment=treatment, steps=STEPS, tokens=tokens, lengths=lengths)
