@@ -25,7 +25,7 @@ from .progress import log_path, progress_path
 
 __all__ = ["launch", "read_progress", "cancel", "progress_path", "log_path", "check_free_space"]
 
-MIN_FREE_BYTES = 4 << 20  # the panel is preallocated; this is for the progress record, the log and the lock
+MIN_FREE_BYTES = 256 << 10  # the panel is preallocated; this is for the progress record, the log and the lock
 STARTUP_GRACE_S = 120  # a launched worker imports torch and loads a model before it takes the lock
 
 
@@ -38,7 +38,7 @@ def check_free_space(panel_path: Path) -> None:
     if free < MIN_FREE_BYTES:
         raise MemtuiError(
             f"only {free:,} bytes are free on the filesystem of {panel_path}; extraction needs about "
-            f"{MIN_FREE_BYTES >> 20} MiB there for its progress record and log (the panel itself never grows): "
+            f"{MIN_FREE_BYTES >> 10} KiB there for its progress record and log (the panel itself never grows): "
             "free some space and rerun."
         )
 

@@ -1,0 +1,400 @@
+"""Hostile surroundings for extraction: links beside the panel, decoy processes, forged or junk progress files,
+read-only and full filesystems, token ids no model has, broken checkpoints, junk token files.
+
+The promise: nothing is followed, signalled or overwritten that is not memtui's own; every refusal is one line with
+exit 2; a completed checkpoint is never lost, whatever fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiny_models import VOCAB, make_panel, save_checkpoints
+
+from memtui.extract import jobs
+from memtui.extract.locking import lock_path
+from memtui.extract.progress import log_path, progress_path
+from memtui.extract.worker import run
+from memtui.panel import read_panel
+
+from .conftest import assert_clean_exit, assert_refused, digest, fill
+
+METRICS = ("loglik", "accuracy", "rank", "entropy")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    return save_checkpoints(tmp_path_factory.mktemp("ckpts"))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, checkpoints):
+    """Every metric of an uninterrupted foreground run: what any interrupted or hindered run must end with."""
+    path = make_panel(tmp_path_factory.mktemp("ref") / "panel.h5")
+    assert run(path, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
+    panel = read_panel(path)
+    return {m: panel.metrics[m] for m in METRICS}
+
+
+def _same_as_reference(path: Path, reference) -> None:
+    panel = read_panel(path)
+    assert panel.done.all()
+    for m in METRICS:
+        np.testing.assert_array_equal(panel.metrics[m], reference[m], err_msg=m)
+
+
+def _wait(cond, timeout=240.0, what=""):
+    """Poll an external worker process (it reports only through its files)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _finished(path: Path):
+    progress = jobs.read_progress(path)
+    return progress if progress and progress["state"] not in ("running",) else None
+
+
+# --- links beside the panel -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["lock", "log"])
+@pytest.mark.parametrize("mode", ["foreground", "background"])
+def test_a_link_beside_the_panel_is_never_followed(cli, tmp_path, checkpoints, where, mode):
+    panel = make_panel(tmp_path / "panel.h5")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    beside = lock_path(panel) if where == "lock" else log_path(panel)
+    beside.symlink_to(victim)
+    args = ["extract", panel, "--model", checkpoints, "--device", "cpu"]
+    result = cli(*args, *(["--foreground"] if mode == "foreground" else []))
+    if (
+        where == "log" and mode == "foreground"
+    ):  # the foreground run logs to the terminal: it may run, never write there
+        assert result[0] in (0, 2)
+    else:
+        assert_refused(result, "symbolic link")
+    assert victim.read_text() == "precious\n" and beside.is_symlink()
+
+
+def test_a_link_at_the_progress_file_is_replaced_not_written_through(cli, tmp_path, checkpoints):
+    panel = make_panel(tmp_path / "panel.h5")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    progress_path(panel).symlink_to(victim)
+    assert_clean_exit(cli("extract", panel, "--model", checkpoints, "--device", "cpu", "--foreground"))
+    assert victim.read_text() == "precious\n" and not progress_path(panel).is_symlink()
+
+
+# --- processes that are not this panel's writer ----------------------------------------------------------------
+
+
+def _forge_progress(panel: Path, pid: int) -> None:
+    progress_path(panel).write_text(json.dumps({"state": "running", "pid": pid, "started": time.time()}))
+
+
+def _sleeper(*argv: str) -> subprocess.Popen:
+    """A process that records whether it was signalled (it prints TERM and exits on SIGTERM)."""
+    code = (
+        "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: (print('TERM', flush=True), sys.exit(0)))\n"
+    )
+    code += "print('up', flush=True)\ntime.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code, *argv], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    return proc
+
+
+def _holder(panel: Path) -> subprocess.Popen:
+    """A process that holds ``panel``'s writer lock, as a worker does, and records a SIGTERM."""
+    code = (
+        "import signal, sys, time\nfrom memtui.extract.locking import PanelLock\n"
+        "lock = PanelLock(sys.argv[1]).acquire()\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('TERM', flush=True), sys.exit(0)))\n"
+        "print('up', flush=True)\ntime.sleep(120)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(panel)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    return proc
+
+
+def _was_signalled(proc: subprocess.Popen) -> bool:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+        return False
+    return proc.stdout.read().strip() == "TERM"
+
+
+def test_cancel_leaves_a_decoy_named_memtui_alone(cli, tmp_path):
+    panel = make_panel(tmp_path / "panel.h5")
+    decoy = _sleeper("memtui-decoy", "memtui.extract.worker", str(panel))
+    _forge_progress(panel, decoy.pid)
+    code, out, err = cli("extract", panel, "--cancel")
+    assert code == 1 and "nothing was signalled" in out
+    assert not _was_signalled(decoy)
+
+
+def test_cancel_leaves_another_panels_worker_alone(cli, tmp_path):
+    panel, other = make_panel(tmp_path / "panel.h5"), make_panel(tmp_path / "other.h5")
+    worker = _holder(other)
+    _forge_progress(panel, worker.pid)
+    code, out, err = cli("extract", panel, "--cancel")
+    assert code == 1
+    assert not _was_signalled(worker)
+
+
+def test_cancel_leaves_a_forged_lock_file_alone(cli, tmp_path):
+    panel = make_panel(tmp_path / "panel.h5")
+    decoy = _sleeper()
+    lock_path(panel).write_text(f"{decoy.pid}\n")  # names the decoy, but nobody holds the lock
+    _forge_progress(panel, decoy.pid)
+    assert cli("extract", panel, "--cancel")[0] == 1
+    assert not _was_signalled(decoy)
+
+
+@pytest.mark.parametrize("pid", ["self", 1, 2**31 - 1, -1, 0])
+def test_cancel_never_signals_a_pid_from_a_file(cli, tmp_path, pid):
+    panel = make_panel(tmp_path / "panel.h5")
+    _forge_progress(panel, os.getpid() if pid == "self" else pid)
+    assert cli("extract", panel, "--cancel")[0] == 1  # and this test process is still here to say so
+
+
+def test_cancel_signals_the_verified_lock_holder(cli, tmp_path):
+    panel = make_panel(tmp_path / "panel.h5")
+    worker = _holder(panel)
+    _forge_progress(panel, 1)  # whatever the progress file says, the kernel's lock table decides
+    code, out, err = cli("extract", panel, "--cancel")
+    assert code == 0, err
+    worker.wait(timeout=30)
+    assert _was_signalled(worker)
+
+
+JUNK = {
+    "a JSON list": b"[]",
+    "null": b"null",
+    "a number state": b'{"state": 5}',
+    "a string pid": b'{"state": "running", "pid": "x", "started": 1e18}',
+    "strings for numbers": b'{"state": "running", "pid": 1, "K": "abc", "k": "x", "tokens_per_s": "fast"}',
+    "NaN and huge": b'{"state": "done", "tokens_per_s": 1e308, "eta_s": NaN, "k": 99999999999999999999}',
+    "escapes": b'{"state": "failed", "model": "\\u001b]0;pwned\\u0007", "last_error": "\\u001b[2J", '
+    b'"warnings": ["\\u009b"]}',
+    "unknown state": b'{"state": "\\u001b[31mrunning"}',
+    "binary": bytes(range(256)) * 4,
+    "empty": b"",
+    "deep nesting": b"[" * 100000,
+    "a huge file": b" " * (3 << 20) + b"{}",
+    "booleans": b'{"state": "running", "pid": true, "k": false}',
+    "warnings not a list": b'{"state": "done", "warnings": {"a": 1}}',
+}
+
+
+@pytest.mark.parametrize("case", list(JUNK))
+def test_a_junk_progress_file_never_crashes_status_or_cancel(cli, tmp_path, case):
+    panel = make_panel(tmp_path / "panel.h5")
+    progress_path(panel).write_bytes(JUNK[case])
+    code, out, err = cli("status", panel)
+    assert code in (0, 1) and "Traceback" not in err
+    assert_clean_exit((0, out, err))  # no control characters, whatever the file held
+    assert cli("extract", panel, "--cancel")[0] == 1
+    data = jobs.read_progress(panel)
+    assert data["state"] in ("done", "failed", "cancelled", "stale", "unreadable")
+
+
+# --- filesystems that refuse to take a byte -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["foreground", "background"])
+def test_extract_on_a_read_only_filesystem_is_one_line(cli, readonly_fs, checkpoints, mode):
+    where = readonly_fs(lambda d: make_panel(d / "panel.h5"))
+    panel = where / "panel.h5"
+    before = digest(panel)
+    args = ["extract", panel, "--model", checkpoints, "--device", "cpu"]
+    assert_refused(cli(*args, *(["--foreground"] if mode == "foreground" else [])))
+    assert digest(panel) == before
+
+
+def test_a_nearly_full_disk_is_refused_up_front_and_loses_nothing(cli, small_fs, checkpoints, reference):
+    """The issue's reproduction: most checkpoints done, 12 KB free, a new model string (provenance would change)."""
+    where = small_fs("2m")
+    panel = make_panel(where / "panel.h5")
+    assert run(panel, model=str(checkpoints), checkpoints="0:30:10", handle_signals=False, log=lambda m: None)
+    fill(where, leave=12 * 1024)
+    before = digest(panel)
+    for extra in ([], ["--foreground"]):
+        err = assert_refused(cli("extract", panel, "--model", f"{checkpoints}/", "--device", "cpu", *extra))
+        assert "bytes are free" in err
+    assert digest(panel) == before
+    assert read_panel(panel).done.tolist() == [True, True, True, True, False]
+    (where / ".filler").unlink()
+    assert_clean_exit(cli("extract", panel, "--model", f"{checkpoints}/", "--device", "cpu", "--foreground"))
+    _same_as_reference(panel, reference)
+
+
+def test_a_disk_that_fills_up_mid_run_keeps_every_committed_checkpoint(small_fs, checkpoints, reference):
+    """The fault test: the filesystem fills after the first checkpoint commits. The panel was preallocated, so the
+    run finishes regardless (only its progress notes go unwritten); every state on the way is readable."""
+    where = small_fs("2m")
+    panel = make_panel(where / "panel.h5")
+    seen = []
+
+    def on_update(p):
+        if p.get("k") == 2 and not seen:
+            fill(where, leave=0)
+            seen.append(_done_seen_by_another_process(panel))  # readable, with the first checkpoint committed
+
+    state = run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None,
+                on_update=on_update)  # fmt: skip
+    assert seen == [[True, False, False, False, False]]
+    assert state == "done" and os.statvfs(where).f_bavail == 0
+    _same_as_reference(panel, reference)
+
+
+def _done_seen_by_another_process(panel: Path) -> list[bool]:
+    code = "import sys\nfrom memtui.panel import read_panel\nprint(read_panel(sys.argv[1]).done.astype(int).tolist())"
+    out = subprocess.run([sys.executable, "-c", code, str(panel)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return [bool(x) for x in json.loads(out.stdout)]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_on_a_full_disk_resumes_once_space_is_freed(small_fs, checkpoints, reference, monkeypatch):
+    where = small_fs("4m")
+    panel = make_panel(where / "panel.h5")
+    monkeypatch.setenv("MEMTUI_EXTRACT_BATCH_DELAY", "0.2")
+    pid = jobs.launch(panel, model=str(checkpoints), checkpoints="all", batch_size=7, device="cpu")
+    _wait(lambda: read_panel(panel).done.sum() >= 2, what="two committed checkpoints")
+    fill(where, leave=0)
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    _wait(lambda: jobs.read_progress(panel)["state"] == "stale", timeout=30, what="stale")
+    committed = read_panel(panel)
+    assert committed.done.sum() >= 2
+    for m in METRICS:  # what was committed is exactly what the uninterrupted run wrote
+        np.testing.assert_array_equal(committed.metrics[m][:, committed.done], reference[m][:, committed.done])
+    with pytest.raises(Exception, match="bytes are free"):
+        jobs.launch(panel, model=str(checkpoints), checkpoints="all", device="cpu")
+    (where / ".filler").unlink()
+    monkeypatch.delenv("MEMTUI_EXTRACT_BATCH_DELAY")
+    jobs.launch(panel, model=str(checkpoints), checkpoints="all", batch_size=7, device="cpu")
+    assert _wait(lambda: _finished(panel), what="resumed run")["state"] == "done"
+    _same_as_reference(panel, reference)
+
+
+# --- what is in the panel and in the checkpoints ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [-5, VOCAB, 10**6])
+def test_token_ids_outside_the_vocabulary_are_refused_before_scoring(cli, tmp_path, checkpoints, bad):
+    tokens = np.random.default_rng(1).integers(0, VOCAB, size=(40, 24))
+    tokens[3, 1] = bad
+    panel = make_panel(tmp_path / "panel.h5", tokens=tokens)
+    before = digest(panel)
+    err = assert_refused(cli("extract", panel, "--model", checkpoints, "--device", "cpu", "--foreground"))
+    assert "outside the model's vocabulary" in err and "1 token ids" in err
+    assert digest(panel) == before
+
+
+def test_a_relative_model_path_works_in_the_background(tmp_path, checkpoints, reference, monkeypatch):
+    panel = make_panel(tmp_path / "data" / "panel.h5")
+    (tmp_path / "work").mkdir()
+    link = tmp_path / "work" / "ckpts"
+    link.symlink_to(checkpoints)
+    monkeypatch.chdir(tmp_path / "work")
+    jobs.launch(panel, model="ckpts", checkpoints="all", batch_size=7, device="cpu")
+    assert _wait(lambda: _finished(panel), what="background run")["state"] == "done"
+    _same_as_reference(panel, reference)
+
+
+@pytest.mark.parametrize("damage", ["junk config", "empty weights", "missing weights"])
+def test_a_broken_checkpoint_is_one_line_and_the_details_go_to_the_log(cli, tmp_path, checkpoints, damage):
+    broken = tmp_path / "ckpts"
+    save_checkpoints(broken, steps=[0, 10])
+    folder = broken / "step10"
+    weights = next(folder.glob("*.safetensors"))
+    if damage == "junk config":
+        (folder / "config.json").write_text("{not json")
+    elif damage == "empty weights":
+        weights.write_bytes(b"")
+    else:
+        weights.unlink()
+    panel = make_panel(tmp_path / "panel.h5")
+    assert_refused(cli("extract", panel, "--model", broken, "--device", "cpu", "--foreground", "--checkpoints", "0,10"))
+    panel_now = read_panel(panel)
+    assert not panel_now.done[1]  # nothing was committed for the broken checkpoint
+
+
+@pytest.mark.parametrize("mode", ["foreground", "background"])
+def test_extract_refuses_a_cut_panel(cli, tmp_path, checkpoints, mode):
+    panel = make_panel(tmp_path / "panel.h5")
+    data = panel.read_bytes()
+    panel.write_bytes(data[: len(data) * 2 // 3])
+    args = ["extract", panel, "--model", checkpoints, "--device", "cpu"]
+    assert_refused(cli(*args, *(["--foreground"] if mode == "foreground" else [])), "is truncated")
+
+
+# --- token files given to build --------------------------------------------------------------------------------
+
+
+def _npz(path: Path, **arrays) -> Path:
+    np.savez(path, **arrays)
+    return path
+
+
+TOKENS = np.arange(20).reshape(4, 5)
+TREAT = np.array([10, 20, -1, -1])
+BUILD = {
+    "junk bytes as .npz": (lambda d: (d / "t.npz").write_bytes(b"PK\x03\x04junk") and d / "t.npz", "cannot read"),
+    "text as .npz": (lambda d: (d / "t.npz").write_text("tokens") and d / "t.npz", "cannot read"),
+    "object array .npz": (
+        lambda d: _npz(d / "t.npz", tokens=np.array([[1, "a"]], dtype=object), treatment_step=TREAT[:1]),
+        "Python objects",
+    ),
+    "negative ids": (lambda d: _npz(d / "t.npz", tokens=-TOKENS, treatment_step=TREAT), "negative or too large"),
+    "float ids": (lambda d: _npz(d / "t.npz", tokens=TOKENS + 0.5, treatment_step=TREAT), "must be integers"),
+    "1-D ids": (lambda d: _npz(d / "t.npz", tokens=TOKENS[0], treatment_step=TREAT[:1]), "2-D array"),
+    "treatment of the wrong length": (
+        lambda d: _npz(d / "t.npz", tokens=TOKENS, treatment_step=TREAT[:3]),
+        "3 treatment",
+    ),
+    "fractional treatment": (lambda d: _npz(d / "t.npz", tokens=TOKENS, treatment_step=TREAT + 0.5), "whole numbers"),
+    "treatment below -1": (lambda d: _npz(d / "t.npz", tokens=TOKENS, treatment_step=TREAT - 5), "treatment steps"),
+    "lengths out of range": (
+        lambda d: _npz(d / "t.npz", tokens=TOKENS, treatment_step=TREAT, lengths=[9, 5, 5, 5]),
+        "'lengths'",
+    ),
+    "no rows": (
+        lambda d: _npz(d / "t.npz", tokens=np.zeros((0, 5), int), treatment_step=np.zeros(0, int)),
+        "no rows",
+    ),
+    "missing arrays": (lambda d: _npz(d / "t.npz", other=TOKENS), "needs arrays"),
+}
+
+
+@pytest.mark.parametrize("case", list(BUILD))
+def test_build_refuses_a_bad_token_file(cli, tmp_path, case):
+    make, expect = BUILD[case]
+    source = make(tmp_path)
+    assert_refused(cli("build", tmp_path / "out.h5", "--tokens", source), expect)
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_build_refuses_an_object_npy_and_a_missing_treatment_file(cli, tmp_path):
+    np.save(tmp_path / "t.npy", np.array([[1, None]], dtype=object), allow_pickle=True)
+    np.save(tmp_path / "treat.npy", np.array([10]))
+    assert_refused(cli("build", tmp_path / "o.h5", "--tokens", tmp_path / "t.npy", "--treatment-file",
+                       tmp_path / "treat.npy"), "Python objects")  # fmt: skip
+    np.save(tmp_path / "ok.npy", TOKENS)
+    assert_refused(cli("build", tmp_path / "o.h5", "--tokens", tmp_path / "ok.npy", "--treatment-file",
+                       tmp_path / "nope.npy"), "no such treatment file")  # fmt: skip
