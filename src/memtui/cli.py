@@ -29,6 +29,7 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from memtui import commands
     from memtui.extract import commands as extract_commands
+    from memtui.extract import fetch as fetch_command
 
     parser = OneLineParser(
         prog="memtui",
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.register(sub)
     extract_commands.register(sub)
+    fetch_command.register(sub)
     return parser
 
 

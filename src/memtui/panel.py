@@ -485,6 +485,48 @@ def _read(f: h5py.File, path: Path) -> Panel:
     )
 
 
+def _read_live(path: Path, read):
+    """``read(f)`` on the open panel, retried while a writer has it open (a chunk caught mid-write fails its
+    checksum), with the one-line refusals of :func:`read_panel`."""
+    for attempt in range(_LIVE_READ_ATTEMPTS):
+        try:
+            with _open(path) as f:
+                return read(f)
+        except MemtuiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes h5py raise is a one-line refusal
+            if attempt + 1 < _LIVE_READ_ATTEMPTS and _being_written(path):
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            reason = clean((str(exc).strip().splitlines() or [type(exc).__name__])[0], 160)
+            raise MemtuiError(f"{path} cannot be read ({reason}); it may be corrupt or half-written.") from None
+    raise AssertionError("unreachable")
+
+
+def read_done(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """The checkpoint steps and their done flags, without reading the metrics (cheap enough to poll)."""
+    path = Path(path)
+
+    def read(f):
+        steps = _dataset(f, path, "checkpoints/step", "iu").astype(np.int64)
+        done = _dataset(f, path, "checkpoints/done", "iub", steps.shape).astype(bool)
+        return steps, done
+
+    return _read_live(path, read)
+
+
+def read_shape(path: str | os.PathLike) -> tuple[int, int]:
+    """(instances, checkpoints) of a panel, without reading its data."""
+    path = Path(path)
+
+    def read(f):
+        return len(_dataset_handle(f, path, "instances/id", "iu")), len(
+            _dataset_handle(f, path, "checkpoints/step", "iu")
+        )
+
+    return _read_live(path, read)
+
+
 def read_tokens(path: str | os.PathLike, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (rows x L, PAD after each row's length) and lengths, for extraction."""
     path = Path(path)

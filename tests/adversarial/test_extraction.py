@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,9 +20,10 @@ import numpy as np
 import pytest
 from tiny_models import VOCAB, make_panel, save_checkpoints
 
+from memtui.errors import MemtuiError
 from memtui.extract import jobs
-from memtui.extract.locking import lock_path
-from memtui.extract.progress import log_path, progress_path
+from memtui.extract.progress import log_path
+from memtui.extract.units import WorkDir, plan_units, work_dir
 from memtui.extract.worker import run
 from memtui.panel import read_panel
 
@@ -70,39 +72,56 @@ def _finished(path: Path):
 # --- links beside the panel -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("where", ["lock", "log"])
 @pytest.mark.parametrize("mode", ["foreground", "background"])
-def test_a_link_beside_the_panel_is_never_followed(cli, tmp_path, checkpoints, where, mode):
+def test_a_link_at_the_log_is_never_followed(cli, tmp_path, checkpoints, mode):
     panel = make_panel(tmp_path / "panel.h5")
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    beside = lock_path(panel) if where == "lock" else log_path(panel)
-    beside.symlink_to(victim)
+    log_path(panel).symlink_to(victim)
     args = ["extract", panel, "--model", checkpoints, "--device", "cpu"]
-    result = cli(*args, *(["--foreground"] if mode == "foreground" else []))
-    if (
-        where == "log" and mode == "foreground"
-    ):  # the foreground run logs to the terminal: it may run, never write there
-        assert result[0] in (0, 2)
-    else:
-        assert_refused(result, "symbolic link")
-    assert victim.read_text() == "precious\n" and beside.is_symlink()
+    assert_refused(cli(*args, *(["--foreground"] if mode == "foreground" else [])), "symbolic link")
+    assert victim.read_text() == "precious\n" and log_path(panel).is_symlink()
 
 
-def test_a_link_at_the_progress_file_is_replaced_not_written_through(cli, tmp_path, checkpoints):
+@pytest.mark.parametrize("mode", ["foreground", "background"])
+def test_a_link_at_the_work_folder_is_never_followed(cli, tmp_path, checkpoints, mode):
+    panel = make_panel(tmp_path / "panel.h5")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    work_dir(panel).symlink_to(elsewhere)
+    args = ["extract", panel, "--model", checkpoints, "--device", "cpu"]
+    assert_refused(cli(*args, *(["--foreground"] if mode == "foreground" else [])), "symbolic link")
+    assert not any(elsewhere.iterdir())
+
+
+def test_a_link_planted_at_a_claim_is_moved_aside_not_written_through(tmp_path, checkpoints, reference, monkeypatch):
     panel = make_panel(tmp_path / "panel.h5")
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
-    progress_path(panel).symlink_to(victim)
-    assert_clean_exit(cli("extract", panel, "--model", checkpoints, "--device", "cpu", "--foreground"))
-    assert victim.read_text() == "precious\n" and not progress_path(panel).is_symlink()
+    work = WorkDir(panel).ensure()
+    read = read_panel(panel)
+    first = plan_units([0], read.steps, read.n_instances, 1)[0]
+    work.claim_path(first).symlink_to(victim)
+    monkeypatch.setenv("MEMTUI_STALE_S", "1")  # an unreadable claim counts as stale once it is this old
+    os.utime(work.claim_path(first), (0, 0), follow_symlinks=False)
+    assert run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
+    assert victim.read_text() == "precious\n"
+    _same_as_reference(panel, reference)
 
 
 # --- processes that are not this panel's writer ----------------------------------------------------------------
 
 
+def _record(panel: Path, pid: int, name: str | None = None) -> Path:
+    """A worker record as a worker writes it (``PANEL.work/workers/HOST-PID.json``)."""
+    folder = WorkDir(panel).ensure().workers
+    return folder / f"{name or f'{socket.gethostname()}-{pid}'}.json"
+
+
 def _forge_progress(panel: Path, pid: int) -> None:
-    progress_path(panel).write_text(json.dumps({"state": "running", "pid": pid, "started": time.time()}))
+    record = {"state": "running", "pid": pid, "host": socket.gethostname(), "started": time.time(),
+              "updated": time.time()}  # fmt: skip
+    _record(panel, pid).write_text(json.dumps(record))
 
 
 def _sleeper(*argv: str) -> subprocess.Popen:
@@ -117,10 +136,12 @@ def _sleeper(*argv: str) -> subprocess.Popen:
 
 
 def _holder(panel: Path) -> subprocess.Popen:
-    """A process that holds ``panel``'s writer lock, as a worker does, and records a SIGTERM."""
+    """A process that holds a worker lock of ``panel``, as a worker does, and records a SIGTERM."""
+    WorkDir(panel).ensure()
     code = (
-        "import signal, sys, time\nfrom memtui.extract.locking import PanelLock\n"
-        "lock = PanelLock(sys.argv[1]).acquire()\n"
+        "import os, signal, socket, sys, time\nfrom memtui.extract.locking import FileLock\n"
+        "from memtui.extract.units import WorkDir\n"
+        "lock = FileLock(WorkDir(sys.argv[1]).workers / f'{socket.gethostname()}-{os.getpid()}.lock').acquire()\n"
         "signal.signal(signal.SIGTERM, lambda *a: (print('TERM', flush=True), sys.exit(0)))\n"
         "print('up', flush=True)\ntime.sleep(120)"
     )
@@ -158,7 +179,7 @@ def test_cancel_leaves_another_panels_worker_alone(cli, tmp_path):
 def test_cancel_leaves_a_forged_lock_file_alone(cli, tmp_path):
     panel = make_panel(tmp_path / "panel.h5")
     decoy = _sleeper()
-    lock_path(panel).write_text(f"{decoy.pid}\n")  # names the decoy, but nobody holds the lock
+    _record(panel, decoy.pid).with_suffix(".lock").write_text(f"{decoy.pid}\n")  # names it, but nobody holds it
     _forge_progress(panel, decoy.pid)
     assert cli("extract", panel, "--cancel")[0] == 1
     assert not _was_signalled(decoy)
@@ -174,7 +195,8 @@ def test_cancel_never_signals_a_pid_from_a_file(cli, tmp_path, pid):
 def test_cancel_signals_the_verified_lock_holder(cli, tmp_path):
     panel = make_panel(tmp_path / "panel.h5")
     worker = _holder(panel)
-    _forge_progress(panel, 1)  # whatever the progress file says, the kernel's lock table decides
+    record = {"state": "running", "pid": 1, "host": socket.gethostname()}  # a lie: the kernel's lock table decides
+    _record(panel, worker.pid).write_text(json.dumps(record))
     code, out, err = cli("extract", panel, "--cancel")
     assert code == 0, err
     worker.wait(timeout=30)
@@ -203,7 +225,7 @@ JUNK = {
 @pytest.mark.parametrize("case", list(JUNK))
 def test_a_junk_progress_file_never_crashes_status_or_cancel(cli, tmp_path, case):
     panel = make_panel(tmp_path / "panel.h5")
-    progress_path(panel).write_bytes(JUNK[case])
+    _record(panel, 0, name="somehost-123").write_bytes(JUNK[case])
     code, out, err = cli("status", panel)
     assert code in (0, 1) and "Traceback" not in err
     assert_clean_exit((0, out, err))  # no control characters, whatever the file held
@@ -243,8 +265,9 @@ def test_a_nearly_full_disk_is_refused_up_front_and_loses_nothing(cli, small_fs,
 
 
 def test_a_disk_that_fills_up_mid_run_keeps_every_committed_checkpoint(small_fs, checkpoints, reference):
-    """The fault test: the filesystem fills after the first checkpoint commits. The panel was preallocated, so the
-    run finishes regardless (only its progress notes go unwritten); every state on the way is readable."""
+    """The fault test: the filesystem fills after the first checkpoint commits. The panel, preallocated, never needs
+    a byte; the next unit's part cannot be written, so the run stops with one line. Every committed checkpoint is
+    intact and readable at every moment, and once space is freed the same command finishes the identical panel."""
     where = small_fs("2m")
     panel = make_panel(where / "panel.h5")
     seen = []
@@ -254,10 +277,17 @@ def test_a_disk_that_fills_up_mid_run_keeps_every_committed_checkpoint(small_fs,
             fill(where, leave=0)
             seen.append(_done_seen_by_another_process(panel))  # readable, with the first checkpoint committed
 
-    state = run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None,
-                on_update=on_update)  # fmt: skip
+    with pytest.raises(MemtuiError, match="No space left on device.*committed checkpoint is intact"):
+        run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None,
+            on_update=on_update)  # fmt: skip
     assert seen == [[True, False, False, False, False]]
-    assert state == "done" and os.statvfs(where).f_bavail == 0
+    now = read_panel(panel)
+    assert now.done.tolist() == [True, False, False, False, False]
+    for m in METRICS:
+        np.testing.assert_array_equal(now.metrics[m][:, 0], reference[m][:, 0])
+    assert jobs.read_progress(panel)["state"] in ("failed", "running", "stale")  # its last record may be unwritten
+    (where / ".filler").unlink()
+    assert run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
     _same_as_reference(panel, reference)
 
 
@@ -273,7 +303,7 @@ def test_a_worker_killed_on_a_full_disk_resumes_once_space_is_freed(small_fs, ch
     where = small_fs("4m")
     panel = make_panel(where / "panel.h5")
     monkeypatch.setenv("MEMTUI_EXTRACT_BATCH_DELAY", "0.2")
-    pid = jobs.launch(panel, model=str(checkpoints), checkpoints="all", batch_size=7, device="cpu")
+    (pid,) = jobs.launch(panel, model=str(checkpoints), checkpoints="all", batch_size=7, device="cpu")
     _wait(lambda: read_panel(panel).done.sum() >= 2, what="two committed checkpoints")
     fill(where, leave=0)
     time.sleep(0.5)

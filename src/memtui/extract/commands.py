@@ -7,32 +7,30 @@ import sys
 import time
 from pathlib import Path
 
+from memtui.errors import MemtuiError
+
+from .options import ExtractOptions
+
 
 def register(sub) -> None:
     """Add the extraction subcommands to the `memtui` parser."""
     p = sub.add_parser(
         "extract",
-        help="score every checkpoint of a model on a panel's instances (background, resumable)",
-        description="Score checkpoints into PANEL. Starts a detached worker (survives the terminal) unless "
-        "--foreground; a rerun skips finished checkpoints.",
+        help="score every checkpoint of a model on a panel's instances (background, resumable, many GPUs or SLURM)",
+        description="Score checkpoints into PANEL. Starts detached workers (they survive the terminal) unless "
+        "--foreground: one per GPU with --gpus, N with --workers, or a SLURM job array with --slurm. "
+        "A rerun skips what is finished.",
     )
     p.add_argument("panel", type=Path)
-    p.add_argument("--model", help="Hugging Face repo id (revisions stepN) or a folder of checkpoint folders stepN/")
-    p.add_argument(
-        "--checkpoints", default="all", help="START:STOP:STEP (inclusive), a comma list, or all (default: all pending)"
-    )
-    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N, mps")
-    p.add_argument("--dtype", default="auto", help="model body dtype: auto (bf16 on GPU, fp32 on CPU), float32, ...")
-    p.add_argument("--batch-size", default="auto", help="instances per batch, or auto (halves on out-of-memory)")
-    p.add_argument("--chunk", type=int, default=None, help="target positions per output-head chunk (default: auto)")
-    p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision name of a step")
-    p.add_argument("--foreground", action="store_true", help="run in this terminal with a progress bar")
-    p.add_argument("--cancel", action="store_true", help="stop the running extraction of PANEL (resumable)")
+    ExtractOptions.add_worker_arguments(p)
+    ExtractOptions.add_launch_arguments(p)
+    p.add_argument("--foreground", action="store_true", help="one worker in this terminal, with a progress bar")
+    p.add_argument("--cancel", action="store_true", help="stop every worker of PANEL (resumable)")
     p.set_defaults(func=cmd_extract)
 
-    p = sub.add_parser("status", help="progress of the extraction of a panel")
+    p = sub.add_parser("status", help="progress of the extraction of a panel: every worker, total and ETA")
     p.add_argument("panel", type=Path)
-    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the worker stops")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the workers stop")
     p.add_argument("--json", action="store_true", help="print the raw progress record")
     p.set_defaults(func=cmd_status)
 
@@ -81,36 +79,37 @@ def describe(progress: dict) -> str:
 
 
 def cmd_extract(args) -> int:
-    from memtui.errors import MemtuiError
-
     from . import jobs
 
     if args.cancel:
         if jobs.cancel(args.panel):
-            print(f"sent SIGTERM to the extraction of {args.panel}; it stops after the current batch (resumable)")
+            print(f"asked every worker of {args.panel} to stop; each stops after its current batch (resumable)")
             return 0
-        print(f"no extraction is running on {args.panel} (no process holds its writer lock); nothing was signalled")
+        print(f"no extraction is running on {args.panel} (no worker holds its lock); nothing was signalled")
         return 1
-    if not args.model:
-        raise MemtuiError("--model is required: a Hugging Face repo id or a folder of checkpoint folders (stepN/).")
-    if not args.foreground:
-        pid = jobs.launch(
-            args.panel,
-            model=args.model,
-            checkpoints=args.checkpoints,
-            device=args.device,
-            dtype=args.dtype,
-            batch_size=args.batch_size,
-            chunk=args.chunk,
-            revision_template=args.revision_template,
-        )
-        log = jobs.log_path(args.panel.resolve())
-        print(f"extraction started in the background (pid {pid}); closing this terminal does not stop it.")
-        print(f"  follow:  memtui status {args.panel} --follow    (log: {log})")
-        print(f"  stop:    memtui extract {args.panel} --cancel    (a rerun resumes)")
-        return 0
+    options = ExtractOptions.from_args(args).validate()
+    if args.foreground:
+        if options.n_workers > 1 or options.slurm is not None:
+            raise MemtuiError("--foreground runs one worker in this terminal; drop --workers/--gpus/--slurm.")
+        return _foreground(args.panel, options)
+    if options.slurm is not None:
+        return _slurm(args, options)
+    panel = args.panel
+    pids = jobs.launch(panel, options)
+    log = jobs.log_path(panel.resolve())
+    where = f" on GPUs {', '.join(map(str, options.gpus))}" if options.gpus is not None else ""
+    print(f"extraction started in the background: {len(pids)} worker(s){where} (pid {', '.join(map(str, pids))}); "
+          "closing this terminal does not stop them.")  # fmt: skip
+    print(f"  follow:  memtui status {panel} --follow    (log: {log})")
+    print(f"  stop:    memtui extract {panel} --cancel    (a rerun resumes)")
+    return 0
+
+
+def _foreground(panel: Path, options: ExtractOptions) -> int:
+    from . import jobs
     from .worker import run
 
+    jobs.prepare(panel, options)  # the launcher's checks: a live run, links beside the panel, a stale cancel flag
     tty = sys.stderr.isatty()
 
     def on_update(p: dict) -> None:
@@ -123,66 +122,86 @@ def cmd_extract(args) -> int:
             sys.stderr.write("\r\033[K")
         print(msg, flush=True)
 
-    state = run(
-        args.panel,
-        model=args.model,
-        checkpoints=args.checkpoints,
-        device=args.device,
-        dtype=args.dtype,
-        batch_size=args.batch_size,
-        chunk=args.chunk,
-        revision_template=args.revision_template,
-        on_update=on_update,
-        log=log,
-    )
+    state = run(panel, options.with_model(jobs._resolve_model(options.model)), on_update=on_update, log=log)
     if tty:
         sys.stderr.write("\r\033[K")
     return 0 if state == "done" else 130
 
 
+def _slurm(args, options: ExtractOptions) -> int:
+    from memtui.panel import read_panel
+
+    from . import jobs, slurm
+
+    panel, options = jobs.prepare(args.panel, options)
+    if args.dry_run:
+        print(slurm.dry_run_script(panel, options), end="")
+        return 0
+    job = slurm.submit(panel, options, read_panel(panel).steps)
+    print(f"submitted SLURM job array {job}: {options.workers} task(s), one worker each; requeued tasks resume.")
+    print(f"  follow:  memtui status {args.panel} --follow")
+    print(f"  stop:    memtui extract {args.panel} --cancel    (scancel; a rerun resumes)")
+    return 0
+
+
 def _bar(p: dict, width: int = 24) -> str:
     from .progress import fmt_duration
 
-    n, total = p.get("instances_done", 0), max(1, p.get("instances_total") or 1)
+    n, total = p.get("instances_done") or 0, max(1, p.get("instances_total") or 1)
     filled = int(width * n / total)
     bar = "#" * filled + "-" * (width - filled)
     rate = f"{p['tokens_per_s']:,.0f} tok/s" if p.get("tokens_per_s") else ""
     return (
-        f"[{p.get('k', 0)}/{p.get('K', 0)}] step {p.get('checkpoint')} [{bar}] {n}/{total} {rate} "
+        f"[{p.get('k') or 0}/{p.get('K') or 0}] step {p.get('checkpoint')} [{bar}] {n}/{total} {rate} "
         f"ETA {fmt_duration(p.get('eta_s'))}"
     )
 
 
+def _worker_line(w: dict) -> str:
+    from .progress import fmt_duration
+
+    where = w.get("host") or "?"
+    if w.get("slurm_job"):
+        where += f" slurm {w['slurm_job']}_{w.get('slurm_task') or '?'}"
+    where += f" pid {w.get('pid')}" + (f" {w['device']}" if w.get("device") else "")
+    unit = f"unit {w['unit']}" if w.get("unit") else "no unit"
+    rate = f"{w['tokens_per_s']:,.0f} tokens/s" if w.get("tokens_per_s") and w["state"] == "running" else ""
+    beat = f"heartbeat {fmt_duration(time.time() - w['updated'])} ago" if w.get("updated") else ""
+    return ", ".join(x for x in (f"{w['state']:<9} {where}", unit, rate, beat) if x)
+
+
 def cmd_status(args) -> int:
-    from memtui.panel import read_panel
+    from memtui.panel import read_done
 
     from . import jobs
 
-    panel = read_panel(args.panel)
     while True:
+        steps, done = read_done(args.panel)
         progress = jobs.read_progress(args.panel)
         if args.json:
             print(json.dumps(progress, indent=1))
             return 0
-        done = f"{int(panel.done.sum())}/{panel.n_checkpoints} checkpoints extracted"
+        summary = f"{int(done.sum())}/{len(steps)} checkpoints extracted"
         if progress is None:
-            print(f"{args.panel}: {done}; no extraction has run on it (start one with `memtui extract`).")
+            print(f"{args.panel}: {summary}; no extraction has run on it (start one with `memtui extract`).")
             return 0
-        line = f"{args.panel}: {describe(progress)}"
+        line = f"{args.panel}: {describe(progress)}; {summary}"
+        workers = progress.get("workers") or []
         if not args.follow or progress.get("state") != "running":
             print(line)
-            print(f"  {done}; log {progress.get('log')}")
+            for w in workers:
+                print(f"  {_worker_line(w)}")
+            print(f"  log {progress.get('log')}")
             for w in progress.get("warnings") or []:
                 print(f"  warning: {w}")
             if progress.get("state") == "unreadable":
-                print(f"  the progress file {jobs.progress_path(args.panel)} is not a progress record; a rerun of "
+                print(f"  a worker record in {jobs.work_dir(args.panel)}/workers is not a progress record; a rerun of "
                       "`memtui extract` replaces it")  # fmt: skip
             if progress.get("state") in ("stale", "cancelled", "failed"):
                 print(f"  rerun `memtui extract {args.panel} --model {progress.get('model') or 'MODEL'}` to resume")
             return 0 if progress.get("state") != "failed" else 1
-        print(line, flush=True)
+        print(line + f" ({progress.get('n_running')} running)", flush=True)
         time.sleep(2)
-        panel = read_panel(args.panel)
 
 
 def cmd_build(args) -> int:

@@ -288,6 +288,7 @@ def make_demo(
     finally:
         if not keep and workdir is None:
             shutil.rmtree(work, ignore_errors=True)
-        for p in (out.with_name(out.name + ".lock"), out.with_name(out.name + ".progress.json")):
-            p.unlink(missing_ok=True)
+        from .units import work_dir
+
+        shutil.rmtree(work_dir(out), ignore_errors=True)  # the demo's own run is over: no claims, parts or records
     return out

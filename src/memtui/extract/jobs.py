@@ -1,16 +1,19 @@
-"""Background extraction jobs: start a detached worker, read its progress, cancel it.
+"""Background extraction jobs: start workers (detached on this machine, or a SLURM array), read their progress,
+cancel them.
 
 This is the contract the workbench app uses: :func:`launch`, :func:`read_progress`, :func:`cancel`. Whether a worker
-runs is decided by the panel's writer lock, verified with the kernel (:func:`locking.verified_holder`), never by a pid
-read from a file: a pid may be reused, and a progress file may be forged.
+runs is decided by its lock on this host, verified with the kernel (:func:`locking.holder_of`), and by its heartbeat
+on other hosts — never by a pid read from a file: a pid may be reused, and a record may be forged.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,28 +22,40 @@ from pathlib import Path
 from memtui.errors import MemtuiError
 
 from . import progress as records
-from .checkpoints import parse_checkpoints
-from .locking import is_locked, lock_path, open_beside, verified_holder
-from .progress import log_path, progress_path
+from .locking import holder_of, open_beside
+from .options import ExtractOptions
+from .progress import log_path
+from .units import WorkDir, stale_s, work_dir
 
-__all__ = ["launch", "read_progress", "cancel", "progress_path", "log_path", "check_free_space"]
+__all__ = ["launch", "read_progress", "cancel", "log_path", "check_free_space", "cancel_flag", "live_workers"]
 
-MIN_FREE_BYTES = 256 << 10  # the panel is preallocated; this is for the progress record, the log and the lock
-STARTUP_GRACE_S = 120  # a launched worker imports torch and loads a model before it takes the lock
+MIN_FREE_BYTES = 256 << 10  # the panel is preallocated; this is for progress records, parts' headroom, log, locks
+STARTUP_GRACE_S = 120  # a launched worker imports its libraries before it takes its lock
 
 
-def check_free_space(panel_path: Path) -> None:
-    """Refuse to start with (almost) no space beside the panel: the worker could not even say why it died."""
+def check_free_space(panel_path: Path, n_instances: int = 0, workers: int = 1) -> None:
+    """Refuse to start with too little space beside the panel for the parts the workers write (4 float64 columns a
+    unit; the panel itself never grows) and their records and log: a worker that cannot write them stops."""
     try:
         free = shutil.disk_usage(panel_path.parent).free
     except OSError:
         return
-    if free < MIN_FREE_BYTES:
+    needed = MIN_FREE_BYTES + 2 * workers * n_instances * 4 * 8
+    if free < needed:
         raise MemtuiError(
             f"only {free:,} bytes are free on the filesystem of {panel_path}; extraction needs about "
-            f"{MIN_FREE_BYTES >> 10} KiB there for its progress record and log (the panel itself never grows): "
-            "free some space and rerun."
+            f"{needed >> 10:,} KiB there for its part files, progress records and log (the panel itself never "
+            "grows): free some space and rerun."
         )
+
+
+def cancel_flag(panel_path: str | os.PathLike) -> Path:
+    """While this file exists, every worker of the panel, on any host, stops at its next batch."""
+    return work_dir(panel_path) / "cancel"
+
+
+def launch_record(panel_path: str | os.PathLike) -> Path:
+    return work_dir(panel_path) / "launch.json"
 
 
 def _alive(pid: int) -> bool:
@@ -50,7 +65,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
+    except (PermissionError, OverflowError):
         return True
     stat = Path(f"/proc/{pid}/stat")
     if stat.exists():
@@ -62,9 +77,9 @@ def _alive(pid: int) -> bool:
 
 
 def _starting_worker(pid: int, panel_path: Path) -> bool:
-    """A worker for *this* panel that has not taken the lock yet: its command line names the worker module and the
+    """A worker for *this* panel that has not taken its lock yet: its command line names the worker module and the
     panel (where /proc exists; elsewhere only a live pid)."""
-    if not _alive(pid):
+    if not isinstance(pid, int) or pid <= 0 or not _alive(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
     if not cmdline.exists():
@@ -77,114 +92,197 @@ def _starting_worker(pid: int, panel_path: Path) -> bool:
 
 
 def _resolve_model(model: str) -> str:
-    """A local checkpoint folder as an absolute path: the detached worker runs in the panel's folder."""
+    """A local checkpoint folder as an absolute path: detached workers run in the panel's folder."""
     local = Path(model).expanduser()
     return str(local.resolve()) if local.exists() else model
 
 
-def launch(
-    panel_path: str | os.PathLike,
-    *,
-    model: str,
-    checkpoints: str,
-    device: str = "auto",
-    dtype: str = "auto",
-    batch_size: str | int = "auto",
-    chunk: int | None = None,
-    revision_template: str = "step{step}",
-) -> int:
-    """Start a detached extraction worker (own session, survives the terminal) and return its pid."""
+def prepare(panel_path: str | os.PathLike, options: ExtractOptions) -> tuple[Path, ExtractOptions]:
+    """The checks every launch makes before anything starts, and the options as workers will get them."""
     from memtui.panel import read_panel
 
     panel_path = Path(panel_path).resolve()
+    options = options.validate()
     panel = read_panel(panel_path)  # a clear error now rather than in the log
     if not panel.has_tokens:
         raise MemtuiError(
             f"{panel_path}: the panel stores no token ids, so it cannot be extracted; build it with `memtui build`."
         )
-    parse_checkpoints(checkpoints)
-    if str(batch_size) != "auto" and (not str(batch_size).isdigit() or int(batch_size) <= 0):
-        raise MemtuiError(f"batch size must be a positive integer or auto, got {batch_size}.")
     if not os.access(panel_path, os.W_OK) or not os.access(panel_path.parent, os.W_OK):
         raise MemtuiError(f"{panel_path} is not writable here; extraction writes into the panel and beside it.")
-    check_free_space(panel_path)
-    for beside in (lock_path(panel_path), log_path(panel_path)):
-        if beside.is_symlink():  # the worker would refuse it too, but only after we had said "started"
-            raise MemtuiError(
-                f"{beside} is a symbolic link; memtui does not follow links for the files it keeps beside a panel: "
-                "remove it and rerun."
-            )
-    model = _resolve_model(model)
-    for _ in range(20):  # a worker that was just killed releases its lock a moment after its pid is gone
-        if not is_locked(panel_path):
-            break
-        time.sleep(0.05)
-    if is_locked(panel_path):
-        who = verified_holder(panel_path)
-        raise MemtuiError(
-            f"{panel_path} is being written by another extraction{f' (pid {who})' if who else ''}; follow it with "
-            f"`memtui status {panel_path}` or stop it with `memtui extract {panel_path} --cancel`."
-        )
-    cmd = [sys.executable, "-m", "memtui.extract.worker", str(panel_path), "--model", model,
-           "--checkpoints", str(checkpoints), "--device", device, "--dtype", dtype, "--batch-size", str(batch_size),
-           "--revision-template", revision_template]  # fmt: skip
-    if chunk:
-        cmd += ["--chunk", str(chunk)]
+    check_free_space(panel_path, panel.n_instances, options.n_workers)
     log = log_path(panel_path)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    fd = open_beside(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-    try:
-        os.write(fd, f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n".encode())
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=fd,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            close_fds=True,
-            env=env,
-            cwd=str(panel_path.parent),
+    if log.is_symlink():  # the workers would refuse it too, but only after we had said "started"
+        raise MemtuiError(
+            f"{log} is a symbolic link; memtui does not follow links for the files it keeps beside a panel: "
+            "remove it and rerun."
         )
+    live = live_workers(panel_path)
+    if live:
+        raise MemtuiError(
+            f"{panel_path} is being extracted by {len(live)} worker(s); follow with `memtui status {panel_path}` "
+            f"or stop them with `memtui extract {panel_path} --cancel`."
+        )
+    work = WorkDir(panel_path).ensure()
+    with contextlib.suppress(FileNotFoundError):
+        cancel_flag(panel_path).unlink()  # a new run: an earlier --cancel is over
+    for old in [*work.workers.glob("*.json"), *work.workers.glob("*.lock")]:  # the last run's records: none is live
+        with contextlib.suppress(OSError):
+            old.unlink()
+    return panel_path, options.with_model(_resolve_model(options.model))
+
+
+def launch(panel_path: str | os.PathLike, options: ExtractOptions | None = None, **fields) -> list[int]:
+    """Start detached workers on this machine (own sessions, survive the terminal); their pids.
+
+    One worker per entry of ``options.gpus`` (each sees only its GPU through CUDA_VISIBLE_DEVICES), else
+    ``options.workers`` workers on ``options.device``. ``fields`` build the options when none are given.
+    """
+    options = options or ExtractOptions(**fields)
+    panel_path, options = prepare(panel_path, options)
+    slots = [(str(g), "cuda") for g in options.gpus] if options.gpus is not None else [(None, None)] * options.workers
+    log = log_path(panel_path)
+    fd = open_beside(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    pids = []
+    try:
+        for gpu, device in slots:
+            cmd = [sys.executable, "-m", "memtui.extract.worker", str(panel_path), *options.worker_argv(device=device)]
+            env = dict(os.environ, PYTHONUNBUFFERED="1", **options.extra_env)
+            if gpu is not None:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            os.write(fd, f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} gpu {gpu or '-'}: {' '.join(cmd)}\n".encode())
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                env=env,
+                cwd=str(panel_path.parent),
+            )
+            pids.append(proc.pid)
     except OSError as exc:
-        raise MemtuiError(f"cannot start the extraction worker: {exc.strerror or exc}.") from None
+        raise MemtuiError(f"cannot start an extraction worker: {exc.strerror or exc}.") from None
     finally:
         os.close(fd)
-    current = records.read(panel_path)
-    if not current or current.get("pid") != proc.pid:  # the worker has not published yet: say it is starting
-        with contextlib.suppress(OSError):
-            records.publish(
-                panel_path,
-                records.new_record(panel_path, pid=proc.pid, model=model, K=None, instances_total=panel.n_instances),
-            )
-    return proc.pid
+    _write_launch(panel_path, {"mode": "local", "host": socket.gethostname(), "pids": pids, "gpus": options.gpus,
+                               "model": options.model, "started": time.time()})  # fmt: skip
+    return pids
+
+
+def _write_launch(panel_path: Path, record: dict) -> None:
+    with contextlib.suppress(OSError):
+        records.publish_to(launch_record(panel_path), record)
+
+
+def _read_launch(panel_path: Path) -> dict:
+    try:
+        data = json.loads(launch_record(panel_path).read_bytes()[: 1 << 20])
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _worker_records(panel_path: Path) -> list[tuple[Path, dict]]:
+    folder = WorkDir(panel_path).workers
+    try:
+        paths = sorted(folder.glob("*.json"))
+    except OSError:
+        return []
+    out = []
+    for path in paths[:4096]:
+        record = records.read(path)
+        if record is not None:
+            record["id"] = path.stem
+            out.append((path, record))
+    return out
+
+
+def _is_alive(panel_path: Path, path: Path, record: dict) -> bool:
+    if record["host"] in (None, socket.gethostname()):
+        holder = holder_of(path.with_suffix(".lock"))
+        return holder is not None and (record["pid"] is None or holder == record["pid"])
+    updated = record.get("updated") or 0
+    return time.time() - updated < stale_s()  # another host: its heartbeat decides
+
+
+def live_workers(panel_path: str | os.PathLike) -> list[dict]:
+    """The records of the workers that run now (verified: lock on this host, heartbeat elsewhere)."""
+    panel_path = Path(panel_path).resolve()
+    live = [r for p, r in _worker_records(panel_path) if r["state"] == "running" and _is_alive(panel_path, p, r)]
+    launched = _read_launch(panel_path)
+    if launched.get("mode") == "local" and time.time() - float(launched.get("started") or 0) < STARTUP_GRACE_S:
+        known = {r["pid"] for _, r in _worker_records(panel_path)}
+        for pid in launched.get("pids") or []:
+            if pid not in known and _starting_worker(pid, panel_path):
+                live.append(records.parse({"state": "running", "pid": pid, "host": socket.gethostname()}))
+    return live
 
 
 def read_progress(panel_path: str | os.PathLike) -> dict | None:
-    """The worker's latest progress (checked: every field has its documented type), or None if no extraction ever
-    ran on this panel.
+    """Every worker's latest progress, checked (each field has its documented type), and their sum; None if no
+    extraction ever ran on this panel.
 
-    ``state`` is running, done, failed, cancelled, stale (the worker is gone without saying it finished: killed,
-    machine rebooted, disk full) or unreadable (the progress file is not a progress record); rerun `memtui extract`
-    to resume a stale or cancelled run.
+    ``state`` is running (some worker runs), done, failed, cancelled, stale (the workers are gone without saying
+    they finished: killed, machine rebooted, disk full; then ``last_error`` holds the log's last error line) or
+    unreadable (a record file is not a progress record); rerun `memtui extract` to resume a stale or cancelled run.
+    ``workers`` lists each worker's own record (with its own state).
     """
-    panel_path = Path(panel_path)
-    data = records.read(panel_path)
-    if data is None:
+    panel_path = Path(panel_path).resolve()
+    found = _worker_records(panel_path)
+    launched = _read_launch(panel_path)
+    if not found and not launched:
         return None
-    if data["log"] is None:
-        data["log"] = str(log_path(panel_path))
-    if data["state"] == "running" and not _is_running(panel_path, data):
-        data["state"] = "stale"
-        if not data["last_error"]:
-            data["last_error"] = _last_log_error(panel_path)
-    return data
+    workers = []
+    for path, record in found:
+        if record["state"] == "running" and not _is_alive(panel_path, path, record):
+            record["state"] = "stale"
+            record["last_error"] = record["last_error"] or _last_log_error(panel_path)
+        workers.append(record)
+    for extra in live_workers(panel_path):
+        if extra["pid"] not in {w["pid"] for w in workers}:
+            workers.append(extra)  # launched, not yet reporting
+    return _aggregate(panel_path, workers, launched)
 
 
-def _is_running(panel_path: Path, data: dict) -> bool:
-    if verified_holder(panel_path) is not None:
-        return True
-    pid, started = data.get("pid"), data.get("started") or 0
-    return isinstance(pid, int) and time.time() - started < STARTUP_GRACE_S and _starting_worker(pid, panel_path)
+def _aggregate(panel_path: Path, workers: list[dict], launched: dict) -> dict:
+    from memtui.panel import read_done
+
+    running = [w for w in workers if w["state"] == "running"]
+    states = {w["state"] for w in workers}
+    # a worker says "done" only once every unit is finished (it waits for, and takes over, the units of workers that
+    # die), so one done worker means the run is done, whatever became of the others
+    state = next((s for s in ("running", "done", "failed", "unreadable", "stale", "cancelled") if s in states), "done")
+    latest = max(running or workers, key=lambda w: w.get("updated") or 0, default={}) if workers else {}
+    rate = sum(w.get("tokens_per_s") or 0 for w in running) or None
+    eta = None
+    if running and latest.get("eta_s") is not None and latest.get("tokens_per_s") and rate:
+        eta = latest["eta_s"] * latest["tokens_per_s"] / rate  # its own ETA counts every pending unit, at its rate
+    try:
+        steps, done = read_done(panel_path)
+        checkpoints_done, checkpoints_total = int(done.sum()), len(steps)
+    except MemtuiError:
+        checkpoints_done = checkpoints_total = None
+    warnings = list(dict.fromkeys(w for r in workers for w in r.get("warnings") or []))
+    errors = [w["last_error"] for w in workers if w.get("last_error") and w["state"] != "running"]
+    record = records.parse(dict(latest, state=state))
+    record.update(
+        state=state,
+        pid=(running[0]["pid"] if running else latest.get("pid")),
+        model=latest.get("model") or launched.get("model"),
+        tokens_per_s=rate if running else None,
+        eta_s=eta,
+        last_error=errors[0] if errors and state != "running" else None,
+        warnings=warnings,
+        checkpoints_done=checkpoints_done,
+        checkpoints_total=checkpoints_total,
+        log=str(log_path(panel_path)),
+        workers=workers,
+        n_running=len(running),
+        slurm_job=launched.get("slurm_job") if isinstance(launched.get("slurm_job"), str) else None,
+    )
+    return record
 
 
 def _last_log_error(panel_path: Path) -> str | None:
@@ -207,26 +305,56 @@ def _last_log_error(panel_path: Path) -> str | None:
 
 
 def cancel(panel_path: str | os.PathLike, wait_s: float = 10.0) -> bool:
-    """SIGTERM the process that holds this panel's writer lock (it abandons the current checkpoint cleanly).
+    """Stop every worker of the panel: raise the cancel flag (workers on any host stop at their next batch), SIGTERM
+    the workers of this host that the kernel confirms hold their lock, and cancel the SLURM array. True if any
+    worker was running or queued.
 
-    Only that process is ever signalled: a pid from the progress file counts only once the kernel confirms it holds
-    the lock (a just-launched worker gets ``wait_s`` seconds to take it). False if no extraction runs on the panel.
+    A pid from a record is never signalled on its own word: a just-launched worker gets ``wait_s`` seconds to take
+    its lock, and only then is signalled.
     """
     panel_path = Path(panel_path).resolve()
-    holder = verified_holder(panel_path)
-    if holder is None:
-        data = records.read(panel_path)
-        pid = data.get("pid") if data else None
-        deadline = time.monotonic() + wait_s
-        while holder is None and isinstance(pid, int) and _starting_worker(pid, panel_path):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-            holder = verified_holder(panel_path)
-    if holder is None or holder == os.getpid():
+    live = live_workers(panel_path)
+    launched = _read_launch(panel_path)
+    slurm_job = launched.get("slurm_job") if launched.get("mode") == "slurm" else None
+    if not live and not slurm_job and not _local_holders(panel_path):
         return False
-    try:
-        os.kill(holder, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
+    work = WorkDir(panel_path)
+    if work.root.is_dir():
+        with contextlib.suppress(OSError):
+            cancel_flag(panel_path).write_text(f"cancelled at {time.time()}\n")
+    signalled = _signal_local_workers(panel_path, wait_s)
+    cancelled = False
+    if isinstance(slurm_job, str):
+        from .slurm import cancel_array
+
+        cancelled = cancel_array(launched)
+    return bool(live) or signalled or cancelled
+
+
+def _local_holders(panel_path: Path) -> set[int]:
+    """Processes of this host that the kernel confirms hold a worker lock of the panel (never this process)."""
+    holders = set()
+    with contextlib.suppress(OSError):
+        for lock in WorkDir(panel_path).workers.glob("*.lock"):
+            pid = holder_of(lock)
+            if pid is not None and pid != os.getpid():
+                holders.add(pid)
+    return holders
+
+
+def _signal_local_workers(panel_path: Path, wait_s: float) -> bool:
+    here = socket.gethostname()
+    deadline = time.monotonic() + wait_s
+    launched = [p for p in _read_launch(panel_path).get("pids") or [] if isinstance(p, int)]
+    signalled = False
+    while True:
+        holders = _local_holders(panel_path)
+        for pid in holders:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+                signalled = True
+        starting = [p for p in launched if p not in holders and _starting_worker(p, panel_path)]
+        if not starting or time.monotonic() > deadline or not here:
+            return signalled
+        launched = starting
+        time.sleep(0.2)

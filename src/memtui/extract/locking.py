@@ -1,9 +1,11 @@
-"""One writer per panel: an advisory lock file next to it, and a verified answer to "which process writes it?".
+"""Lock files, and a verified answer to "which process holds it?".
 
-The lock is an ``flock`` on ``PANEL.lock``; the kernel drops it when the holding process dies, however it dies, so a
-crashed worker never leaves a stale lock. The file also records the holder's pid, but a pid alone proves nothing (it
-may be reused, or the file forged): :func:`verified_holder` accepts it only if the kernel confirms that this pid holds
-the flock on this very file (``/proc/locks``), which is what lets ``--cancel`` signal a process safely.
+Each extraction worker holds an ``flock`` on its own lock file for its life (``PANEL.work/workers/ID.lock``); the
+kernel drops it when the process dies, however it dies. The file also records the holder's pid, but a pid alone
+proves nothing (it may be reused, or the file forged): :func:`holder_of` accepts it only if the kernel confirms that
+this pid holds the flock on this very file (``/proc/locks``), which is what lets ``--cancel`` signal a process
+safely. flock is only trusted on the host that holds it; across hosts, claims and heartbeats decide
+(:mod:`memtui.extract.units`).
 
 The files memtui creates beside a panel are opened without following symbolic links: a link planted at
 ``PANEL.lock`` would otherwise let a run truncate whatever it points at.
@@ -11,6 +13,7 @@ The files memtui creates beside a panel are opened without following symbolic li
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -37,33 +40,25 @@ def open_beside(path: Path, flags: int, mode: int = 0o644) -> int:
         raise MemtuiError(f"cannot open {path}: {exc.strerror or exc}.") from None
 
 
-class PanelLock:
-    """Exclusive, non-blocking writer lock on a panel (context manager)."""
+class FileLock:
+    """An exclusive, non-blocking ``flock`` on ``path`` held for a process's life (context manager); the kernel drops
+    it when the process dies, however it dies."""
 
-    def __init__(self, panel: str | os.PathLike):
-        self.panel = Path(panel)
-        self.path = lock_path(panel)
+    def __init__(self, path: str | os.PathLike, busy: str | None = None):
+        self.path = Path(path)
+        self.busy = busy
         self._fd: int | None = None
 
-    def acquire(self) -> PanelLock:
+    def acquire(self) -> FileLock:
         fd = open_beside(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            holder = holder_pid(self.panel)
-            who = f" (pid {holder})" if holder else ""
-            raise MemtuiError(
-                f"{self.panel} is being written by another extraction{who}; follow it with "
-                f"`memtui status {self.panel}` or stop it with `memtui extract {self.panel} --cancel`."
-            ) from None
-        try:
+            raise MemtuiError(self.busy or f"{self.path} is locked by another process.") from None
+        with contextlib.suppress(OSError):  # a full disk: the lock still holds, only the pid note is missing
             os.ftruncate(fd, 0)
             os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError as exc:  # a full disk: the lock still holds, only the pid note is missing
-            if exc.errno != errno.ENOSPC:
-                os.close(fd)
-                raise MemtuiError(f"cannot write {self.path}: {exc.strerror or exc}.") from None
         self._fd = fd
         return self
 
@@ -73,17 +68,32 @@ class PanelLock:
             os.close(self._fd)
             self._fd = None
 
-    def __enter__(self) -> PanelLock:
+    def __enter__(self) -> FileLock:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
         self.release()
 
 
-def is_locked(panel: str | os.PathLike) -> bool:
-    path = lock_path(panel)
-    if not path.exists() or path.is_symlink():
-        return False
+def holder_of(path: str | os.PathLike) -> int | None:
+    """The pid holding the flock on ``path``, confirmed by the kernel (``/proc/locks``); None if nobody holds it.
+
+    The pid written in the file counts only if the kernel lists it as a holder of this file's inode; where there is
+    no /proc/locks, only if the lock is held and that pid is alive. Nothing else is ever treated as the holder.
+    """
+    path = Path(path)
+    if path.is_symlink() or not path.exists() or not _is_locked(path):
+        return None
+    pid = _pid_in(path)
+    holders = _flock_holders(path)
+    if holders is not None:
+        if pid in holders:
+            return pid
+        return next(iter(holders)) if len(holders) == 1 else None
+    return pid
+
+
+def _is_locked(path: Path) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -97,11 +107,7 @@ def is_locked(panel: str | os.PathLike) -> bool:
     return False
 
 
-def holder_pid(panel: str | os.PathLike) -> int | None:
-    """The pid the lock file names (unverified: for messages only)."""
-    path = lock_path(panel)
-    if path.is_symlink():
-        return None
+def _pid_in(path: Path) -> int | None:
     try:
         pid = int(path.read_text()[:32].split()[0])
     except (OSError, ValueError, IndexError, UnicodeDecodeError):
@@ -130,20 +136,3 @@ def _flock_holders(path: Path) -> set[int] | None:
         if inode == st.st_ino:
             holders.add(pid)
     return holders
-
-
-def verified_holder(panel: str | os.PathLike) -> int | None:
-    """The pid of the process that holds this panel's writer lock, confirmed by the kernel; None if none does.
-
-    Where /proc/locks exists (Linux) the pid must be one the kernel lists as holding the flock on this lock file's
-    inode; elsewhere the lock must be held and the recorded pid alive. Nothing else is ever treated as the writer.
-    """
-    if not is_locked(panel):
-        return None
-    pid = holder_pid(panel)
-    holders = _flock_holders(lock_path(panel))
-    if holders is not None:
-        if pid in holders:
-            return pid
-        return min(holders) if len(holders) == 1 else None
-    return pid

@@ -1,4 +1,4 @@
-"""The progress record of an extraction: what the worker publishes in ``PANEL.progress.json`` and every reader shows.
+"""The progress record of an extraction worker: what it publishes in ``PANEL.work/workers/ID.json`` and readers show.
 
 It is built here (:func:`new_record`), written here (:func:`publish`), read and checked here (:func:`parse`), and put
 into words here (:func:`describe`), so the worker, the job API, the CLI and the app agree on one schema. A progress
@@ -43,13 +43,13 @@ SCHEMA: dict[str, tuple] = {
     "started": _NUM,
     "updated": _NUM,
     "log": _STR,
+    "host": _STR,
+    "slurm_job": _STR,
+    "slurm_task": _STR,
+    "unit": _STR,
+    "id": _STR,
 }
 _MAX_WARNINGS = 20
-
-
-def progress_path(panel: str | os.PathLike) -> Path:
-    panel = Path(panel)
-    return panel.with_name(panel.name + ".progress.json")
 
 
 def log_path(panel: str | os.PathLike) -> Path:
@@ -79,9 +79,9 @@ def new_record(panel: str | os.PathLike, **fields) -> dict:
     return record
 
 
-def publish(panel: str | os.PathLike, record: dict) -> None:
-    """Replace the progress file atomically (a reader sees the old record or the new one, never half of one)."""
-    atomic_write(progress_path(panel), lambda tmp: tmp.write_text(json.dumps(record, indent=1)))
+def publish_to(path: Path, record: dict) -> None:
+    """Replace a record file atomically (a reader sees the old record or the new one, never half of one)."""
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=1)))
 
 
 def _valid(value, types: tuple) -> bool:
@@ -112,9 +112,8 @@ def parse(data) -> dict:
     return record
 
 
-def read(panel: str | os.PathLike) -> dict | None:
-    """The checked record of ``panel``, None where no extraction ever ran on it (no progress file)."""
-    path = progress_path(panel)
+def read(path: Path) -> dict | None:
+    """The checked record in ``path``, None where there is no such file."""
     data = None
     for _ in range(3):  # the file is replaced atomically; a retry only covers a transient read error
         if path.is_symlink() or not path.exists():

@@ -1,8 +1,13 @@
-"""The extraction loop: score every pending checkpoint on the panel's instances, one committed column at a time.
+"""The extraction worker: claim a unit, score it, write its part, fold what is ready into the panel; repeat.
 
-Run in the foreground (``memtui extract --foreground``) or as the detached worker started by
-:func:`memtui.extract.jobs.launch` (``python -m memtui.extract.worker``). Progress is published to
-``PANEL.progress.json`` (atomically replaced), which any process may read at any time.
+Any number of workers — on this machine (one per GPU, or ``--workers N``), in a SLURM job array, or one in the
+foreground — run this same loop on one panel (see :mod:`memtui.extract.units` for the claim protocol and
+:mod:`memtui.extract.commit` for the committer). Today's single worker is the N = 1 case. A worker stops when every
+unit is finished, or at the next batch boundary after SIGTERM, SIGINT, the ``stop`` event or the panel's cancel
+flag (``PANEL.work/cancel``); the unit in progress is abandoned and whoever runs next takes it up.
+
+Each worker publishes its progress record to ``PANEL.work/workers/ID.json`` (``memtui.extract.progress``) and holds
+``PANEL.work/workers/ID.lock`` for its life, which is how this host knows it still runs.
 """
 
 from __future__ import annotations
@@ -16,51 +21,114 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from memtui.errors import MemtuiError
-from memtui.panel import PanelWriter, read_panel, read_tokens
-from memtui.superblock import clear_writer_flags
+from memtui.files import WriteError
+from memtui.panel import read_done, read_panel, read_tokens
 from memtui.text import clean
 
 from . import progress as records
-from .checkpoints import Prefetcher, Source, copy_weights, parse_checkpoints
-from .jobs import check_free_space
-from .locking import PanelLock, open_beside
-from .progress import log_path, progress_path
+from .checkpoints import Loaded, Source, copy_weights, parse_checkpoints, weights_hash
+from .commit import commit_ready
+from .jobs import cancel_flag, check_free_space
+from .locking import FileLock, open_beside
+from .options import ExtractOptions
+from .progress import log_path
+from .units import METRICS, Owner, Unit, WorkDir, heartbeat_s, plan_units
 
-__all__ = ["run", "main", "progress_path", "log_path", "check_tokens"]
+__all__ = ["run", "main", "log_path", "check_tokens"]
 
 if TYPE_CHECKING:
     import torch
 
-METRICS = ("loglik", "accuracy", "rank", "entropy")
 
+class WorkerProgress:
+    """What this worker publishes (``workers/ID.json``); the file is throttled, in-process listeners see all."""
 
-class Progress:
-    """What the worker publishes; ``publish`` is throttled unless forced."""
-
-    def __init__(self, panel: Path, on_update: Callable[[dict], None] | None = None, interval: float = 1.0):
-        self.panel = panel
+    def __init__(self, work: WorkDir, me: Owner, on_update: Callable[[dict], None] | None, interval: float = 1.0):
+        self.path = work.worker_record(me)
         self.on_update = on_update
         self.interval = interval
         self._last = 0.0
-        self.data = records.new_record(panel, batch_size=None, device=None, dtype=None)
+        self._lock = threading.Lock()
+        self.data = records.new_record(
+            work.panel, host=me.host, slurm_job=me.slurm_job, slurm_task=me.slurm_task, unit=None, batch_size=None,
+            device=None, dtype=None,
+        )  # fmt: skip
 
     def publish(self, force: bool = False, **fields) -> None:
-        self.data.update(fields)
-        now = time.time()
-        if self.on_update is not None:  # in-process listeners see every update; the file is throttled
-            self.on_update(dict(self.data, updated=now))
-        if not force and now - self._last < self.interval:
-            return
-        self._last = now
-        self.data["updated"] = now
-        with contextlib.suppress(OSError):  # progress is informative; never let it stop the run (e.g. a full disk)
-            records.publish(self.panel, self.data)
+        with self._lock:
+            self.data.update(fields)
+            now = time.time()
+            self.data["updated"] = now
+            if self.on_update is not None:
+                self.on_update(dict(self.data))
+            if not force and now - self._last < self.interval:
+                return
+            self._last = now
+            with contextlib.suppress(OSError):  # progress is informative; a full disk must not stop the scoring
+                records.publish_to(self.path, self.data)
+
+
+class Heartbeat:
+    """Touches the claim of the unit being scored and refreshes the worker's record, from a thread, so a worker busy
+    in one long batch on a GPU is never mistaken for a dead one. ``lost`` is set if the claim was taken over."""
+
+    def __init__(self, work: WorkDir, me: Owner, progress: WorkerProgress):
+        self.work, self.me, self.progress = work, me, progress
+        self.unit: Unit | None = None
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="memtui-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(heartbeat_s()):
+            unit = self.unit
+            if unit is not None and not self.work.touch_claim(unit, self.me):
+                self.lost.set()
+            self.progress.publish(force=True)
+
+    def hold(self, unit: Unit | None) -> None:
+        self.unit = unit
+        self.lost.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class Loader:
+    """Loads (and hashes) checkpoints in one background thread, so the next unit's weights arrive while this one is
+    scored; which unit comes next is only known when it is claimed, so a guess that another worker took is dropped."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memtui-load")
+        self._pending: dict[int, Future] = {}
+
+    def _load(self, step: int) -> Loaded:
+        model = self.source.load(step)
+        return Loaded(step, model, self.source.revision(step), weights_hash(model))
+
+    def prefetch(self, step: int | None) -> None:
+        for other in [s for s in self._pending if s != step]:
+            self._pending.pop(other).cancel()
+        if step is not None and step not in self._pending:
+            self._pending[step] = self._pool.submit(self._load, step)
+
+    def get(self, step: int) -> Loaded:
+        future = self._pending.pop(step, None) or self._pool.submit(self._load, step)
+        return future.result()
+
+    def close(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def to_body_dtype(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -143,53 +211,51 @@ def _is_oom(exc: BaseException) -> bool:
 
 def run(
     panel_path: str | os.PathLike,
+    options: ExtractOptions | None = None,
     *,
-    model: str,
-    checkpoints: str = "all",
-    device: str = "auto",
-    dtype: str = "auto",
-    batch_size: str | int = "auto",
-    chunk: int | None = None,
-    revision_template: str = "step{step}",
     on_update: Callable[[dict], None] | None = None,
     stop: threading.Event | None = None,
     handle_signals: bool = True,
     log: Callable[[str], None] = print,
+    **fields,
 ) -> str:
-    """Extract every pending checkpoint into the panel. Returns the final state: done, cancelled (or raises).
+    """Work on the panel until every pending unit is finished. Returns the final state: done or cancelled (or raises).
 
-    SIGTERM / SIGINT (when ``handle_signals``) or ``stop`` end the run at the next batch boundary; the checkpoint in
-    progress is abandoned (its column is not written) and a rerun resumes from it.
+    ``fields`` make the options when none are given (``run(panel, model=..., batch_size=7)``). SIGTERM / SIGINT
+    (when ``handle_signals``), ``stop`` or the panel's cancel flag end the run at the next batch boundary; the unit
+    in progress is abandoned (no part is written) and a rerun resumes from it.
     """
     panel_path = Path(panel_path)
+    options = (options or ExtractOptions(**fields)).validate()
     stop = stop or threading.Event()
-    requested = parse_checkpoints(checkpoints)
-    read_panel(panel_path)  # the one-line refusals for a missing, foreign, cut or damaged panel come first
-    check_free_space(panel_path.resolve())
-    with PanelLock(panel_path):
-        progress = Progress(panel_path, on_update)
-        previous = {}
-        if handle_signals and threading.current_thread() is threading.main_thread():
+    requested = parse_checkpoints(options.checkpoints)
+    n_instances = read_panel(panel_path).n_instances  # refusals for a missing, foreign, cut or damaged panel first
+    check_free_space(panel_path.resolve(), n_instances)
+    work = WorkDir(panel_path).ensure()
+    me = Owner.me()
+    previous = {}
+    if handle_signals and threading.current_thread() is threading.main_thread():
 
-            def _on_signal(signum, frame):
-                if stop.is_set() and signum == signal.SIGINT:
-                    raise KeyboardInterrupt
-                log(f"received {signal.Signals(signum).name}: abandoning the current checkpoint, it resumes next run")
-                stop.set()
+        def _on_signal(signum, frame):
+            if stop.is_set() and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            log(f"received {signal.Signals(signum).name}: abandoning the current unit, it resumes next run")
+            stop.set()
 
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                previous[sig] = signal.signal(sig, _on_signal)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, _on_signal)
+    with FileLock(work.worker_lock(me)):
+        progress = WorkerProgress(work, me, on_update)
+        progress.publish(force=True, model=options.model)
         try:
-            state = _run(
-                panel_path, model, requested, device, dtype, batch_size, chunk, revision_template, progress, stop, log
-            )
+            state = _work(panel_path, options, requested, work, me, progress, stop, log)
         except BaseException as exc:
             msg = str(exc) if isinstance(exc, MemtuiError) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, KeyboardInterrupt):
-                progress.publish(force=True, state="cancelled", last_error="interrupted")
+                progress.publish(force=True, state="cancelled", last_error="interrupted", unit=None)
                 raise
             first = clean(msg.splitlines()[0] if msg else repr(exc), 300)
-            progress.publish(force=True, state="failed", last_error=first)
+            progress.publish(force=True, state="failed", last_error=first, unit=None)
             if not isinstance(exc, MemtuiError):
                 # the traceback is for a bug report: it goes to the log, the user sees one line that points there
                 where = _append_to_log(panel_path, traceback.format_exc())
@@ -201,136 +267,176 @@ def run(
     return state
 
 
-def _run(panel_path, model_name, requested, device, dtype, batch_size, chunk, revision_template, progress, stop, log):
-    import torch
+class _Scorer:
+    """The model on the device, loaded on the first unit and refreshed in place for the next; batches with OOM
+    halving. Rows of a unit are scored longest first (an out-of-memory batch shows up at once), in the same order
+    and batches a single worker uses for a whole checkpoint, so whole-checkpoint units are bitwise reproducible."""
 
-    from .scoring import Scorer, check_head, resolve_device, resolve_dtype
+    def __init__(self, options: ExtractOptions, tokens: np.ndarray, lengths: np.ndarray, panel_path, log):
+        from .scoring import resolve_device, resolve_dtype
 
-    if clear_writer_flags(panel_path):
-        log(f"{panel_path}: cleared the write mark left by a killed writer; resuming")
+        self.options, self.tokens, self.lengths, self.panel_path, self.log = options, tokens, lengths, panel_path, log
+        self.dev = resolve_device(options.device)
+        self.body_dtype = resolve_dtype(options.dtype, self.dev)
+        n = len(lengths)
+        bs = options.batch_size
+        self.bs = auto_batch(self.dev, n, int(lengths.max())) if str(bs) == "auto" else int(bs)
+        self.net = self.scorer = None
+        self.delay = float(os.environ.get("MEMTUI_EXTRACT_BATCH_DELAY") or 0)  # test hook: slow batches down
+
+    def load(self, loaded: Loaded) -> None:
+        from .scoring import Scorer, check_head
+
+        if self.net is None:
+            self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)
+            self.scorer = Scorer(self.net, self.dev, self.options.chunk)
+            check_head(self.net, self.scorer, self.scorer.vocab)
+            check_tokens(self.tokens, self.lengths, self.scorer.vocab, self.panel_path)  # one vocabulary for all
+        else:
+            copy_weights(self.net, loaded.model)
+            self.scorer.refresh_head()
+
+    def score(self, unit: Unit, should_stop: Callable[[], bool], on_batch) -> dict[str, np.ndarray] | None:
+        import torch
+
+        rows_all = np.arange(unit.lo, unit.hi)
+        order = rows_all[np.argsort(-self.lengths[rows_all], kind="stable")]
+        cols = {m: np.full(len(rows_all), np.nan) for m in METRICS}
+        i = 0
+        while i < len(order):
+            if should_stop():
+                return None
+            rows = order[i : i + self.bs]
+            L = int(self.lengths[rows].max())
+            try:
+                out = self.scorer.score(self.tokens[rows, :L], self.lengths[rows])
+            except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+                if not _is_oom(exc) or self.bs == 1:
+                    raise
+                self.scorer.release()
+                if self.dev.type == "cuda":
+                    torch.cuda.empty_cache()
+                self.bs = max(1, self.bs // 2)
+                self.log(f"out of memory: batch size now {self.bs}")
+                continue
+            for name in METRICS:
+                cols[name][rows - unit.lo] = out[name]
+            if self.delay:
+                time.sleep(self.delay)
+            i += len(rows)
+            on_batch(i, int(self.lengths[rows].sum()))
+        return cols
+
+
+def _work(panel_path, options, requested, work, me, progress, stop, log) -> str:
     panel = read_panel(panel_path)
     tokens, lengths = read_tokens(panel_path)
     lengths = lengths.astype(np.int64)
-    source = Source.open(model_name, revision_template)
+    source = Source.open(options.model, options.revision_template)
     steps = plan_steps(panel.steps, panel.done, requested, source)
-    dev = resolve_device(device)
-    body_dtype = resolve_dtype(dtype, dev)
-    n = panel.n_instances
-    step_index = {int(s): i for i, s in enumerate(panel.steps)}
-    known_hashes = {h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d}
-    order = np.argsort(-lengths, kind="stable")  # longest first: an out-of-memory batch shows up at once
-    tokens_per_ckpt = int(lengths.sum())
-    progress.publish(
-        force=True,
-        model=model_name,
-        K=len(steps),
-        instances_total=n,
-        device=str(dev),
-        dtype=str(body_dtype).replace("torch.", ""),
-        checkpoints_done=int(panel.done.sum()),
-        checkpoints_total=panel.n_checkpoints,
-    )
-    if not steps:
+    units = plan_units(steps, panel.steps, panel.n_instances, options.split)
+    flag = cancel_flag(panel_path)
+    should_stop = lambda: stop.is_set() or flag.exists()  # noqa: E731 - read between batches
+    progress.publish(force=True, model=options.model, K=len(units), instances_total=panel.n_instances,
+                     checkpoints_done=int(panel.done.sum()), checkpoints_total=panel.n_checkpoints)  # fmt: skip
+    if not units:
+        commit_ready(panel_path, work, me, log)
         log(f"{panel_path}: nothing to do, every requested checkpoint is already extracted")
         progress.publish(force=True, state="done", k=0, eta_s=0)
         return "done"
-    log(
-        f"extracting {len(steps)} checkpoint(s) of {model_name} into {panel_path} on {dev} ({body_dtype}), "
-        f"{n} instances, {tokens_per_ckpt} tokens per checkpoint"
-    )
-
-    bs = auto_batch(dev, n, int(lengths.max())) if str(batch_size) == "auto" else int(batch_size)
-    if bs <= 0:
-        raise MemtuiError(f"batch size must be positive or auto, got {batch_size}.")
-    net = scorer = None
-    done_tokens, t_start = 0, time.time()
-    delay = float(os.environ.get("MEMTUI_EXTRACT_BATCH_DELAY") or 0)  # test hook: slow batches down
-    prefetch = Prefetcher(source, steps)
+    scorer = _Scorer(options, tokens, lengths, panel_path, log)
+    progress.publish(force=True, device=str(scorer.dev), dtype=str(scorer.body_dtype).replace("torch.", ""))
+    log(f"worker {me.id}: {len(units)} unit(s) of {options.model} for {panel_path} on {scorer.dev} "
+        f"({scorer.body_dtype}), {panel.n_instances} instances")  # fmt: skip
+    loader = Loader(source)
+    heartbeat = Heartbeat(work, me, progress)
+    known_hashes = {h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d}
+    done_units, done_tokens, t_start = 0, 0, time.time()
+    unit_tokens = {u.name: int(lengths[u.lo : u.hi].sum()) for u in units}
     try:
-        with PanelWriter(panel_path) as writer:
-            for k, loaded in enumerate(prefetch, start=1):
-                if stop.is_set():
-                    break
-                step = loaded.step
-                if net is None:
-                    net = to_body_dtype(loaded.model.to(dev), body_dtype)
-                    scorer = Scorer(net, dev, chunk)
-                    check_head(net, scorer, scorer.vocab)
-                    check_tokens(tokens, lengths, scorer.vocab, panel_path)  # every checkpoint shares the vocabulary
-                else:
-                    copy_weights(net, loaded.model)
-                    scorer.refresh_head()
-                del loaded.model
-                if loaded.weights_hash in known_hashes and known_hashes[loaded.weights_hash] != step:
-                    warning = (
-                        f"step {step} has the same weights as step {known_hashes[loaded.weights_hash]} "
-                        f"({loaded.revision}); both are scored, but they are one checkpoint"
-                    )
-                    log("warning: " + warning)
-                    progress.data["warnings"].append(warning)
-                known_hashes.setdefault(loaded.weights_hash, step)
-                cols = {m: np.full(n, np.nan) for m in METRICS}
-                i = 0
-                progress.publish(force=True, checkpoint=step, k=k, instances_done=0, batch_size=bs)
-                while i < n:
-                    if stop.is_set():
-                        break
-                    rows = order[i : i + bs]
-                    L = int(lengths[rows].max())
-                    try:
-                        out = scorer.score(tokens[rows, :L], lengths[rows])
-                    except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
-                        if not _is_oom(exc) or bs == 1:
-                            raise
-                        scorer.release()
-                        if dev.type == "cuda":
-                            torch.cuda.empty_cache()
-                        bs = max(1, bs // 2)
-                        log(f"out of memory: batch size now {bs}")
-                        continue
-                    for name in METRICS:
-                        cols[name][rows] = out[name]
-                    if delay:
-                        time.sleep(delay)
-                    i += len(rows)
-                    done_tokens += int(lengths[rows].sum())
-                    rate = done_tokens / max(time.time() - t_start, 1e-9)
-                    remaining = (len(steps) - k) * tokens_per_ckpt + int(lengths[order[i:]].sum())
-                    progress.publish(instances_done=i, tokens_per_s=rate, eta_s=remaining / rate, batch_size=bs)
-                if stop.is_set():
-                    break
-                writer.write_checkpoint(
-                    step_index[step], cols, revision=loaded.revision, weights_hash=loaded.weights_hash, model=model_name
-                )
-                progress.data["checkpoints_done"] = int(writer.panel.done.sum())
+        while not should_stop():
+            commit_ready(panel_path, work, me, log)
+            _, done = read_done(panel_path)
+            pending = [u for u in units if not done[u.index] and not work.has_part(u)]
+            if not pending:
+                break
+            unit = next((u for u in pending if work.try_claim(u, me)), None)
+            if unit is None:  # every pending unit is held by a live worker: wait, and take over any that dies
+                progress.publish(unit=None, state="running", checkpoint=None)
+                stop.wait(min(2.0, heartbeat_s()))
+                continue
+            heartbeat.hold(unit)
+            after = [u for u in pending if u is not unit and u.step != unit.step and not work.claimed_by_live(u, me)]
+            loaded = loader.get(unit.step)
+            loader.prefetch(after[0].step if after else None)
+            scorer.load(loaded)
+            _warn_duplicate(loaded, known_hashes, progress, log)
+            progress.publish(force=True, unit=unit.name, checkpoint=unit.step, k=done_units + 1, instances_done=0,
+                             batch_size=scorer.bs)  # fmt: skip
+
+            def on_batch(i, tokens_in_batch, unit=unit, pending=pending):
+                nonlocal done_tokens
+                done_tokens += tokens_in_batch
                 rate = done_tokens / max(time.time() - t_start, 1e-9)
-                log(
-                    f"[{k}/{len(steps)}] step {step} done ({rate:,.0f} tokens/s); "
-                    f"mean loglik {np.nanmean(cols['loglik']):.2f}"
-                )
-                progress.publish(force=True, eta_s=(len(steps) - k) * tokens_per_ckpt / rate if rate else None)
+                left = sum(unit_tokens[u.name] for u in pending if u is not unit) + unit_tokens[unit.name]
+                progress.publish(instances_done=unit.lo + i, tokens_per_s=rate, eta_s=left / rate, batch_size=scorer.bs)
+
+            cols = scorer.score(unit, lambda: should_stop() or heartbeat.lost.is_set(), on_batch)
+            del loaded.model
+            if cols is None:
+                work.release(unit, me)
+                if heartbeat.lost.is_set() and not should_stop():
+                    log(f"unit {unit.name} was taken over by another worker (this one looked stale); moving on")
+                    continue
+                break
+            meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": options.model,
+                    "worker": me.id}  # fmt: skip
+            try:
+                work.write_part(unit, cols, meta)
+            except WriteError as exc:
+                raise MemtuiError(
+                    f"{exc} Every committed checkpoint is intact: free space and rerun to resume."
+                ) from None
+            work.release(unit, me)
+            heartbeat.hold(None)
+            done_units += 1
+            rate = done_tokens / max(time.time() - t_start, 1e-9)
+            log(f"[{done_units}] {unit.name} done ({rate:,.0f} tokens/s); mean loglik {np.nanmean(cols['loglik']):.2f}")
+        committed = commit_ready(panel_path, work, me, log)
     finally:
-        prefetch.close()
-    if stop.is_set():
-        progress.publish(force=True, state="cancelled", last_error=None)
-        log("cancelled; rerun the same command to resume from the first unfinished checkpoint")
+        heartbeat.close()
+        loader.close()
+    _, done = read_done(panel_path)
+    progress.publish(force=True, unit=None, checkpoints_done=int(done.sum()))
+    if should_stop():
+        progress.publish(force=True, state="cancelled", last_error=None, eta_s=None)
+        log("cancelled; rerun the same command to resume from the first unfinished unit")
         return "cancelled"
+    missing = [u.step for u in units if not done[u.index]]
+    if missing:  # finished by us, but another committer holds the lease right now: it folds them
+        log(f"{len(set(missing))} checkpoint(s) scored and waiting for the committer; last commit here: {committed}")
     progress.publish(force=True, state="done", eta_s=0)
-    log(f"done: {len(steps)} checkpoint(s) in {time.time() - t_start:,.0f} s")
+    log(f"done: {done_units} unit(s) in {time.time() - t_start:,.0f} s")
     return "done"
 
 
+def _warn_duplicate(loaded: Loaded, known_hashes: dict, progress: WorkerProgress, log) -> None:
+    step = loaded.step
+    if loaded.weights_hash in known_hashes and known_hashes[loaded.weights_hash] != step:
+        warning = (
+            f"step {step} has the same weights as step {known_hashes[loaded.weights_hash]} "
+            f"({loaded.revision}); both are scored, but they are one checkpoint"
+        )
+        log("warning: " + warning)
+        progress.data["warnings"].append(warning)
+    known_hashes.setdefault(loaded.weights_hash, step)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the detached worker (``python -m memtui.extract.worker PANEL ...``)."""
+    """Entry point of a detached worker (``python -m memtui.extract.worker PANEL ...``)."""
     p = argparse.ArgumentParser(prog="memtui-extract-worker")
     p.add_argument("panel")
-    p.add_argument("--model", required=True)
-    p.add_argument("--checkpoints", default="all")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="auto")
-    p.add_argument("--batch-size", default="auto")
-    p.add_argument("--chunk", type=int, default=None)
-    p.add_argument("--revision-template", default="step{step}")
+    ExtractOptions.add_worker_arguments(p)
     args = p.parse_args(argv)
 
     def log(msg: str) -> None:
@@ -338,17 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
 
     try:
-        state = run(
-            args.panel,
-            model=args.model,
-            checkpoints=args.checkpoints,
-            device=args.device,
-            dtype=args.dtype,
-            batch_size=args.batch_size,
-            chunk=args.chunk,
-            revision_template=args.revision_template,
-            log=log,
-        )
+        state = run(args.panel, ExtractOptions.from_args(args), log=log)
     except MemtuiError as exc:
         log(f"memtui: {exc}")
         return 2

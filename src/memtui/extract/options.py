@@ -1,0 +1,220 @@
+"""The options of an extraction, in one place: defined, parsed, validated and rendered back into arguments here.
+
+`memtui extract` (the CLI), the detached worker (``python -m memtui.extract.worker``), the launcher (local workers,
+one per GPU, or a SLURM array) and the app all go through :class:`ExtractOptions`, so an option is added once.
+Nothing here imports torch: the app and the job API stay light.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import asdict, dataclass, field, replace
+
+from memtui.errors import MemtuiError
+
+from .checkpoints import parse_checkpoints
+
+
+@dataclass(frozen=True)
+class SlurmOptions:
+    """Where and how a SLURM job array runs; each array task is one worker."""
+
+    partition: str | None = None
+    time: str = "4:00:00"  # the task's wall-clock limit, SLURM's D-HH:MM:SS / HH:MM:SS / minutes
+    account: str | None = None
+    gpus_per_task: int = 1
+    cpus_per_task: int | None = None
+    mem: str | None = None  # e.g. 64G
+    extra: tuple[str, ...] = ()  # further sbatch options, e.g. ("--qos=high",)
+
+    def minutes(self) -> int:
+        """The time limit in minutes (what submitit takes)."""
+        text = self.time.strip()
+        try:
+            days, _, rest = text.rpartition("-")
+            parts = [int(p) for p in rest.split(":")]
+            if len(parts) == 1 and not days:
+                return max(1, parts[0])
+            while len(parts) < 3:
+                parts.insert(0, 0)
+            h, m, s = parts[-3:]
+            total = (int(days) if days else 0) * 1440 + h * 60 + m + (1 if s else 0)
+        except ValueError:
+            raise MemtuiError(f"--time '{self.time}' is not a SLURM time (e.g. 4:00:00, 1-00:00:00 or 240).") from None
+        if total <= 0:
+            raise MemtuiError(f"--time '{self.time}' must be positive.")
+        return total
+
+    def extra_parameters(self) -> dict[str, str | bool]:
+        """``--qos=high --exclusive`` as submitit's ``slurm_additional_parameters`` ({"qos": "high", ...})."""
+        out: dict[str, str | bool] = {}
+        for item in self.extra:
+            if not item.startswith("--"):
+                raise MemtuiError(f"--slurm-extra takes long sbatch options like --qos=high, not '{item}'.")
+            key, sep, value = item[2:].partition("=")
+            if not key:
+                raise MemtuiError(f"--slurm-extra: cannot read '{item}'.")
+            out[key.replace("-", "_")] = value if sep else True
+        return out
+
+
+@dataclass(frozen=True)
+class ExtractOptions:
+    model: str
+    checkpoints: str = "all"
+    device: str = "auto"
+    dtype: str = "auto"
+    batch_size: str = "auto"
+    chunk: int | None = None
+    revision_template: str = "step{step}"
+    split: int = 1  # instance ranges per checkpoint: > 1 when there are more workers than pending checkpoints
+    workers: int = 1
+    gpus: tuple[int, ...] | None = None  # local GPUs to pin one worker each to; None: no pinning
+    slurm: SlurmOptions | None = None
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self):
+        object.__setattr__(self, "batch_size", str(self.batch_size))  # "auto" or a count given as int or text
+
+    # --- validation -----------------------------------------------------------------------------------------------
+
+    def validate(self) -> ExtractOptions:
+        if not self.model:
+            raise MemtuiError("--model is required: a Hugging Face repo id or a folder of checkpoint folders (stepN/).")
+        parse_checkpoints(self.checkpoints)
+        if str(self.batch_size) != "auto" and (not str(self.batch_size).isdigit() or int(self.batch_size) <= 0):
+            raise MemtuiError(f"batch size must be a positive integer or auto, got {self.batch_size}.")
+        if self.chunk is not None and self.chunk <= 0:
+            raise MemtuiError(f"--chunk must be positive, got {self.chunk}.")
+        if not 1 <= self.split <= 4096:
+            raise MemtuiError(f"--split must be between 1 and 4096, got {self.split}.")
+        if not 1 <= self.workers <= 4096:
+            raise MemtuiError(f"--workers must be between 1 and 4096, got {self.workers}.")
+        if "{step}" not in self.revision_template:
+            raise MemtuiError(f"--revision-template must contain {{step}}, got '{self.revision_template}'.")
+        if self.gpus is not None and self.slurm is not None:
+            raise MemtuiError("--gpus pins workers to this machine's GPUs; with --slurm use --gpus-per-task.")
+        if self.gpus is not None and self.device not in ("auto", "cuda"):
+            raise MemtuiError(f"--gpus runs each worker on its own GPU; --device {self.device} contradicts it.")
+        if self.slurm is not None:
+            self.slurm.minutes()
+            self.slurm.extra_parameters()
+        return self
+
+    @property
+    def n_workers(self) -> int:
+        return len(self.gpus) if self.gpus is not None else self.workers
+
+    # --- arguments ------------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def add_worker_arguments(p: argparse.ArgumentParser) -> None:
+        """What one worker needs (the CLI and the worker module share these)."""
+        p.add_argument(
+            "--model", help="Hugging Face repo id (revisions stepN) or a folder of checkpoint folders stepN/"
+        )
+        p.add_argument("--checkpoints", default="all",
+                       help="START:STOP:STEP (inclusive), a comma list, or all (default: all pending)")  # fmt: skip
+        p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N, mps [auto]")
+        p.add_argument("--dtype", default="auto", help="model body dtype: auto (bf16 on GPU, fp32 on CPU), float32, …")
+        p.add_argument("--batch-size", default="auto", help="instances per batch, or auto (halves on out-of-memory)")
+        p.add_argument("--chunk", type=int, default=None, help="target positions per output-head chunk [auto]")
+        p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision of a step [step{step}]")
+        p.add_argument("--split", type=int, default=1,
+                       help="instance ranges per checkpoint, when workers outnumber checkpoints [1]")  # fmt: skip
+
+    @staticmethod
+    def add_launch_arguments(p: argparse.ArgumentParser) -> None:
+        """How many workers, and where (the CLI only)."""
+        g = p.add_argument_group("workers")
+        g.add_argument("--workers", type=int, default=None, help="number of workers (default 1; with --slurm, tasks)")
+        g.add_argument("--gpus", default=None, help="one worker per GPU of this machine: all, or a list like 0,1,2,3")
+        s = p.add_argument_group("SLURM (a job array, one worker per task, submitted with submitit)")
+        s.add_argument("--slurm", action="store_true", help="submit the workers as a SLURM job array")
+        s.add_argument("--partition", help="SLURM partition")
+        s.add_argument("--time", default="4:00:00", help="time limit per task [4:00:00]")
+        s.add_argument("--account", help="SLURM account")
+        s.add_argument("--gpus-per-task", type=int, default=1, help="GPUs per task [1]")
+        s.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per task")
+        s.add_argument("--mem", default=None, help="memory per task, e.g. 64G")
+        s.add_argument("--slurm-extra", default="", help='further sbatch options, e.g. "--qos=high --exclusive"')
+        s.add_argument("--dry-run", action="store_true", help="print the job script (for sbatch) instead of submitting")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, visible_gpus=None) -> ExtractOptions:
+        slurm = None
+        if getattr(args, "slurm", False):
+            slurm = SlurmOptions(
+                partition=args.partition,
+                time=args.time,
+                account=args.account,
+                gpus_per_task=args.gpus_per_task,
+                cpus_per_task=args.cpus_per_task,
+                mem=args.mem,
+                extra=tuple(shlex.split(args.slurm_extra or "")),
+            )
+        gpus = _parse_gpus(getattr(args, "gpus", None), visible_gpus)
+        workers = getattr(args, "workers", None)
+        return cls(
+            model=args.model or "",
+            checkpoints=args.checkpoints,
+            device=args.device,
+            dtype=args.dtype,
+            batch_size=str(args.batch_size),
+            chunk=args.chunk,
+            revision_template=args.revision_template,
+            split=args.split,
+            workers=workers if workers is not None else 1,
+            gpus=gpus,
+            slurm=slurm,
+        )
+
+    def worker_argv(self, *, device: str | None = None) -> list[str]:
+        """The arguments that make a worker process run with these options (``device`` pins one worker)."""
+        argv = ["--model", self.model, "--checkpoints", str(self.checkpoints), "--device", device or self.device,
+                "--dtype", self.dtype, "--batch-size", str(self.batch_size),
+                "--revision-template", self.revision_template, "--split", str(self.split)]  # fmt: skip
+        if self.chunk:
+            argv += ["--chunk", str(self.chunk)]
+        return argv
+
+    def with_model(self, model: str) -> ExtractOptions:
+        return replace(self, model=model)
+
+    def record(self) -> dict:
+        """For the log and the launch record."""
+        return asdict(self)
+
+
+def _parse_gpus(spec: str | None, visible) -> tuple[int, ...] | None:
+    if spec is None:
+        return None
+    text = spec.strip().lower()
+    if text == "all":
+        count = _visible_gpu_count() if visible is None else visible
+        if not count:
+            raise MemtuiError("--gpus all: this machine shows no CUDA GPU; use --workers N --device cpu instead.")
+        return tuple(range(count))
+    try:
+        gpus = tuple(int(g) for g in text.split(",") if g.strip())
+    except ValueError:
+        raise MemtuiError(f"--gpus takes all or a comma list of GPU indices like 0,1,2,3, not '{spec}'.") from None
+    if not gpus or min(gpus) < 0 or len(set(gpus)) != len(gpus):
+        raise MemtuiError(f"--gpus '{spec}' must list distinct GPU indices >= 0.")
+    return gpus
+
+
+def _visible_gpu_count() -> int:
+    """CUDA devices this process may use, without importing torch when nvidia-smi or the environment says."""
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except ImportError:
+        return 0
