@@ -179,3 +179,43 @@ def test_a_lease_held_by_a_live_committer_is_respected(tmp_path):
     assert first.acquire() and not second.acquire()
     first.release()
     assert second.acquire()
+
+
+def test_slurm_dry_run_prints_submitits_script_without_submitting(cli, tmp_path, checkpoints):
+    panel = make_panel(tmp_path / "panel.h5")
+    slurm = ["--slurm", "--workers", "4", "--partition", "gpu", "--time", "2:00:00", "--account", "proj"]
+    code, out, err = cli("extract", panel, "--model", checkpoints, *slurm, "--slurm-extra", "--qos=high", "--dry-run")
+    assert code == 0, err
+    for line in ("#SBATCH --array=0-3%4", "#SBATCH --partition=gpu", "#SBATCH --time=120", "#SBATCH --account=proj",
+                 "#SBATCH --qos=high", "#SBATCH --requeue", "#SBATCH --gpus-per-task=1"):  # fmt: skip
+        assert line in out, line
+    assert f"-m memtui.extract.worker {panel.resolve()} --model {checkpoints}" in out
+    assert not (tmp_path / "panel.h5.work" / "launch.json").exists()
+
+
+def test_slurm_refuses_a_hub_model_that_is_not_cached(cli, tmp_path, monkeypatch):
+    panel = make_panel(tmp_path / "panel.h5")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    code, out, err = cli("extract", panel, "--model", "EleutherAI/pythia-14m", "--checkpoints", "0:20:10", "--slurm",
+                         "--partition", "gpu")  # fmt: skip
+    assert code == 2 and "3 of 3 revisions of EleutherAI/pythia-14m are not in the Hugging Face cache" in err
+    assert "memtui fetch --model EleutherAI/pythia-14m --checkpoints 0:20:10" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (["--slurm", "--time", "soon"], "not a SLURM time"),
+        (["--slurm", "--slurm-extra", "qos=high"], "long sbatch options"),
+        (["--gpus", "0,0"], "distinct GPU indices"),
+        (["--gpus", "x"], "comma list of GPU indices"),
+        (["--workers", "0"], "--workers must be between 1"),
+        (["--split", "0"], "--split must be between 1"),
+        (["--gpus", "0", "--slurm"], "with --slurm use --gpus-per-task"),
+        (["--foreground", "--workers", "2"], "--foreground runs one worker"),
+    ],
+)
+def test_bad_launch_options_are_one_line(cli, tmp_path, checkpoints, args, expect):
+    panel = make_panel(tmp_path / "panel.h5")
+    code, out, err = cli("extract", panel, "--model", checkpoints, *args)
+    assert code == 2 and expect in err and err.count("\n") == 1, err

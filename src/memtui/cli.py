@@ -43,8 +43,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# options whose value is itself sbatch options ("--qos=high"): argparse would take such a value for an option
+_RAW_VALUE_OPTIONS = ("--slurm-extra",)
+
+
+def _bind_option_values(argv: list[str]) -> list[str]:
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in _RAW_VALUE_OPTIONS and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    argv = _bind_option_values(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser()
     known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 - argparse has no public accessor
     # `memtui` and `memtui PANEL` open the app; everything else is a subcommand.

@@ -39,11 +39,19 @@ def _task_class():
         def __call__(self, panel: str, argv: list[str], offline: bool) -> int:
             if offline:
                 os.environ["HF_HUB_OFFLINE"] = "1"
+            from .locking import open_beside
+            from .progress import log_path
             from .worker import main
 
-            code = main([panel, *argv])
-            if code not in (0,):
-                raise RuntimeError(f"memtui worker exited with status {code}; see {panel}.extract.log")
+            # the worker's log goes where `memtui status` points, beside the panel (submitit keeps stderr)
+            sys.stdout.flush()
+            fd = open_beside(log_path(panel), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            os.dup2(fd, sys.stdout.fileno())
+            os.close(fd)
+
+            code = main([panel, *argv], handle_signals=False)  # submitit's handlers requeue on time-out
+            if code == 2:  # an error (cancelled is 1, and is how --cancel ends a task)
+                raise RuntimeError(f"memtui worker failed; see {panel}.extract.log")
             return code
 
     return WorkerTask

@@ -242,7 +242,8 @@ def run(
             log(f"received {signal.Signals(signum).name}: abandoning the current unit, it resumes next run")
             stop.set()
 
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGUSR2 is what SLURM sends before a time limit (--signal=USR2@90 in the job script): stop cleanly too
+        for sig in (signal.SIGTERM, signal.SIGINT, *([signal.SIGUSR2] if hasattr(signal, "SIGUSR2") else [])):
             previous[sig] = signal.signal(sig, _on_signal)
     with FileLock(work.worker_lock(me)):
         progress = WorkerProgress(work, me, on_update)
@@ -251,7 +252,7 @@ def run(
             state = _work(panel_path, options, requested, work, me, progress, stop, log)
         except BaseException as exc:
             msg = str(exc) if isinstance(exc, MemtuiError) else f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, KeyboardInterrupt):
+            if not isinstance(exc, Exception):  # ctrl-c, or submitit exiting a task it has just requeued
                 progress.publish(force=True, state="cancelled", last_error="interrupted", unit=None)
                 raise
             first = clean(msg.splitlines()[0] if msg else repr(exc), 300)
@@ -432,8 +433,9 @@ def _warn_duplicate(loaded: Loaded, known_hashes: dict, progress: WorkerProgress
     known_hashes.setdefault(loaded.weights_hash, step)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of a detached worker (``python -m memtui.extract.worker PANEL ...``)."""
+def main(argv: list[str] | None = None, handle_signals: bool = True) -> int:
+    """Entry point of a detached worker (``python -m memtui.extract.worker PANEL ...``); inside a submitit task,
+    ``handle_signals=False`` leaves SIGUSR2/SIGTERM to submitit, which requeues the task."""
     p = argparse.ArgumentParser(prog="memtui-extract-worker")
     p.add_argument("panel")
     ExtractOptions.add_worker_arguments(p)
@@ -444,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}", flush=True)
 
     try:
-        state = run(args.panel, ExtractOptions.from_args(args), log=log)
+        state = run(args.panel, ExtractOptions.from_args(args), log=log, handle_signals=handle_signals)
     except MemtuiError as exc:
         log(f"memtui: {exc}")
         return 2
