@@ -28,3 +28,25 @@ def cli(capsys):
         return code, out.out, out.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tmp_path_factory) -> Path:
+    """Checkpoint folders of a tiny GPT-NeoX (tests/tiny_models.py), made once per session."""
+    from tiny_models import save_checkpoints
+
+    return save_checkpoints(tmp_path_factory.mktemp("tiny-ckpts"))
+
+
+@pytest.fixture(scope="session")
+def tiny_reference(tmp_path_factory, tiny_checkpoints):
+    """The tiny panel extracted by one uninterrupted foreground worker (batch 7): what every other way of extracting
+    it — many workers, killed and resumed ones, SLURM tasks — must reproduce."""
+    from tiny_models import make_panel
+
+    from memtui.extract.worker import run
+    from memtui.panel import read_panel
+
+    path = make_panel(tmp_path_factory.mktemp("tiny-reference") / "panel.h5")
+    assert run(path, model=str(tiny_checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
+    return read_panel(path)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import STEPS, make_panel, save_checkpoints
+from tiny_models import STEPS, make_panel
 
 from memtui.extract import jobs
 from memtui.extract.commit import Lease, commit_ready
@@ -24,16 +24,14 @@ from memtui.superblock import read_superblock
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> Path:
-    return save_checkpoints(tmp_path_factory.mktemp("ckpts"))
+@pytest.fixture
+def checkpoints(tiny_checkpoints) -> Path:
+    return tiny_checkpoints
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, checkpoints):
-    path = make_panel(tmp_path_factory.mktemp("ref") / "panel.h5")
-    assert run(path, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
-    return read_panel(path)
+@pytest.fixture
+def reference(tiny_reference):
+    return tiny_reference
 
 
 def _wait(cond, timeout=240.0, what=""):

@@ -376,22 +376,7 @@ def _attr_text(value) -> str:
 def read_panel(path: str | os.PathLike) -> Panel:
     """Open and validate a panel; any problem is a MemtuiError with a one-line message."""
     path = Path(path)
-    for attempt in range(_LIVE_READ_ATTEMPTS):
-        try:
-            with _open(path) as f:
-                return _read(f, path)
-        except MemtuiError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes h5py raise is a one-line refusal
-            if attempt + 1 < _LIVE_READ_ATTEMPTS and _being_written(path):
-                # a column caught mid-write fails its checksum: read again rather than call a live panel damaged
-                time.sleep(0.05 * (attempt + 1))
-                continue
-            reason = clean((str(exc).strip().splitlines() or [type(exc).__name__])[0], 160)
-            raise MemtuiError(
-                f"{path} cannot be read ({reason}); it may be corrupt or half-written: rebuild it or copy it again."
-            ) from None
-    raise AssertionError("unreachable")
+    return _read_live(path, lambda f: _read(f, path))
 
 
 _LIVE_READ_ATTEMPTS = 5
@@ -499,7 +484,9 @@ def _read_live(path: Path, read):
                 time.sleep(0.05 * (attempt + 1))
                 continue
             reason = clean((str(exc).strip().splitlines() or [type(exc).__name__])[0], 160)
-            raise MemtuiError(f"{path} cannot be read ({reason}); it may be corrupt or half-written.") from None
+            raise MemtuiError(
+                f"{path} cannot be read ({reason}); it may be corrupt or half-written: rebuild it or copy it again."
+            ) from None
     raise AssertionError("unreachable")
 
 

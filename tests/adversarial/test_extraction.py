@@ -32,25 +32,21 @@ from .conftest import assert_clean_exit, assert_refused, digest, fill
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> Path:
-    return save_checkpoints(tmp_path_factory.mktemp("ckpts"))
+@pytest.fixture
+def checkpoints(tiny_checkpoints) -> Path:
+    return tiny_checkpoints
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory, checkpoints):
-    """Every metric of an uninterrupted foreground run: what any interrupted or hindered run must end with."""
-    path = make_panel(tmp_path_factory.mktemp("ref") / "panel.h5")
-    assert run(path, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
-    panel = read_panel(path)
-    return {m: panel.metrics[m] for m in METRICS}
+@pytest.fixture
+def reference(tiny_reference):
+    return tiny_reference
 
 
 def _same_as_reference(path: Path, reference) -> None:
     panel = read_panel(path)
     assert panel.done.all()
     for m in METRICS:
-        np.testing.assert_array_equal(panel.metrics[m], reference[m], err_msg=m)
+        np.testing.assert_array_equal(panel.metrics[m], reference.metrics[m], err_msg=m)
 
 
 def _wait(cond, timeout=240.0, what=""):
@@ -284,7 +280,7 @@ def test_a_disk_that_fills_up_mid_run_keeps_every_committed_checkpoint(small_fs,
     now = read_panel(panel)
     assert now.done.tolist() == [True, False, False, False, False]
     for m in METRICS:
-        np.testing.assert_array_equal(now.metrics[m][:, 0], reference[m][:, 0])
+        np.testing.assert_array_equal(now.metrics[m][:, 0], reference.metrics[m][:, 0])
     assert jobs.read_progress(panel)["state"] in ("failed", "running", "stale")  # its last record may be unwritten
     (where / ".filler").unlink()
     assert run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
@@ -312,7 +308,7 @@ def test_a_worker_killed_on_a_full_disk_resumes_once_space_is_freed(small_fs, ch
     committed = read_panel(panel)
     assert committed.done.sum() >= 2
     for m in METRICS:  # what was committed is exactly what the uninterrupted run wrote
-        np.testing.assert_array_equal(committed.metrics[m][:, committed.done], reference[m][:, committed.done])
+        np.testing.assert_array_equal(committed.metrics[m][:, committed.done], reference.metrics[m][:, committed.done])
     with pytest.raises(Exception, match="bytes are free"):
         jobs.launch(panel, model=str(checkpoints), checkpoints="all", device="cpu")
     (where / ".filler").unlink()

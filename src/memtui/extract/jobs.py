@@ -22,7 +22,7 @@ from pathlib import Path
 from memtui.errors import MemtuiError
 
 from . import progress as records
-from .locking import holder_of, open_beside
+from .locking import holder_of, open_beside, process_alive
 from .options import ExtractOptions
 from .progress import log_path
 from .units import WorkDir, stale_s, work_dir
@@ -58,28 +58,10 @@ def launch_record(panel_path: str | os.PathLike) -> Path:
     return work_dir(panel_path) / "launch.json"
 
 
-def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)  # reap it if it is our exited child, or it stays a zombie that looks alive
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    if stat.exists():
-        try:
-            return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-        except (OSError, IndexError):
-            return True
-    return True
-
-
 def _starting_worker(pid: int, panel_path: Path) -> bool:
     """A worker for *this* panel that has not taken its lock yet: its command line names the worker module and the
     panel (where /proc exists; elsewhere only a live pid)."""
-    if not isinstance(pid, int) or pid <= 0 or not _alive(pid):
+    if not isinstance(pid, int) or pid <= 0 or not process_alive(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
     if not cmdline.exists():

@@ -136,3 +136,18 @@ def _flock_holders(path: Path) -> set[int] | None:
         if inode == st.st_ino:
             holders.add(pid)
     return holders
+
+
+def process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process of this host (a zombie is not; our own exited child is reaped first)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our exited child, or it stays a zombie that looks alive
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    return True

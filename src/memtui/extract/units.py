@@ -38,6 +38,8 @@ import numpy as np
 from memtui.errors import MemtuiError
 from memtui.files import atomic_write
 
+from .locking import process_alive
+
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 
 
@@ -135,21 +137,8 @@ class Owner:
         if self.slurm_job and self.slurm_job == me.slurm_job and self.slurm_task == me.slurm_task:
             return True
         if self.host == me.host:
-            return not _pid_alive(self.pid)
+            return not process_alive(self.pid)
         return False
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    with contextlib.suppress(OSError, IndexError):
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return True
 
 
 class WorkDir:
