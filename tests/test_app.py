@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import threading
 import time
 
@@ -11,6 +11,9 @@ import h5py
 import numpy as np
 import polars as pl
 import pytest
+from app_pilot import APP_GROUPS, HANG_S, Inbox, run_async, settle
+from textual.command import CommandPalette
+from textual.widgets import TabbedContent
 
 from memtui.app import open_app, run_app
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
@@ -18,7 +21,7 @@ from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import ExtractionPane, progress_text
 from memtui.app.fmt import short_step
 from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
-from memtui.app.main import MemtuiApp, key_sections
+from memtui.app.main import MemtuiApp, PanelReloaded, key_sections
 from memtui.app.palette import RAMP, levels, robust_scale, xterm_rgb
 from memtui.cache import cached_estimate
 from memtui.estimate import Settings
@@ -28,46 +31,12 @@ from memtui.synthetic import Simulation, simulate, write_synthetic
 
 SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
 SIZE = (100, 32)
-
-
-def run_async(test):
-    """Run an ``async def`` test in a fresh event loop (no pytest-asyncio or anyio plugin needed);
-    pytest still sees the original signature, so fixtures work."""
-
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        return asyncio.run(test(*args, **kwargs))
-
-    return wrapper
+JOB_GROUPS = (*APP_GROUPS, "extract-launch")  # launching and cancelling a job run in workers of their own
 
 
 @pytest.fixture
 def panel_path(tmp_path):
     return write_synthetic(tmp_path / "panel.h5", SIM)
-
-
-async def settle(pilot, timeout: float = 30.0) -> None:
-    """Wait until no estimate or panel reload is in flight and the screen has caught up."""
-    app = pilot.app
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await pilot.pause()
-        busy = [w for w in app.workers if w.group in ("estimate", "reload") and w.is_running]
-        if app.computing is None and not busy:
-            await pilot.pause()
-            return
-        await asyncio.sleep(0.02)
-    raise TimeoutError("estimate did not finish")
-
-
-async def wait_for(pilot, condition, timeout: float = 60.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        await pilot.pause()
-        if condition():
-            return
-        await asyncio.sleep(0.05)
-    raise TimeoutError(f"timed out waiting for {what}")
 
 
 def status(app) -> str:
@@ -207,23 +176,33 @@ async def test_estimation_runs_in_a_thread_keys_keep_working_and_quit_asks(panel
     import memtui.app.main as main
 
     release = threading.Event()
+    reported = threading.Event()
     real = main.cache.cached_estimate
 
     def slow(panel, settings, progress=None):
         if settings.metric == "accuracy":
-            for i in range(2000):
-                progress(i / 2000, "bootstrap")  # raises once the app cancels this estimate
-                if release.wait(0.01):
-                    break
+            progress(0.0, "bootstrap")  # the first report is posted at once (later ones are throttled)
+            reported.set()
+            release.wait(HANG_S)
         return real(panel, settings, progress)
 
     monkeypatch.setattr(main.cache, "cached_estimate", slow)
     app = make_app(panel_path)
+    try:
+        await _slow_estimate_session(app, reported, release)
+    finally:
+        release.set()  # a failed assertion must not leave the estimate thread waiting
+    assert app.return_value == 0
+
+
+async def _slow_estimate_session(app, reported, release):
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("m")
         assert app.computing is not None and app.computing.metric == "accuracy"
-        await wait_for(pilot, lambda: "bootstrap" in str(app.query_one("#busy-label").render()), what="progress")
+        assert await asyncio.to_thread(reported.wait, HANG_S)
+        await pilot.pause()  # the progress message was posted before `reported` was set: it is handled now
+        assert "bootstrap" in str(app.query_one("#busy-label").render())
         assert app.query_one("#busy").display and app.query_one("#panes").has_class("-stale")
         heatmap = app.query_one(Heatmap)
         before = heatmap.row
@@ -239,7 +218,6 @@ async def test_estimation_runs_in_a_thread_keys_keep_working_and_quit_asks(panel
         assert not app.query_one("#busy").display
         await pilot.press("q")  # nothing is lost now: quits at once
         await pilot.pause()
-    assert app.return_value == 0
 
 
 @run_async
@@ -247,13 +225,14 @@ async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypat
     import memtui.app.main as main
 
     real = main.cache.cached_estimate
-    cancelled = threading.Event()
+    started, cancelled = threading.Event(), threading.Event()
 
     def slow(panel, settings, progress=None):
         if settings.metric == "accuracy":
+            started.set()
             try:
-                for i in range(5000):
-                    progress(i / 5000, "bootstrap")
+                for i in range(100_000):  # reports until told to stop; never finishes on its own in a test
+                    progress(i / 100_000, "bootstrap")
                     time.sleep(0.01)
             except Exception:
                 cancelled.set()
@@ -266,9 +245,10 @@ async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypat
         await settle(pilot)
         await pilot.press("m")
         assert app.computing is not None
+        assert await asyncio.to_thread(started.wait, HANG_S)
         await pilot.press("M")  # back to loglik, which is in memory
         assert app.computing is None and app.settings.metric == "loglik"
-        await wait_for(pilot, cancelled.is_set, what="the abandoned estimate to stop")
+        assert await asyncio.to_thread(cancelled.wait, HANG_S)  # the abandoned estimate's next report stops it
 
 
 # ---- summaries and estimates -----------------------------------------------------------------------------------
@@ -341,8 +321,11 @@ async def test_estimates_table_sort_filter_scope_and_open(panel_path):
 
 
 @run_async
-async def test_estimates_table_stays_fast_with_ten_thousand_rows(tmp_path):
-    """~10,000 rows: filling, sorting and paging the table take milliseconds, not seconds."""
+async def test_estimates_table_formats_only_the_rows_on_screen_of_ten_thousand(tmp_path, monkeypatch):
+    """~10,000 rows: filling, sorting and paging format only the rows shown, never the whole frame (which is what
+    would make them take seconds)."""
+    import memtui.app.estimates as estimates
+
     sim = Simulation(n_cohorts=100, per_cohort=4, n_never=40, n_checkpoints=101, seed=2)
     path = write_synthetic(tmp_path / "big.h5", sim)
     panel = read_panel(path)
@@ -356,10 +339,17 @@ async def test_estimates_table_stays_fast_with_ten_thousand_rows(tmp_path):
         await pilot.press("3")
         table = app.query_one(EstimatesTable)
         assert table.frame.height == result.cells.height
-        start = time.perf_counter()
+        formatted = []
+        real_cell = estimates.cell
+        monkeypatch.setattr(estimates, "cell", lambda value: formatted.append(value) or real_cell(value))
         await pilot.press("o", "o", "pagedown", "pagedown", "G", "g")
         await pilot.pause()
-        assert time.perf_counter() - start < 2.0
+        first = table._columns[0]
+        assert table.row == 0 and table.sort_by == first and table.descending
+        assert table.frame[first].to_list() == sorted(table.frame[first].to_list(), reverse=True)
+        # each key repaints a screenful or two (a few dozen rows); formatting the frame would be every row
+        screen = table.scrollable_content_region.height * len(table._columns)
+        assert 0 < len(formatted) <= 20 * screen < table.frame.height * len(table._columns) / 10
 
 
 # ---- dialogs ---------------------------------------------------------------------------------------------------
@@ -471,7 +461,7 @@ async def test_help_lists_every_key_and_palette_offers_the_actions(panel_path):
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"Metric: rank")
-        await pilot.pause(0.3)
+        await settle(pilot, (*APP_GROUPS, CommandPalette._GATHER_COMMANDS_GROUP))  # the search runs in a worker
         await pilot.press("enter")
         await settle(pilot)
         assert app.settings.metric == "rank"
@@ -532,12 +522,12 @@ async def test_shipped_samples_open_and_cycle_every_metric(sample):
         pytest.skip(f"{path} is not shipped in this checkout")
     app = open_app(path)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, timeout=60)
+        await settle(pilot)
         assert app.result is not None and app.query_one(Heatmap).painted
         seen = [app.settings.metric]
         for _ in app.metrics[1:]:
             await pilot.press("m")
-            await settle(pilot, timeout=60)
+            await settle(pilot)
             assert app.result is not None, app.message
             seen.append(app.result.settings.metric)
         assert seen == app.metrics and seen[:3] == ["loglik", "accuracy", "rank"]
@@ -548,9 +538,13 @@ async def test_panel_waiting_for_extraction_opens_on_the_extraction_pane(tmp_pat
     path = create_panel(tmp_path / "empty.h5", ids=range(6), treatment=[1000, 1000, 2000, 2000, NEVER, NEVER],
                         steps=[0, 1000, 2000], metrics=["loglik"])  # fmt: skip
     app = make_app(path)
-    async with app.run_test(size=SIZE) as pilot:
+    inbox = Inbox()
+    async with app.run_test(size=SIZE, message_hook=inbox) as pilot:
         await settle(pilot)
         assert app.active_pane == "extraction" and app.result is None
+        # no tab was ever activated but this one: a later activation of the first tab cannot switch back
+        activated = [m.pane.id for m in inbox.seen if isinstance(m, TabbedContent.TabActivated)]
+        assert activated and set(activated) == {"extraction"}, activated
         assert "no values yet" in app.message
         await pilot.press("1")
         assert "no values yet" in str(app.query_one("#profile-message").render())
@@ -568,16 +562,54 @@ async def test_completed_checkpoints_update_the_profile(tmp_path):
     path = create_panel(tmp_path / "growing.h5", ids=data["ids"], treatment=data["treatment"], steps=data["steps"],
                         values=partial, signs=data["signs"])  # fmt: skip
     app = make_app(path)
-    async with app.run_test(size=SIZE) as pilot:
+    inbox = Inbox()
+    async with app.run_test(size=SIZE, message_hook=inbox) as pilot:
         await settle(pilot)
         assert "4/6 ckpts" in title(app) and len(app.result.checkpoints) == 4
         with PanelWriter(path) as writer:
             writer.write_checkpoint(4, {k: v[:, 4] for k, v in full.items()})
-        await wait_for(pilot, lambda: app.result is not None and len(app.result.checkpoints) == 5, what="reload")
+        # the poller notices the new checkpoint and the app re-reads the panel (then settle waits for the estimate)
+        await inbox.until(pilot, lambda: inbox.count(PanelReloaded) > 0, PanelReloaded, what="reload")
+        assert len(app.result.checkpoints) == 5
         assert "5/6 ckpts" in title(app)
         assert app.query_one(Heatmap).shape == (len(app.result.cohorts), 5)
         await pilot.press("2")
         assert "post-treatment cells" in str(app.query_one("#summary-text").render())
+
+
+@run_async
+async def test_notes_on_an_estimate_are_marked_on_the_profile_and_in_full_in_the_summaries(tmp_path):
+    """Cohorts of 2 instances: the estimate's notes (bands unreliable) are a line over the heatmap and in the
+    Summaries pane, and a note is shown as written, never read as markup."""
+    path = write_synthetic(tmp_path / "small.h5", Simulation(n_cohorts=3, per_cohort=2, n_never=30, n_checkpoints=5))
+    app = make_app(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        notes = app.result.notes
+        assert notes and any("small" in note for note in notes)
+        line = app.query_one("#profile-notes")
+        assert line.display and notes[0][:40] in str(line.render()) and "Summaries (2)" in str(line.render())
+        await pilot.press("2")
+        summary = str(app.query_one("#summary-text").render())
+        for note in notes:
+            assert f"Note: {note}" in summary
+
+        hostile = dataclasses.replace(app.result, notes=["[@click=app.quit]q \x1b]0;pwned\x07", "[bold]b[/]"])
+        app._set_result(hostile)
+        await pilot.pause()
+        summary = str(app.query_one("#summary-text").render())
+        assert "Note: [@click=app.quit]q ?]0;pwned?" in summary and "Note: [bold]b[/]" in summary
+        await pilot.press("1")
+        assert "[@click=app.quit]q ?]0;pwned? (+1 more)" in str(app.query_one("#profile-notes").render())
+        assert app.is_running
+
+
+@run_async
+async def test_without_notes_there_is_no_notes_line(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.result.notes == [] and not app.query_one("#profile-notes").display
 
 
 # ---- extraction ------------------------------------------------------------------------------------------------
@@ -623,11 +655,14 @@ async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_qui
     path, folder = _tiny_extraction_panel(tmp_path)
     try:
         app = make_app(path)
-        async with app.run_test(size=SIZE) as pilot:
+        inbox = Inbox()
+        status = ExtractionPane.Status
+        async with app.run_test(size=SIZE, message_hook=inbox) as pilot:
             await settle(pilot)
             assert app.active_pane == "extraction" and app.result is None  # nothing extracted yet
             pane = app.query_one(ExtractionPane)
-            await wait_for(pilot, lambda: "No extraction job" in str(pane.query_one("#ex-status").render()))
+            await inbox.until(pilot, lambda: inbox.count(status), status, what="the first poll")
+            assert "No extraction job" in str(pane.query_one("#ex-status").render())
             pane.query_one("#ex-model").value = str(folder)
             pane.query_one("#ex-device").focus()
             await pilot.press("right")  # auto -> cpu
@@ -635,14 +670,16 @@ async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_qui
             await pilot.press("right")  # auto -> float32
             pane.query_one("#ex-batch").value = "8"
             await pilot.press("ctrl+r")
-            await wait_for(pilot, lambda: "launched worker pid" in str(pane.query_one("#ex-error").render()),
-                           what="launch")  # fmt: skip
-            await wait_for(pilot, lambda: pane.running or (pane.progress or {}).get("state") == "done",
-                           what="the job to show as running")  # fmt: skip
+            await settle(pilot, JOB_GROUPS)
+            assert "launched worker pid" in str(pane.query_one("#ex-error").render())
+            # any state but "no job yet": a job that failed at once fails here, with its progress, not by waiting
+            await inbox.until(pilot, lambda: pane.progress is not None, status, what="the job's first progress")
+            assert pane.running or pane.progress.get("state") == "done", progress_text(pane.progress)
             # checkpoints complete: the app re-reads the panel and estimates on the completed ones
-            await wait_for(pilot, lambda: app.panel.done.sum() >= 2 and app.result is not None, timeout=120,
-                           what="the first checkpoints to complete and the profile to appear")  # fmt: skip
-            await settle(pilot)
+            await inbox.until(pilot, lambda: (app.panel.done.sum() >= 2 and app.result is not None) or not
+                              (pane.running or pane.progress.get("state") == "done"),
+                              status, PanelReloaded, what="the first checkpoints and their profile")  # fmt: skip
+            assert app.panel.done.sum() >= 2 and app.result is not None, progress_text(pane.progress)
             assert f"{int(app.panel.done.sum())}/5 ckpts" in title(app)
             assert len(app.result.checkpoints) == int(app.panel.done.sum())
             assert "job " in str(pane.query_one("#ex-status").render())
@@ -652,18 +689,21 @@ async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_qui
         assert jobs.read_progress(path)["state"] in ("running", "done")
 
         again = make_app(path)  # reopening the panel shows the job (running, or done by now) and its results
-        async with again.run_test(size=SIZE) as pilot:
+        inbox = Inbox()
+        async with again.run_test(size=SIZE, message_hook=inbox) as pilot:
             pane = again.query_one(ExtractionPane)
-            await wait_for(pilot, lambda: pane.progress is not None, what="the job's progress")
-            await wait_for(pilot, lambda: pane.progress.get("state") == "done" and again.panel.done.all(),
-                           timeout=120, what="the job to finish")  # fmt: skip
-            await settle(pilot)
+            await inbox.until(pilot, lambda: pane.progress is not None, status, what="the job's progress")
+            await inbox.until(pilot, lambda: (pane.progress.get("state") == "done" and again.panel.done.all()) or
+                              not (pane.running or pane.progress.get("state") == "done"),
+                              status, PanelReloaded, what="the job to finish")  # fmt: skip
+            assert pane.progress.get("state") == "done", progress_text(pane.progress)
             assert "5/5 ckpts" in title(again) and len(again.result.checkpoints) == 5
             await pilot.press("4")
             assert "job done" in str(pane.query_one("#ex-status").render())
             assert "checkpoint" in str(pane.query_one("#ex-status").render())
             await pilot.press("ctrl+t")
-            await wait_for(pilot, lambda: "no running job" in str(pane.query_one("#ex-error").render()), what="cancel")
+            await settle(pilot, JOB_GROUPS)
+            assert "no running job" in str(pane.query_one("#ex-error").render())
     finally:
         jobs.cancel(path)
     with h5py.File(path, "r") as f:
@@ -687,7 +727,8 @@ async def test_launch_errors_stay_in_the_form(tmp_path, panel_path):
         assert "batch size must be auto or a whole number" in str(pane.query_one("#ex-error").render())
         pane.query_one("#ex-batch").value = "auto"
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: "no token ids" in str(pane.query_one("#ex-error").render()), what="error")
+        await settle(pilot, JOB_GROUPS)
+        assert "no token ids" in str(pane.query_one("#ex-error").render())
         await pilot.press("escape", "q")  # leave the form; q quits
         await pilot.pause()
     assert app.return_value == 0

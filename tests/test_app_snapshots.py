@@ -7,12 +7,11 @@ settled before the screenshot, no clock, pid or temporary path in view, no blink
 
 from __future__ import annotations
 
-import asyncio
-import time
-
 import pytest
+from app_pilot import settle as settle_app
 
 from memtui.app.main import MemtuiApp
+from memtui.app.profile import ProfilePane
 from memtui.panel import read_panel
 from memtui.synthetic import Simulation, write_synthetic
 
@@ -25,17 +24,22 @@ def app(tmp_path) -> MemtuiApp:
 
 
 async def settle(pilot, *keys: str) -> None:
-    """Wait for the estimate, press ``keys``, then let the throttled path plot catch up."""
+    """Wait for the estimate, press ``keys``, then for the path plot to show the cursor's row."""
     app = pilot.app
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        await pilot.pause()
-        if app.computing is None and app.result is not None:
-            break
-        await asyncio.sleep(0.02)
+    await settle_app(pilot)
+    assert app.result is not None, app.message
     if keys:
         await pilot.press(*keys)
-        await pilot.pause(0.3)
+        await settle_app(pilot)
+    # The path plot follows the cursor at most every PLOT_EVERY_S (a timer replots where the cursor stopped): wait
+    # for that replot, which the result decides, not for a length of time.
+    profile = app.query_one(ProfilePane)
+    for _ in range(1000):
+        if app.active_pane != "profile" or profile._plotted == (id(profile.result), profile.heatmap.row):
+            break
+        await pilot.pause()
+    else:
+        raise AssertionError("the path plot never caught up with the cursor")
     for widget in app.query("Input"):
         widget.cursor_blink = False
     await pilot.pause()

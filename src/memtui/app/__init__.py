@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 from memtui.errors import MemtuiError
+from memtui.text import clean
 
 
 def open_app(path: Path | None = None):
@@ -16,7 +17,15 @@ def open_app(path: Path | None = None):
     from memtui.cli import default_panel
     from memtui.panel import read_panel
 
-    panel = read_panel(Path(path) if path is not None else default_panel())
+    path = Path(path) if path is not None else default_panel()
+    try:
+        panel = read_panel(path)
+    except MemtuiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes h5py raise is one line, not a traceback
+        raise MemtuiError(
+            f"{path} cannot be read ({type(exc).__name__}: {clean(exc, 160)}); it may be damaged."
+        ) from None
     from memtui.app.prefetch import Prefetch, default_settings
 
     prefetch = Prefetch(panel, default_settings(panel))
@@ -31,7 +40,7 @@ def run_app(path: Path | None = None) -> int:
     try:
         app = open_app(path)
     except MemtuiError as exc:
-        print(f"memtui: {exc}", file=sys.stderr)
+        print(f"memtui: {clean(exc, limit=None)}", file=sys.stderr)
         return 2
     return int(app.run() or 0)
 

@@ -23,6 +23,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 from memtui.errors import MemtuiError
 from memtui.estimate import ESTIMATORS, SCOPES, EstimateResult, Settings
 from memtui.export import export_csv
+from memtui.text import clean
 
 
 class Choice(Widget, can_focus=True):
@@ -86,7 +87,9 @@ class ExportDialog(ModalScreen[str | None]):
 
     def default_path(self, scope: str) -> str:
         s = self.result.settings
-        return f"{self.panel_path.stem}-{s.metric}-{s.estimator}-{scope}.csv"
+        # a file name from the panel's own name and metric: no control characters or path separators from either
+        stem = clean(f"{self.panel_path.stem}-{s.metric}", 120).replace("/", "_").replace("?", "_")
+        return f"{stem}-{s.estimator}-{scope}.csv"
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog") as box:
@@ -94,11 +97,11 @@ class ExportDialog(ModalScreen[str | None]):
             yield _row("path", Input(self.default_path(self.scope), id="export-path"))
             yield _row("scope", Choice([(s, s) for s in SCOPES], self.scope, id="export-scope"))
             yield _row("rows", Checkbox("significant only", True, id="export-significant"))
-            yield Static("", id="export-error", classes="error")
+            yield Static("", id="export-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Write", variant="primary", id="export-write")
                 yield Button("Cancel", id="export-cancel")
-            yield Static(f"relative paths are under {Path.cwd()}", classes="hint")
+            yield Static(f"relative paths are under {clean(Path.cwd())}", classes="hint", markup=False)
 
     @on(Choice.Changed, "#export-scope")
     def _scope_changed(self, event: Choice.Changed) -> None:
@@ -115,10 +118,10 @@ class ExportDialog(ModalScreen[str | None]):
         try:
             rows = export_csv(self.result, path, self.scope, only)
         except MemtuiError as exc:
-            self.query_one("#export-error", Static).update(str(exc))
+            self.query_one("#export-error", Static).update(clean(exc))
             return
         which = "significant " if only else ""
-        self.dismiss(f"Wrote {rows} {which}{self.scope} rows to {path.resolve()}")
+        self.dismiss(clean(f"Wrote {rows} {which}{self.scope} rows to {path.resolve()}"))
 
     @on(Button.Pressed, "#export-cancel")
     def action_cancel(self) -> None:
@@ -154,7 +157,7 @@ class SettingsDialog(ModalScreen[Settings | None]):
             )
             yield _row("base period", Choice([(b, b) for b in ("varying", "universal")], s.base_period, id="set-base"))
             yield _row("seed", Input(str(s.seed), id="set-seed"))
-            yield Static("", id="settings-error", classes="error")
+            yield Static("", id="settings-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply")
                 yield Button("Cancel", id="settings-cancel")
@@ -187,7 +190,7 @@ class SettingsDialog(ModalScreen[Settings | None]):
         try:
             settings = self.read()
         except MemtuiError as exc:
-            self.query_one("#settings-error", Static).update(str(exc))
+            self.query_one("#settings-error", Static).update(clean(exc))
             return
         self.dismiss(settings)
 
@@ -210,7 +213,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog confirm"):
-            yield Static(self.question)
+            yield Static(self.question, markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Yes (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")

@@ -25,6 +25,7 @@ from memtui.estimate import SCOPES, EstimateResult
 from memtui.export import export_frame
 
 HEADER = 1
+CELL_LIMIT = 60  # a text cell (a metric name from the panel) is cut to this many characters
 GAP = 2  # spaces between columns
 
 
@@ -39,7 +40,7 @@ def _width(frame: pl.DataFrame, name: str) -> int:
     elif dtype.is_integer():
         body = max((len(str(v)) for v in (series.min(), series.max()) if v is not None), default=1)
     else:
-        body = int(series.cast(pl.String).str.len_chars().max() or 1)
+        body = min(int(series.cast(pl.String).str.len_chars().max() or 1), CELL_LIMIT)
     return max(len(name) + 2, body)  # + 2: room for the sort arrow
 
 
@@ -242,7 +243,7 @@ class EstimatesPane(Vertical):
         self.result: EstimateResult | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="estimates-info")
+        yield Static("", id="estimates-info", markup=False)
         yield EstimatesTable(id="estimates-table")
 
     @property

@@ -8,6 +8,7 @@ panel's ``done`` flags; when a checkpoint completes, the app re-reads the panel 
 from __future__ import annotations
 
 import importlib
+import math
 import time
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +26,7 @@ from textual.worker import get_current_worker
 from memtui.app.dialogs import Choice
 from memtui.errors import MemtuiError
 from memtui.panel import Panel
+from memtui.text import clean
 
 POLL_S = 0.5
 START_DELAY_S = 0.5
@@ -48,8 +50,37 @@ def read_done(path: Path) -> np.ndarray | None:
         return None
 
 
+# The progress file is written by another process and may hold anything (a damaged file, another program's JSON):
+# every field is read through these, and a value of the wrong kind is treated as absent.
+
+
+def _number(value) -> float | None:
+    """A finite, non-negative number, or None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:  # an integer past float range
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _count(value) -> int | None:
+    """A whole number a progress record can sensibly hold (a step, a pid, a count), or None."""
+    number = _number(value)
+    return int(number) if number is not None and number < 1e15 and number == int(number) else None
+
+
+def _record(progress) -> dict | None:
+    """The record as a dict (None: no job); anything else is reported as unreadable rather than trusted."""
+    if progress is None or isinstance(progress, dict):
+        return progress
+    return {"state": "unreadable", "last_error": f"the progress file holds a {type(progress).__name__}, not a record"}
+
+
 def duration(seconds) -> str:
-    if seconds is None or not np.isfinite(seconds):
+    seconds = _number(seconds)
+    if seconds is None or seconds >= 1e8:  # past three years an ETA says nothing
         return "—"
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
@@ -57,26 +88,37 @@ def duration(seconds) -> str:
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
-def progress_text(progress: dict | None) -> str:
-    """What the worker last published, in words (also what the tests read)."""
+def progress_text(progress) -> str:
+    """What the worker last published, in words (also what the tests read). Takes whatever the progress file held;
+    every string in it is cleaned, since it comes from a file."""
+    progress = _record(progress)
     if not progress:
         return "No extraction job has run on this panel."
-    state = progress.get("state", "?")
-    lines = [f"job {state}" + (f" · pid {progress['pid']}" if progress.get("pid") else "")]
-    k, total = progress.get("k"), progress.get("K")
+    state = clean(progress.get("state", "?"), 40)
+    pid = _count(progress.get("pid"))
+    lines = [f"job {state}" + (f" · pid {pid}" if pid else "")]
+    if isinstance(progress.get("model"), str) and progress["model"]:
+        lines.append(f"model: {clean(progress['model'], 200)}")
+    k, total = _count(progress.get("k")), _count(progress.get("K"))
     if k is not None and total:
-        step = progress.get("checkpoint")
+        step = _count(progress.get("checkpoint"))
         lines.append(f"checkpoint {k} of {total}" + (f" (step {step})" if step is not None else ""))
-    done, n = progress.get("instances_done"), progress.get("instances_total")
+    done, n = _count(progress.get("instances_done")), _count(progress.get("instances_total"))
     if done is not None and n:
         lines.append(f"instances {done} / {n} in this checkpoint")
-    tps = progress.get("tokens_per_s")
+    tps = _number(progress.get("tokens_per_s"))
     if tps:
-        lines.append(f"{tps:,.0f} tokens/s · ETA {duration(progress.get('eta_s'))}")
+        rate = f"{tps:,.0f}" if tps < 1e12 else f"{tps:.3g}"
+        lines.append(f"{rate} tokens/s · ETA {duration(progress.get('eta_s'))}")
     if progress.get("last_error"):
-        lines.append(f"last error: {progress['last_error']}")
+        lines.append(f"last error: {clean(progress['last_error'], 300)}")
+    warnings = progress.get("warnings")
+    if isinstance(warnings, (list, tuple)) and warnings:
+        lines.append(f"warnings ({len(warnings)}): {clean(warnings[-1], 300)}")
+    elif isinstance(warnings, str) and warnings:
+        lines.append(f"warnings: {clean(warnings, 300)}")
     if progress.get("log"):
-        lines.append(f"log: {progress['log']}")
+        lines.append(f"log: {clean(progress['log'], 300)}")
     return "\n".join(lines)
 
 
@@ -106,12 +148,15 @@ class ExtractionPane(VerticalScroll):
         self.panel = panel
         self.progress: dict | None = None
         self.available = True
+        self._recheck = False  # set from the app: the poller reports the current state again, changed or not
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="extract-panel")
+        # markup off: the panel's name, attributes and the progress file's fields are shown as written
+        yield Static("", id="extract-panel", markup=False)
         with Vertical(id="extract-form"):
             model = self.panel.attrs.get("model", "")
-            model = model if model and " " not in model else ""  # a hub id or folder, not a description
+            model = model if isinstance(model, str) and model and " " not in model else ""  # a hub id or folder
+            model = clean(model) if model == clean(model) else ""  # one with control characters is not a name
             yield _field("model / folder", Input(model, placeholder="hub id or local checkpoint folder", id="ex-model"))
             yield _field("checkpoints", Input("all", placeholder="all, 0:95000:1000 or 0,1000,2000", id="ex-ckpt"))
             devices = [(d, d) for d in ("auto", "cpu", "cuda", "mps")]
@@ -122,9 +167,9 @@ class ExtractionPane(VerticalScroll):
             with Horizontal(classes="buttons"):
                 yield Button("Launch (ctrl+r)", variant="primary", id="ex-launch")
                 yield Button("Cancel job (ctrl+t)", variant="error", id="ex-cancel")
-            yield Static("", id="ex-error", classes="error")
+            yield Static("", id="ex-error", classes="error", markup=False)
         yield ProgressBar(total=1, show_eta=False, id="ex-bar")
-        yield Static(progress_text(None), id="ex-status")
+        yield Static(progress_text(None), id="ex-status", markup=False)
 
     def on_mount(self) -> None:
         self.describe_panel(self.panel)
@@ -138,7 +183,7 @@ class ExtractionPane(VerticalScroll):
     def describe_panel(self, panel: Panel) -> None:
         self.panel = panel
         n, t = int(panel.done.sum()), panel.n_checkpoints
-        text = f"{panel.path.name if panel.path else 'panel'}: {n} of {t} checkpoints extracted"
+        text = f"{clean(panel.path.name, 80) if panel.path else 'panel'}: {n} of {t} checkpoints extracted"
         if not panel.has_tokens:
             text += (
                 " · this panel stores no token ids, so it cannot be extracted into "
@@ -164,13 +209,17 @@ class ExtractionPane(VerticalScroll):
                 progress = {"state": "unreadable", "last_error": str(exc) or type(exc).__name__}
             done = read_done(path)
             key = (repr(progress), None if done is None else done.tobytes())
-            if key != last:
-                last = key
+            if key != last or self._recheck:
+                last, self._recheck = key, False
                 self.post_message(self.Status(progress, done, True))
             for _ in range(int(POLL_S / 0.05)):
                 if worker.is_cancelled:
                     return
                 time.sleep(0.05)
+
+    def recheck(self) -> None:
+        """Have the next poll report the panel's done flags even if unchanged (after a reload that failed)."""
+        self._recheck = True
 
     def on_extraction_pane_status(self, event: Status) -> None:
         self.available = event.available
@@ -181,17 +230,19 @@ class ExtractionPane(VerticalScroll):
         if event.done is not None and not np.array_equal(event.done, self.panel.done):
             self.post_message(self.CheckpointsChanged())
 
-    def show_progress(self, progress: dict | None) -> None:
+    def show_progress(self, progress) -> None:
+        progress = _record(progress)
         self.progress = progress
         self.query_one("#ex-status", Static).update(progress_text(progress))
         bar = self.query_one("#ex-bar", ProgressBar)
-        k, total = (progress or {}).get("k"), (progress or {}).get("K")
+        record = progress or {}
+        k, total = _count(record.get("k")), _count(record.get("K"))
         bar.display = bool(total)
         if total:
-            done, n = (progress or {}).get("instances_done") or 0, (progress or {}).get("instances_total") or 0
-            within = done / n if n else 0.0
-            finished = (progress or {}).get("state") == "done"
-            bar.update(total=total, progress=total if finished else max(0, (k or 1) - 1) + within)
+            done, n = _count(record.get("instances_done")) or 0, _count(record.get("instances_total")) or 0
+            within = min(done / n, 1.0) if n else 0.0
+            finished = record.get("state") == "done"
+            bar.update(total=total, progress=total if finished else min(total, max(0, (k or 1) - 1) + within))
 
     @property
     def running(self) -> bool:
@@ -216,7 +267,7 @@ class ExtractionPane(VerticalScroll):
             try:
                 batch = int(batch)
             except ValueError:
-                self.error(f"batch size must be auto or a whole number, not '{batch}'.")
+                self.error(f"batch size must be auto or a whole number, not '{clean(batch, 40)}'.")
                 return
         options = {
             "model": model,
@@ -234,9 +285,17 @@ class ExtractionPane(VerticalScroll):
         try:
             pid = jobs.launch(path, **options)
         except MemtuiError as exc:
-            self.app.call_from_thread(self.error, str(exc))
+            self.app.call_from_thread(self.error, clean(exc))
             return
-        self.app.call_from_thread(self.error, f"launched worker pid {pid}; it keeps running if you quit.")
+        except Exception as exc:  # noqa: BLE001 - a bug in launching must not leave the form saying "launching…"
+            self.app.call_from_thread(self.error, clean(f"launch failed: {type(exc).__name__}: {exc}"))
+            return
+        pids = list(pid) if isinstance(pid, (list, tuple)) else [pid]  # one pid per local worker
+        if len(pids) == 1:
+            said = f"launched worker pid {pids[0]}; it keeps running if you quit."
+        else:
+            said = f"launched {len(pids)} workers (pids {', '.join(map(str, pids))}); they keep running if you quit."
+        self.app.call_from_thread(self.error, said)
 
     @on(Button.Pressed, "#ex-cancel")
     def action_cancel_job(self) -> None:
@@ -250,7 +309,10 @@ class ExtractionPane(VerticalScroll):
         try:
             sent = jobs.cancel(path)
         except MemtuiError as exc:
-            self.app.call_from_thread(self.error, str(exc))
+            self.app.call_from_thread(self.error, clean(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - as in _launch
+            self.app.call_from_thread(self.error, clean(f"cancel failed: {type(exc).__name__}: {exc}"))
             return
         self.app.call_from_thread(self.error, "cancel requested." if sent else "no running job to cancel.")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from memtui.text import clean
+
 
 def short_step(step: int) -> str:
     """1000 -> '1k', 1500 -> '1.5k', 143000 -> '143k', 2000000 -> '2M': checkpoint and cohort labels."""
@@ -34,4 +36,12 @@ def cell(value) -> str:
         return "true" if value else "false"
     if isinstance(value, float):
         return "NaN" if math.isnan(value) else f"{value:.5g}"
+    if isinstance(value, str):  # from the panel (a metric name): no control characters into the terminal
+        return clean(value, 60)
     return str(value)
+
+
+def markup_literal(text: str) -> str:
+    """``text`` for a place that parses Textual markup (the command palette), shown exactly as written: every ``[``
+    escaped, so nothing in it can open a style, a link or an ``@click`` action, or fail to parse."""
+    return text.replace("[", "\\[")

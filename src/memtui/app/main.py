@@ -25,7 +25,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from memtui import cache
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable
-from memtui.app.extraction import ExtractionPane
+from memtui.app.extraction import POLL_S, ExtractionPane
+from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
 from memtui.app.prefetch import Prefetch, default_settings, metric_order
 from memtui.app.profile import ProfilePane
@@ -33,6 +34,7 @@ from memtui.app.summaries import SummariesPane
 from memtui.errors import MemtuiError
 from memtui.estimate import ESTIMATORS, EstimateResult, Settings
 from memtui.panel import METRIC_LABEL, Panel, read_panel
+from memtui.text import clean
 
 PANES = ("profile", "summaries", "estimates", "extraction")
 PANE_TITLES = {"profile": "Profile", "summaries": "Summaries", "estimates": "Estimates", "extraction": "Extraction"}
@@ -92,6 +94,8 @@ class MemtuiApp(App):
         self._results: dict[Settings, EstimateResult] = {}
         self._errors: dict[Settings, str] = {}
         self._generation = 0  # bumped when the panel is re-read; older results are dropped
+        self._reload_error = ""
+        self._reload_failures = 0
         self._stage = ""
         self.computing: Settings | None = None
         self._worker: Worker | None = None
@@ -101,10 +105,13 @@ class MemtuiApp(App):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="topbar"):
-            yield Static("", id="title")
-            yield Static("", id="busy-label")
+            # markup off wherever text from the panel is shown: a metric named "[@click=app.quit]" stays words
+            yield Static("", id="title", markup=False)
+            yield Static("", id="busy-label", markup=False)
             yield ProgressBar(total=1.0, show_eta=False, id="busy")
-        with TabbedContent(id="panes"):
+        # The opening pane is fixed here, before anything mounts: set later (in on_mount), it raced the tab bar's own
+        # first activation, which could land afterwards and switch back to the first tab.
+        with TabbedContent(id="panes", initial=self._opening_pane()):
             with TabPane("Profile 1", id="profile"):
                 yield ProfilePane(id="profile-pane")
             with TabPane("Summaries 2", id="summaries"):
@@ -115,13 +122,13 @@ class MemtuiApp(App):
                 yield ExtractionPane(self.panel, id="extraction-pane")
         yield Footer()
 
+    def _opening_pane(self) -> str:
+        """Nothing to estimate yet: open where the user can start extraction."""
+        return "profile" if self.panel.done.any() else "extraction"
+
     def on_mount(self) -> None:
         self.query_one("#busy", ProgressBar).display = False
-        # nothing to estimate yet: open where the user can start extraction (focus goes with the pane, or focusing
-        # the heatmap could race the tab switch back to the profile)
-        first = "profile" if self.panel.done.any() else "extraction"
-        self.query_one(TabbedContent).active = first
-        self._focus_pane(first)
+        self._focus_pane(self._opening_pane())
         self.request_estimate()
 
     @property
@@ -134,9 +141,10 @@ class MemtuiApp(App):
     def update_title(self) -> None:
         s = self.settings
         done, total = int(self.panel.done.sum()), self.panel.n_checkpoints
-        name = self.panel.path.name if self.panel.path else "panel"
+        name = clean(self.panel.path.name, 80) if self.panel.path else "panel"
+        settings = f"α {s.alpha:g} · {s.draws} draws · {s.family}"
         self.query_one("#title", Static).update(
-            f"{name} │ {s.metric} · {s.estimator} │ α {s.alpha:g} · {s.draws} draws · {s.family} │ {done}/{total} ckpts"
+            f"{name} │ {clean(s.metric, 60)} · {s.estimator} │ {settings} │ {done}/{total} ckpts"
         )
 
     # ---- estimation ---------------------------------------------------------------------------------------------
@@ -160,6 +168,8 @@ class MemtuiApp(App):
         except MemtuiError as exc:
             self._set_result(None, str(exc))
             return
+        except Exception:  # noqa: BLE001 - a damaged cache entry is a miss: computing afresh says what is wrong, if anything
+            hit = None
         if hit is not None:
             self._results[settings] = hit
             self._set_result(hit)
@@ -201,7 +211,7 @@ class MemtuiApp(App):
                 return
             self.computing = None
             self._hide_busy()
-            self._set_result(None, f"estimation failed: {event.worker.error!r}")
+            self._set_result(None, f"estimation failed: {type(event.worker.error).__name__}: {event.worker.error}")
             return
         if event.worker.result is None:
             return
@@ -227,7 +237,9 @@ class MemtuiApp(App):
         bar.update(progress=fraction)
         self._stage = stage
         s = self.computing
-        self.query_one("#busy-label", Static).update(f"computing {s.metric} ({s.estimator}): {stage} " if s else "")
+        self.query_one("#busy-label", Static).update(
+            f"computing {clean(s.metric, 60)} ({s.estimator}): {stage} " if s else ""
+        )
 
     def _hide_busy(self) -> None:
         self.query_one("#panes").remove_class("-stale")
@@ -240,7 +252,7 @@ class MemtuiApp(App):
             self.computing = None
         self._hide_busy()
         self.result = result
-        self.message = message
+        self.message = clean(message)  # error messages quote panel contents (metric names, attributes)
         self._refresh_pane(self.active_pane)
         self.timings.setdefault("first_result", time.perf_counter())
 
@@ -301,7 +313,7 @@ class MemtuiApp(App):
 
     def action_export(self) -> None:
         if self.result is None:
-            self.notify(self.message or "No estimate to export yet.", severity="warning")
+            self.notify(self.message or "No estimate to export yet.", severity="warning", markup=False)
             return
         scope = "profile"
         if self.active_pane == "estimates":
@@ -309,7 +321,7 @@ class MemtuiApp(App):
 
         def done(message: str | None) -> None:
             if message:
-                self.notify(message, title="Exported", timeout=8)
+                self.notify(clean(message), title="Exported", timeout=8, markup=False)
 
         self.push_screen(ExportDialog(self.result, self.panel.path or Path("panel"), scope), done)
 
@@ -344,14 +356,26 @@ class MemtuiApp(App):
     @work(thread=True, exclusive=True, group="reload", exit_on_error=False)
     def _reload(self, path: Path) -> None:
         try:
-            self.post_message(PanelReloaded(read_panel(path)))
+            panel = read_panel(path)
         except MemtuiError as exc:
             self.post_message(PanelReloaded(None, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a file damaged under us must not stop the app; it keeps the old copy
+            self.post_message(PanelReloaded(None, f"{path.name} could not be read: {type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(PanelReloaded(panel))
 
     def on_panel_reloaded(self, event: PanelReloaded) -> None:
         if event.panel is None:
-            self.notify(event.error, title="Panel not re-read", severity="error")
+            if event.error != self._reload_error:  # once per problem, not once per retry
+                self.notify(clean(event.error), title="Panel not re-read", severity="error", markup=False)
+            self._reload_error = event.error
+            self._reload_failures += 1
+            # The poller reports a change of the done flags once; a reload that failed (the writer mid-write, a
+            # damaged file) would never be retried. Ask it again, less often while the failures go on.
+            delay = min(30.0, POLL_S * 2**self._reload_failures)
+            self.set_timer(delay, self.query_one(ExtractionPane).recheck)
             return
+        self._reload_error, self._reload_failures = "", 0
         self.panel = event.panel
         self._generation += 1
         self._results.clear()
@@ -385,7 +409,7 @@ class MemtuiApp(App):
         s = self.computing
         self.push_screen(
             ConfirmDialog(
-                f"The {s.metric} ({s.estimator}) estimate is still being computed ({self._stage}); "
+                f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self._stage}); "
                 "quitting now loses it. Quit anyway?"
             ),
             answer,
@@ -396,8 +420,11 @@ class MemtuiApp(App):
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for metric in self.metrics:
+            # the palette reads titles as markup
             yield SystemCommand(
-                f"Metric: {metric}", f"Show {METRIC_LABEL.get(metric, metric)}", lambda m=metric: self.action_metric(m)
+                markup_literal(f"Metric: {clean(metric, 60)}"),
+                markup_literal(f"Show {clean(METRIC_LABEL.get(metric, metric), 60)}"),
+                lambda m=metric: self.action_metric(m),
             )
         yield SystemCommand("Estimator: DiD / difference", "Switch the estimator", self.action_toggle_estimator)
         yield SystemCommand("Settings…", "Band family, alpha, bootstrap draws, final checkpoint", self.action_settings)

@@ -15,6 +15,7 @@ from memtui.app.fmt import num, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot
 from memtui.estimate import EstimateResult
+from memtui.text import clean
 
 PLOT_EVERY_S = 0.1
 WIDE_PLOT = 50  # columns the path plot needs beside the heatmap
@@ -42,6 +43,14 @@ class Legend(Static):
         self.update(text)
 
 
+def notes_line(result: EstimateResult | None) -> str:
+    """One line saying that the estimate comes with caveats, and where they are in full."""
+    if result is None or not result.notes:
+        return ""
+    more = f" (+{len(result.notes) - 1} more)" if len(result.notes) > 1 else ""
+    return f"⚠ {clean(result.notes[0], 200)}{more} · all notes: Summaries (2)"
+
+
 def _hex(index: int) -> str:
     return "#{:02x}{:02x}{:02x}".format(*palette.xterm_rgb(index))
 
@@ -60,12 +69,14 @@ class ProfilePane(Vertical):
         self._plot_timer = None
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="profile-message", classes="message")
+        # markup off: messages quote the panel (metric names, attributes) and must show as written
+        yield Static("", id="profile-message", classes="message", markup=False)
+        yield Static("", id="profile-notes", classes="message", markup=False)
         with Container(id="profile-main"):
             yield Heatmap(id="heatmap")
             yield BandPlot(id="path-plot")
         yield Legend(id="legend")
-        yield Static("", id="cell-info")
+        yield Static("", id="cell-info", markup=False)
 
     def on_resize(self) -> None:
         self._layout()
@@ -89,6 +100,9 @@ class ProfilePane(Vertical):
         msg = self.query_one("#profile-message", Static)
         msg.update(message)
         msg.display = bool(message)
+        notes = self.query_one("#profile-notes", Static)
+        notes.update(notes_line(result))
+        notes.display = bool(result is not None and result.notes)
         if result is None:
             self._mats = {}
             self.heatmap.set_data(None)
@@ -102,7 +116,7 @@ class ProfilePane(Vertical):
         self._mats = {"estimate": est, **{name: result.matrix(name) for name in _COLUMNS}}
         pre = result.checkpoints[None, :] < result.cohorts[:, None]
         scale = palette.robust_scale(est[~pre])
-        self._unit = "τ " + result.settings.metric
+        self._unit = "τ " + clean(result.settings.metric, 60)
         self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
         self._layout()
         self._scale = scale

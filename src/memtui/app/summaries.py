@@ -14,6 +14,7 @@ from memtui.app.fmt import num, short_step
 from memtui.app.plots import BandPlot
 from memtui.estimate import EstimateResult
 from memtui.panel import METRIC_LABEL
+from memtui.text import clean
 
 
 def overall_text(result: EstimateResult) -> str:
@@ -49,7 +50,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
     """Three band plots stacked in a scrolling column, the words on top."""
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="summary-text")
+        yield Static("", id="summary-text", markup=False)  # metric names and notes are shown as written
         yield BandPlot(id="plot-instantaneous", classes="summary-plot")
         yield BandPlot(id="plot-persistent", classes="summary-plot")
         yield BandPlot(id="plot-residual", classes="summary-plot")
@@ -64,13 +65,13 @@ class SummariesPane(VerticalScroll, can_focus=True):
             return
         for plot in plots:
             plot.display = True
-        metric = result.settings.metric
+        metric = clean(result.settings.metric, 60)
         lines = [
-            f"Memorisation τ in {METRIC_LABEL.get(metric, metric)} ({metric}, {result.settings.estimator}); "
-            "positive = the model does better on what it trained on.",
+            f"Memorisation τ in {clean(METRIC_LABEL.get(result.settings.metric, metric), 60)} ({metric}, "
+            f"{result.settings.estimator}); positive = the model does better on what it trained on.",
             overall_text(result),
             pretrend_text(result),
-            *(f"Note: {note}" for note in result.notes),
+            *(f"⚠ Note: {clean(note)}" for note in result.notes),
         ]
         if message:
             lines.insert(0, message)
