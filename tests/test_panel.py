@@ -93,3 +93,10 @@ def test_create_refuses_bad_shapes(tmp_path):
     with pytest.raises(MemtuiError, match="unique"):
         create_panel(tmp_path / "x.h5", ids=[1, 1], treatment=[NEVER, 1], steps=[0, 1])
     assert not list(tmp_path.iterdir())  # nothing half-made left behind
+
+
+@pytest.mark.parametrize("name", ["a/b", "", "x\x1b[2J", ".", "..", "bad\u202ename"])
+def test_create_refuses_metric_names_that_cannot_be_datasets(tmp_path, name):
+    with pytest.raises(MemtuiError, match="is not allowed"):
+        create_panel(tmp_path / "x.h5", ids=[1, 2], treatment=[NEVER, 1], steps=[0, 1], values={name: np.zeros((2, 2))})
+    assert not (tmp_path / "x.h5").exists()

@@ -202,6 +202,12 @@ def create_panel(
         raise MemtuiError("checkpoint steps must be a non-empty, strictly increasing list.")
     values = dict(values or {})
     metrics = list(dict.fromkeys([*metrics, *values]))
+    for name in metrics:  # a "/" would make a group of it (a panel every reader then refuses)
+        if not isinstance(name, str) or not name or "/" in name or name != clean(name, None) or name in (".", ".."):
+            raise MemtuiError(
+                f"metric name '{clean(name, 60)}' is not allowed: it must be non-empty text without '/' or control "
+                "characters."
+            )
     split = np.where(treatment == NEVER, "validation", "train") if split is None else split
     split = _checked_array("split", split, object, (n,))
     source_index = np.full(n, -1) if source_index is None else source_index
