@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from app_pilot import APP_GROUPS, HANG_S, Inbox, run_async, settle
 from textual.command import CommandPalette
-from textual.widgets import TabbedContent
+from textual.widgets import Input, TabbedContent
 
 from memtui.app import open_app, run_app
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
@@ -624,6 +624,18 @@ def test_progress_text():
     assert "12,346 tokens/s · ETA 1m 15s" in text and "last error: oops" in text
 
 
+def test_progress_text_lists_every_worker():
+    progress = {"state": "running", "pid": 12, "k": 1, "K": 3, "workers": [
+        {"state": "running", "host": "gpu-node-3", "pid": 12, "slurm_job": "991", "slurm_task": "4",
+         "unit": "step000001000.rows000000000-000016300.of1", "tokens_per_s": 5e5, "device": "cuda"},
+        {"state": "stale", "host": "gpu-node-9", "pid": "junk", "unit": 7},
+    ]}  # fmt: skip
+    text = progress_text(progress)
+    assert "workers (2):" in text
+    assert "running   gpu-node-3 slurm 991_4 pid 12 cuda, unit step000001000" in text and "500,000 tokens/s" in text
+    assert "stale     gpu-node-9 pid None, no unit" in text  # wrong-typed fields read as absent, never crash
+
+
 STEPS = (0, 1000, 2000, 3000, 4000)
 
 
@@ -742,3 +754,61 @@ def test_palette_survives_the_256_colour_downgrade():
 
     for index in (*palette.RAMP, palette.HIDDEN_BG, palette.PRE_BG, palette.PRE_FG):
         assert palette.cube(index).downgrade(ColorSystem.EIGHT_BIT).number == index
+
+
+@run_async
+async def test_the_form_offers_this_machine_its_gpus_or_a_slurm_array(tmp_path):
+    pytest.importorskip("memtui.extract.jobs")
+    path, folder = _tiny_extraction_panel(tmp_path)
+    app = make_app(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        pane = app.query_one(ExtractionPane)
+        shown = lambda: {w.id for w in pane.query(Input) if w.parent.display}  # noqa: E731
+        assert {"ex-workers"} <= shown() and not {"ex-gpus", "ex-partition"} & shown()
+        pane.query_one("#ex-mode").focus()
+        await pilot.press("right")  # this machine's GPUs
+        assert "ex-gpus" in shown() and not {"ex-workers", "ex-partition"} & shown()
+        pane.query_one("#ex-model").value = str(folder)
+        pane.query_one("#ex-gpus").value = "0,0"
+        await pilot.press("ctrl+r")
+        assert "distinct GPU indices" in str(pane.query_one("#ex-error").render())
+        pane.query_one("#ex-mode").focus()
+        await pilot.press("right")  # a SLURM array
+        assert {"ex-workers", "ex-partition", "ex-time", "ex-account", "ex-gpt", "ex-extra"} <= shown()
+        pane.query_one("#ex-time").value = "soon"
+        await pilot.press("ctrl+r")
+        assert "not a SLURM time" in str(pane.query_one("#ex-error").render())
+        pane.query_one("#ex-time").value = "1:00:00"
+        pane.query_one("#ex-extra").value = "qos=high"
+        await pilot.press("ctrl+r")
+        assert "long sbatch options" in str(pane.query_one("#ex-error").render())
+        pane.query_one("#ex-workers").value = "two"
+        await pilot.press("ctrl+r")
+        assert "workers must be a whole number" in str(pane.query_one("#ex-error").render())
+
+
+@run_async
+async def test_launch_two_workers_from_the_app_and_see_both(tmp_path):
+    jobs = pytest.importorskip("memtui.extract.jobs")
+    path, folder = _tiny_extraction_panel(tmp_path)
+    try:
+        app = make_app(path)
+        inbox = Inbox()
+        status = ExtractionPane.Status
+        async with app.run_test(size=SIZE, message_hook=inbox) as pilot:
+            await settle(pilot)
+            pane = app.query_one(ExtractionPane)
+            pane.query_one("#ex-model").value = str(folder)
+            pane.query_one("#ex-device").focus()
+            await pilot.press("right")  # auto -> cpu
+            pane.query_one("#ex-workers").value = "2"
+            await pilot.press("ctrl+r")
+            await settle(pilot, JOB_GROUPS)
+            assert "launched 2 workers" in str(pane.query_one("#ex-error").render())
+            finished = lambda: pane.progress and pane.progress.get("state") != "running" and app.panel.done.all()  # noqa: E731
+            await inbox.until(pilot, finished, status, PanelReloaded, what="both workers to finish")
+            assert pane.progress["state"] == "done", progress_text(pane.progress)
+            assert "workers (2):" in str(pane.query_one("#ex-status").render())
+    finally:
+        jobs.cancel(path)

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from types import ModuleType
 
-import h5py
 import numpy as np
 from textual import on, work
 from textual.app import ComposeResult
@@ -42,11 +41,12 @@ def load_jobs() -> ModuleType | None:
 
 
 def read_done(path: Path) -> np.ndarray | None:
-    """The panel's per-checkpoint done flags, read while a writer may hold the file (SWMR)."""
+    """The panel's per-checkpoint done flags, read while a writer may hold the file (SWMR); None if unreadable."""
+    from memtui.panel import read_done as read_flags
+
     try:
-        with h5py.File(path, "r", libver="latest", swmr=True) as f:
-            return f["checkpoints/done"][()].astype(bool)
-    except (OSError, KeyError, ValueError):
+        return read_flags(path)[1]
+    except MemtuiError:
         return None
 
 
@@ -117,6 +117,14 @@ def progress_text(progress) -> str:
         lines.append(f"warnings ({len(warnings)}): {clean(warnings[-1], 300)}")
     elif isinstance(warnings, str) and warnings:
         lines.append(f"warnings: {clean(warnings, 300)}")
+    workers = progress.get("workers")
+    if isinstance(workers, list) and workers:
+        from memtui.extract.progress import describe_worker, parse
+
+        lines.append(f"workers ({len(workers)}):")
+        lines += [f"  {clean(describe_worker(parse(w)), 200)}" for w in workers[:32]]
+        if len(workers) > 32:
+            lines.append(f"  … and {len(workers) - 32} more (memtui status)")
     if progress.get("log"):
         lines.append(f"log: {clean(progress['log'], 300)}")
     return "\n".join(lines)
@@ -164,6 +172,17 @@ class ExtractionPane(VerticalScroll):
             dtypes = [(d, d) for d in ("auto", "float32", "bfloat16", "float16")]
             yield _field("dtype", Choice(dtypes, "auto", id="ex-dtype"))
             yield _field("batch size", Input("auto", placeholder="auto or a number", id="ex-batch"))
+            modes = [("this machine", "local"), ("this machine's GPUs", "gpus"), ("SLURM array", "slurm")]
+            yield _field("workers on", Choice(modes, "local", id="ex-mode"))
+            yield _field("workers", Input("1", placeholder="how many (SLURM: array tasks)", id="ex-workers"),
+                         classes="mode-local mode-slurm")  # fmt: skip
+            yield _field("GPUs", Input("all", placeholder="all or 0,1,2,3", id="ex-gpus"), classes="mode-gpus")
+            yield _field("partition", Input("", placeholder="SLURM partition", id="ex-partition"), classes="mode-slurm")
+            yield _field("time limit", Input("4:00:00", placeholder="per task, HH:MM:SS", id="ex-time"),
+                         classes="mode-slurm")  # fmt: skip
+            yield _field("account", Input("", placeholder="optional", id="ex-account"), classes="mode-slurm")
+            yield _field("GPUs per task", Input("1", id="ex-gpt"), classes="mode-slurm")
+            yield _field("sbatch extra", Input("", placeholder="e.g. --qos=high", id="ex-extra"), classes="mode-slurm")
             with Horizontal(classes="buttons"):
                 yield Button("Launch (ctrl+r)", variant="primary", id="ex-launch")
                 yield Button("Cancel job (ctrl+t)", variant="error", id="ex-cancel")
@@ -173,6 +192,7 @@ class ExtractionPane(VerticalScroll):
 
     def on_mount(self) -> None:
         self.describe_panel(self.panel)
+        self._show_mode("local")
         # Importing the job API and polling cost a little CPU: let the first profile paint before they start,
         # unless there is nothing to paint yet.
         if self.panel.done.any():
@@ -248,6 +268,16 @@ class ExtractionPane(VerticalScroll):
     def running(self) -> bool:
         return bool(self.progress and self.progress.get("state") in RUNNING)
 
+    @on(Choice.Changed, "#ex-mode")
+    def _mode_changed(self, event: Choice.Changed) -> None:
+        self._show_mode(event.choice.value)
+
+    def _show_mode(self, mode: str) -> None:
+        """Only the fields of the chosen way of running show (the form stays short at 80 x 24)."""
+        for cls in ("mode-local", "mode-gpus", "mode-slurm"):
+            for field in self.query(f".{cls}"):
+                field.display = f"mode-{mode}" in field.classes
+
     # ---- actions ------------------------------------------------------------------------------------------------
 
     def error(self, text: str) -> None:
@@ -262,28 +292,69 @@ class ExtractionPane(VerticalScroll):
         if not model:
             self.error("Give a model: a Hugging Face hub id or a local folder of checkpoints.")
             return
-        batch = self.query_one("#ex-batch", Input).value.strip() or "auto"
-        if batch != "auto":
-            try:
-                batch = int(batch)
-            except ValueError:
-                self.error(f"batch size must be auto or a whole number, not '{clean(batch, 40)}'.")
-                return
-        options = {
-            "model": model,
-            "checkpoints": self.query_one("#ex-ckpt", Input).value.strip() or "all",
-            "device": self.query_one("#ex-device", Choice).value,
-            "dtype": self.query_one("#ex-dtype", Choice).value,
-            "batch_size": batch,
-        }
+        try:
+            options = self._options(model)
+        except MemtuiError as exc:
+            self.error(clean(exc))
+            return
         self.error("launching…")
         self._launch(self.panel.path, options)
 
+    def _options(self, model: str):
+        """The form as ExtractOptions, parsed and validated by the same code as `memtui extract`'s arguments."""
+        from argparse import Namespace
+
+        from memtui.extract.options import ExtractOptions
+
+        def text(widget_id: str) -> str:
+            return self.query_one(widget_id, Input).value.strip()
+
+        def whole(widget_id: str, what: str) -> int:
+            try:
+                return int(text(widget_id))
+            except ValueError:
+                raise MemtuiError(f"{what} must be a whole number, not '{clean(text(widget_id), 40)}'.") from None
+
+        batch = text("#ex-batch") or "auto"
+        if batch != "auto" and not batch.isdigit():
+            raise MemtuiError(f"batch size must be auto or a whole number, not '{clean(batch, 40)}'.")
+        mode = self.query_one("#ex-mode", Choice).value
+        args = Namespace(
+            model=model,
+            checkpoints=text("#ex-ckpt") or "all",
+            device=self.query_one("#ex-device", Choice).value,
+            dtype=self.query_one("#ex-dtype", Choice).value,
+            batch_size=batch,
+            chunk=None,
+            revision_template="step{step}",
+            split=1,
+            workers=whole("#ex-workers", "workers") if mode in ("local", "slurm") else None,
+            gpus=(text("#ex-gpus") or "all") if mode == "gpus" else None,
+            slurm=mode == "slurm",
+            partition=text("#ex-partition") or None,
+            time=text("#ex-time") or "4:00:00",
+            account=text("#ex-account") or None,
+            gpus_per_task=whole("#ex-gpt", "GPUs per task") if mode == "slurm" else 1,
+            cpus_per_task=None,
+            mem=None,
+            slurm_extra=text("#ex-extra"),
+        )
+        return ExtractOptions.from_args(args).validate()
+
     @work(thread=True, group="extract-launch", exit_on_error=False)
-    def _launch(self, path: Path, options: dict) -> None:
+    def _launch(self, path: Path, options) -> None:
         jobs = load_jobs()
         try:
-            pid = jobs.launch(path, **options)
+            if options.slurm is not None:
+                from memtui.extract import slurm
+                from memtui.panel import read_panel
+
+                panel, options = jobs.prepare(path, options)
+                job = slurm.submit(panel, options, read_panel(panel).steps)
+                said = f"submitted SLURM job array {job} ({options.workers} tasks); it runs if you quit."
+                self.app.call_from_thread(self.error, said)
+                return
+            pid = jobs.launch(path, options)
         except MemtuiError as exc:
             self.app.call_from_thread(self.error, clean(exc))
             return
@@ -320,5 +391,5 @@ class ExtractionPane(VerticalScroll):
         self.query_one("#ex-launch", Button).focus()
 
 
-def _field(label: str, widget) -> Horizontal:
-    return Horizontal(Label(label, classes="field-label"), widget, classes="field")
+def _field(label: str, widget, classes: str = "") -> Horizontal:
+    return Horizontal(Label(label, classes="field-label"), widget, classes=f"field {classes}".strip())

@@ -157,23 +157,11 @@ def _bar(p: dict, width: int = 24) -> str:
     )
 
 
-def _worker_line(w: dict) -> str:
-    from .progress import fmt_duration
-
-    where = w.get("host") or "?"
-    if w.get("slurm_job"):
-        where += f" slurm {w['slurm_job']}_{w.get('slurm_task') or '?'}"
-    where += f" pid {w.get('pid')}" + (f" {w['device']}" if w.get("device") else "")
-    unit = f"unit {w['unit']}" if w.get("unit") else "no unit"
-    rate = f"{w['tokens_per_s']:,.0f} tokens/s" if w.get("tokens_per_s") and w["state"] == "running" else ""
-    beat = f"heartbeat {fmt_duration(time.time() - w['updated'])} ago" if w.get("updated") else ""
-    return ", ".join(x for x in (f"{w['state']:<9} {where}", unit, rate, beat) if x)
-
-
 def cmd_status(args) -> int:
     from memtui.panel import read_done
 
     from . import jobs
+    from .progress import describe_worker
 
     while True:
         steps, done = read_done(args.panel)
@@ -190,7 +178,7 @@ def cmd_status(args) -> int:
         if not args.follow or progress.get("state") != "running":
             print(line)
             for w in workers:
-                print(f"  {_worker_line(w)}")
+                print(f"  {describe_worker(w)}")
             print(f"  log {progress.get('log')}")
             for w in progress.get("warnings") or []:
                 print(f"  warning: {w}")

@@ -154,3 +154,18 @@ def describe(record: dict) -> str:
     if record.get("last_error"):
         parts.append(f"error: {record['last_error']}")
     return ", ".join(parts)
+
+
+def describe_worker(record: dict, now: float | None = None) -> str:
+    """One line for one worker's record: state, where it runs, the unit it holds, its rate, its last heartbeat."""
+    now = time.time() if now is None else now
+    where = record.get("host") or "?"
+    if record.get("slurm_job"):
+        where += f" slurm {record['slurm_job']}_{record.get('slurm_task') or '?'}"
+    where += f" pid {record.get('pid')}" + (f" {record['device']}" if record.get("device") else "")
+    unit = f"unit {record['unit']}" if record.get("unit") else "no unit"
+    running = record.get("state") == "running"
+    rate = f"{record['tokens_per_s']:,.0f} tokens/s" if record.get("tokens_per_s") and running else ""
+    updated = record.get("updated")
+    beat = f"heartbeat {fmt_duration(max(0.0, now - updated))} ago" if isinstance(updated, int | float) else ""
+    return ", ".join(x for x in (f"{record.get('state') or '?':<9} {where}", unit, rate, beat) if x)
