@@ -512,15 +512,12 @@ def test_memtui_panel_opens_the_app(monkeypatch, panel_path):
     assert seen == [panel_path, None]
 
 
-@pytest.mark.parametrize("sample", ["synthetic.h5", "tiny-gptneox.h5"])
+@pytest.mark.parametrize("sample", ["synthetic", "tiny-gptneox"])
 @run_async
 async def test_shipped_samples_open_and_cycle_every_metric(sample):
-    from memtui.cli import DEFAULT_PANEL
+    from memtui.samples import sample_path
 
-    path = DEFAULT_PANEL.parent / sample
-    if not path.exists():
-        pytest.skip(f"{path} is not shipped in this checkout")
-    app = open_app(path)
+    app = open_app(sample_path(sample))
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         assert app.result is not None and app.query_one(Heatmap).painted

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from scipy import stats
 
 from memtui.extract.demo import DemoConfig, corpus_text, decode, encode, make_demo
 from memtui.panel import read_panel, read_tokens
+from memtui.samples import sample_path
 
-SAMPLE = Path(__file__).resolve().parents[1] / "sample_panels" / "tiny-gptneox.h5"
+SAMPLE = sample_path("tiny-gptneox")
 
 
 def hand_did(panel) -> list[tuple[int, float, float]]:

@@ -5,18 +5,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from memtui import __version__
 from memtui.errors import MemtuiError
 from memtui.text import clean
-
-DEFAULT_PANEL = Path(__file__).resolve().parents[2] / "sample_panels" / "synthetic.h5"
-
-
-def default_panel() -> Path:
-    """The shipped synthetic sample (the app opens it when no panel is named)."""
-    return DEFAULT_PANEL
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -64,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 - argparse has no public accessor
     # `memtui` and `memtui PANEL` open the app; everything else is a subcommand.
-    if not argv or (argv[0] not in known and not argv[0].startswith("-")):
+    if not argv or (argv[0] not in known and not argv[0].startswith("-")) or argv[0].startswith("--sample"):
         argv = ["app", *argv]
     args = parser.parse_args(argv)
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.errors import MemtuiError
+from memtui.samples import SAMPLES
 from memtui.text import clean
 
 # Panel attributes `info` shows first, in this order; any other attribute follows.
@@ -22,6 +23,7 @@ def register(sub) -> None:
     """Add the panel and estimation subcommands to the `memtui` parser."""
     p = sub.add_parser("app", help="open the workbench on a panel (the default when no command is given)")
     p.add_argument("panel", nargs="?", type=Path, help="panel file (default: the shipped synthetic sample)")
+    p.add_argument("--sample", choices=list(SAMPLES), help="open a sample shipped with memtui instead")
     p.set_defaults(func=cmd_app)
 
     p = sub.add_parser("info", help="describe a panel: shape, metrics, cohorts, completed checkpoints, provenance")
@@ -165,8 +167,11 @@ def _estimate(args):
 
 def cmd_app(args) -> int:
     from memtui.app import run_app
+    from memtui.samples import sample_path
 
-    return run_app(args.panel)
+    if args.sample and args.panel:
+        raise MemtuiError("give a panel or --sample, not both.")
+    return run_app(sample_path(args.sample) if args.sample else args.panel)
 
 
 def cmd_info(args) -> int:

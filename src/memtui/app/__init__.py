@@ -14,8 +14,8 @@ def open_app(path: Path | None = None):
 
     The opening estimate starts loading from the disk cache before Textual is imported, so the two overlap.
     """
-    from memtui.cli import default_panel
     from memtui.panel import read_panel
+    from memtui.samples import default_panel
 
     path = Path(path) if path is not None else default_panel()
     try:

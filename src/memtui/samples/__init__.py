@@ -1,0 +1,32 @@
+"""The sample panels shipped inside the package, so `memtui` has something to open after a plain `pip install`.
+
+- ``synthetic``: a simulated panel with a known true memorisation profile (`memtui sample synthetic`);
+- ``tiny-gptneox``: a real tiny GPT-NeoX's profile, made on CPU by `memtui demo`.
+
+Open one with ``memtui --sample NAME``; ``memtui`` alone opens ``synthetic``.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from memtui.errors import MemtuiError
+
+SAMPLES = {
+    "synthetic": "a simulated panel with a known true profile",
+    "tiny-gptneox": "a real tiny GPT-NeoX trained and extracted on CPU by `memtui demo`",
+}
+DEFAULT = "synthetic"
+
+
+def sample_path(name: str = DEFAULT) -> Path:
+    """Where the shipped sample ``name`` is (package data: a plain file in a source checkout and in a wheel)."""
+    if name not in SAMPLES:
+        raise MemtuiError(f"no sample '{name}'; the shipped samples are {', '.join(SAMPLES)}.")
+    return Path(str(resources.files(__package__) / f"{name}.h5"))
+
+
+def default_panel() -> Path:
+    """The panel the workbench opens when none is named."""
+    return sample_path(DEFAULT)
