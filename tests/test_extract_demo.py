@@ -72,3 +72,19 @@ def test_shipped_sample_panel():
     cells = hand_did(panel)
     assert np.mean([e > 0 for _, e, _ in cells]) > 0.85
     assert sum(p < 0.01 for _, _, p in cells) >= len(cells) // 2
+
+
+@pytest.mark.slow
+def test_the_demo_runs_detached_follows_its_log_and_leaves_no_temporary_files(cli, tmp_path, monkeypatch):
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))  # where the job's own temporary folder goes
+    out = tmp_path / "demo.h5"
+    code, text, err = cli("demo", out, "--small")
+    assert code == 0, err + text
+    assert "runs in the background" in text and "made " in text and f"open it with `memtui {out}`" in text
+    assert read_panel(out).done.all()
+    assert not list(scratch.glob("memtui-demo-*"))  # the corpus and checkpoints were removed by the job itself
+    assert not (tmp_path / "demo.h5.work").exists()
+    code, text, err = cli("demo", out, "--small")
+    assert code == 2 and "already exists" in err

@@ -60,14 +60,18 @@ def register(sub) -> None:
 
     p = sub.add_parser(
         "demo",
-        help="train a tiny GPT-NeoX on CPU and make a real panel from its checkpoints",
+        help="train a tiny GPT-NeoX on CPU and make a real panel from its checkpoints (runs detached)",
         description="One pass over a corpus derived from the Unicode 3.2 database, checkpoints every few steps, "
-        "then build and extract a panel (a few minutes on 2 cores).",
+        "then build and extract a panel. Runs as a detached job (closing the terminal does not stop it; its "
+        "temporary files are removed when it ends) and follows its log, OUT.demo.log; ctrl-c stops following. "
+        "The full demo takes about 20-30 minutes on 2 cores (training ~6, extraction the rest); --small about 1.",
     )
-    p.add_argument("out", type=Path, nargs="?", default=Path("tiny-gptneox.h5"))
-    p.add_argument("--small", action="store_true", help="the < 1 minute version used by the tests")
+    p.add_argument("out", type=Path, nargs="?", default=Path("tiny-gptneox.h5"),
+                   help="panel to write [tiny-gptneox.h5]")  # fmt: skip
+    p.add_argument("--small", action="store_true", help="the ~1 minute version used by the tests")
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
+    p.add_argument("--foreground", action="store_true", help="run in this process (stops with the terminal)")
     p.set_defaults(func=cmd_demo)
 
 
@@ -239,9 +243,16 @@ def cmd_build(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .demo import DemoConfig, make_demo
+    if args.foreground:
+        from .demo import DemoConfig, make_demo
 
-    cfg = DemoConfig.small() if args.small else DemoConfig()
-    out = make_demo(args.out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force)
-    print(f"open it with `memtui {out}`; estimate with `memtui estimate {out}`")
-    return 0
+        cfg = DemoConfig.small() if args.small else DemoConfig()
+        out = make_demo(args.out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force)
+        print(f"open it with `memtui {out}`; estimate with `memtui estimate {out}`")
+        return 0
+    from . import demo_job
+
+    job = demo_job.start(args.out, small=args.small, keep=args.keep, force=args.force)
+    print(f"the demo runs in the background (pid {job.pid}); closing this terminal does not stop it. "
+          f"Following {demo_job.log_path(args.out.resolve())} (ctrl-c stops following):", flush=True)  # fmt: skip
+    return demo_job.follow(args.out, job, write=lambda line: print(line, flush=True))
