@@ -107,7 +107,7 @@ def _count(text: str) -> int:
 def add_settings_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("estimation")
     g.add_argument("-m", "--metric", help="metric to estimate [loglik, else the first metric with values]")
-    g.add_argument("--estimator", default="did", choices=["did", "difference"])
+    g.add_argument("--estimator", default="did", choices=["did", "difference", "extractable"])
     g.add_argument("--base-period", default="varying", choices=["varying", "universal"])
     g.add_argument("--control-group", default="never_treated", choices=["never_treated", "not_yet_treated"])
     g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only) [1000]")
@@ -180,27 +180,32 @@ def cmd_info(args) -> int:
     p = read_panel(args.panel)
     treated = p.treatment != NEVER
     cohorts = np.unique(p.treatment[treated])
-    print(f"panel      {clean(p.path)}")
-    print(f"instances  {p.n_instances} ({int(treated.sum())} treated in {len(cohorts)} cohorts, "
-          f"{int((~treated).sum())} never treated)")  # fmt: skip
+    rows = [
+        ("panel", clean(p.path)),
+        ("instances", f"{p.n_instances} ({int(treated.sum())} treated in {len(cohorts)} cohorts, "
+                      f"{int((~treated).sum())} never treated)"),
+    ]  # fmt: skip
     if len(cohorts):
-        print(f"cohorts    steps {cohorts[0]} .. {cohorts[-1]}")
+        rows.append(("cohorts", f"steps {cohorts[0]} .. {cohorts[-1]}"))
     folded = _folded_note(p.treatment, p.steps)
     if folded:
-        print(f"folded     {folded}")
+        rows.append(("folded", folded))
     done = p.done_steps
     span = f", steps {done[0]} .. {done[-1]}" if len(done) else ""
-    print(f"checkpoints {int(p.done.sum())}/{p.n_checkpoints} completed{span}")
+    rows.append(("checkpoints", f"{int(p.done.sum())}/{p.n_checkpoints} completed{span}"))
+    width = max(10, *(len(clean(n, 40)) for n in p.metrics))
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0
         better = "higher" if p.sign(name) > 0 else "lower"
         label = clean(METRIC_LABEL.get(name, name), 80)
-        print(f"metric     {clean(name, 80):<10} {label} ({better} is better), {coverage:.1%} filled")
-    print(f"tokens     {'stored' if p.has_tokens else 'not stored'}")
+        rows.append(("metric", f"{clean(name, 40):<{width}} {label} ({better} is better), {coverage:.1%} filled"))
+    rows.append(("tokens", "stored" if p.has_tokens else "not stored"))
     if p.truth is not None:
-        print("truth      simulated panel: the true profile is stored")
-    for key, value in _provenance(p.attrs):
-        print(f"{clean(key, 40):<10} {clean(value)}")
+        rows.append(("truth", "simulated panel: the true profile is stored"))
+    rows += [(clean(key, 40), clean(value)) for key, value in _provenance(p.attrs)]
+    pad = max(len(label) for label, _ in rows) + 2  # one column for every value, however long a label
+    for label, text in rows:
+        print(f"{label:<{pad}}{text}")
     return 0
 
 
