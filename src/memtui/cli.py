@@ -19,7 +19,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memtui import commands
+    from memtui import commands, plan
     from memtui.extract import commands as extract_commands
     from memtui.extract import fetch as fetch_command
 
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.register(sub)
     extract_commands.register(sub)
     fetch_command.register(sub)
+    plan.register(sub)
     return parser
 
 
