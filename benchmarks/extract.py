@@ -5,6 +5,10 @@ each in its own subprocess so that peak memory (ru_maxrss) is measured per appro
 their ratios, and the largest disagreement between the two.
 
     .venv/bin/python benchmarks/extract.py [--batch 4] [--reps 3] [--layers 2] [--hidden 256]
+
+``--extractable`` instead times the scorer with and without the (k, l)-extractability metrics (k = l = 32), in one
+process, alternating the two so that drift on a busy machine hits both alike, and prints the median of the per-pair
+time ratios, and the time of the extractability reduction alone.
 """
 
 from __future__ import annotations
@@ -95,6 +99,48 @@ def worker(args) -> None:
     )
 
 
+def extractable_overhead(args) -> None:
+    """The same scorer with and without the extractability flags, same process, alternating A/B."""
+    import torch
+
+    from memtui.extract.scoring import Scorer, extractability
+
+    model = make_model(args)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, args.vocab, size=(args.batch, args.seq_len))
+    lengths = np.full(args.batch, args.seq_len)
+    plain, flags = Scorer(model, torch.device("cpu")), Scorer(model, torch.device("cpu"), extractable=(32, 32))
+    out = flags.score(tokens, lengths)  # warm-up, both
+    plain.score(tokens, lengths)
+    times = {"without": [], "with": []}
+    for _ in range(args.reps):
+        for name, scorer in (("without", plain), ("with", flags)):
+            t0 = time.perf_counter()
+            scorer.score(tokens, lengths)
+            times[name].append(time.perf_counter() - t0)
+    ratios = np.array(times["with"]) / np.array(times["without"])
+    # the reduction alone, on this batch's per-target rows and top-1 flags (what it adds to every batch)
+    count = torch.full((args.batch,), args.seq_len - 1)
+    top1 = torch.as_tensor(rng.random(args.batch * (args.seq_len - 1)) < 0.5)
+    t0 = time.perf_counter()
+    for _ in range(20):
+        extractability(count, top1, 32, 32)
+    alone = (time.perf_counter() - t0) / 20
+    n_tok = args.batch * args.seq_len
+    print(
+        f"GPT-NeoX {args.layers}x{args.hidden}, vocabulary {args.vocab}, batch {args.batch} x {args.seq_len} tokens, "
+        f"CPU, {torch.get_num_threads()} threads, {args.reps} alternating pairs"
+    )
+    for name in ("without", "with"):
+        print(f"  {name:<8} extractability: {n_tok / float(np.median(times[name])):>9,.0f} tokens/s")
+    print(
+        f"with / without: time ratio median {np.median(ratios):.4f} (range {ratios.min():.4f} .. {ratios.max():.4f}); "
+        f"the extractability reduction alone {alone * 1e3:.2f} ms per batch "
+        f"({alone / float(np.median(times['without'])):.2e} of a batch); "
+        f"extractable rows in this batch: {int(np.nansum(out['extractable']))} of {args.batch}"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=4)
@@ -103,15 +149,19 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--seq-len", type=int, default=2049)
+    p.add_argument("--extractable", action="store_true", help="time the extractability metrics' overhead instead")
     p.add_argument("--worker", choices=["naive", "memtui"], help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.extractable:
+        extractable_overhead(args)
+        return
     if args.worker:
         worker(args)
         return
     results = {}
     for name in ("naive", "memtui"):
         cmd = [sys.executable, __file__, "--worker", name] + [
-            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k != "worker"
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("worker", "extractable")
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode:

@@ -8,7 +8,15 @@ import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from memtui.errors import MemtuiError
-from memtui.extract.scoring import Scorer, check_head, reduce_logits, resolve_device, resolve_dtype
+from memtui.extract.scoring import (
+    Scorer,
+    check_extractable,
+    check_head,
+    extractability,
+    reduce_logits,
+    resolve_device,
+    resolve_dtype,
+)
 
 VOCAB = 211
 
@@ -125,6 +133,43 @@ def test_ties_through_the_model_head():
     # targets 5, 7, 5 are top-1 (rank 0); 1 and 2 have exactly two strictly greater logits
     assert got["accuracy"][0] == pytest.approx(3 / 5)
     assert got["rank"][0] == pytest.approx((0 + 0 + 0 + 2 + 2) / 5)
+
+
+def test_extractability_positions_and_short_rows():
+    """Suffix tokens k+1..k+l are targets k-1..k+l-2 of their row; misses before or after the suffix do not count;
+    rows with fewer than k + l tokens, and rows without targets, are NaN."""
+    k, ell = 3, 4
+    lengths = np.array([k + ell + 2, k + ell, k + ell - 1, 1, k + ell])
+    counts = np.maximum(lengths - 1, 0)
+    rows = torch.as_tensor(np.repeat(np.arange(len(lengths)), counts))
+    top1 = torch.ones(len(rows), dtype=torch.bool)
+    first = np.r_[0, np.cumsum(counts)[:-1]]
+    top1[first[0] + (k - 1) + 2] = False  # row 0: the third suffix token is missed -> 2 reproduced
+    top1[first[0] + k + ell - 1] = False  # row 0: after the suffix, ignored
+    top1[first[1] + k - 2] = False  # row 1: inside the prefix, ignored -> all 4
+    top1[first[4] + k + ell - 2] = False  # row 4: the last suffix token -> 3, not extractable
+    top1[first[4] + k - 1 + 1] = False  # ... and the second one: the first mismatch counts -> 1
+    out = extractability(torch.as_tensor(counts), top1, k, ell)
+    np.testing.assert_array_equal(out["extractable_len"], [2, ell, np.nan, np.nan, 1])
+    np.testing.assert_array_equal(out["extractable"], [0, 1, np.nan, np.nan, 0])
+    for bad in ((0, 3), (3, 0), ("a", 1), (1,)):
+        with pytest.raises(MemtuiError, match="extractable"):
+            check_extractable(bad)
+
+
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_extractability_leaves_the_four_metrics_bitwise_unchanged(chunk):
+    model = tiny_model()
+    tokens, lengths = random_rows(6, 40, lengths=[40, 40, 12, 11, 30, 1], model=model)
+    plain = Scorer(model, torch.device("cpu"), chunk=chunk).score(tokens, lengths)
+    flags = Scorer(model, torch.device("cpu"), chunk=chunk, extractable=(4, 8)).score(tokens, lengths)
+    assert set(plain) == {"loglik", "accuracy", "rank", "entropy"} and set(flags) == {*plain, "extractable",
+                                                                                     "extractable_len"}  # fmt: skip
+    for name in plain:
+        np.testing.assert_array_equal(flags[name], plain[name], err_msg=name)
+    assert np.isnan(flags["extractable"][[3, 5]]).all() and np.isfinite(flags["extractable_len"][[0, 1, 2, 4]]).all()
+    # sampled rows agree with the model often enough that some suffix tokens are reproduced
+    assert np.nanmax(flags["extractable_len"]) > 0
 
 
 def test_check_head_accepts_gpt_neox_and_rejects_scaled_logits():

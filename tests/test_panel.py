@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memtui.errors import MemtuiError
-from memtui.panel import NEVER, PAD, PanelWriter, create_panel, read_panel, read_tokens
+from memtui.panel import METRICS, NEVER, PAD, PanelWriter, create_panel, read_panel, read_tokens
 
 
 def make(tmp_path, **kw):
@@ -25,7 +25,7 @@ def test_round_trip_and_defaults(tmp_path):
     p = read_panel(path)
     assert p.n_instances == 6 and p.n_checkpoints == 3 and not p.done.any()
     assert list(p.split) == ["train", "train", "train", "validation", "validation", "train"]
-    assert set(p.metrics) == {"loglik", "accuracy", "rank", "entropy"}
+    assert set(p.metrics) == set(METRICS) >= {"loglik", "accuracy", "rank", "entropy", "extractable"}
     assert np.isnan(p.metrics["loglik"]).all()
     assert p.sign("rank") == -1 and p.sign("loglik") == 1
     assert p.revisions == ["step0", "step1000", "step2000"]

@@ -20,7 +20,11 @@ from memtui.errors import MemtuiError
 from memtui.memory import human
 from memtui.panel import NEVER, Panel
 
+# The estimators the workbench's toggle cycles through (its tests pin the did <-> difference cycle) ...
 ESTIMATORS = ("did", "difference")
+# ... and every estimator Settings accepts: "extractable" is the naive one (its counterfactual is taken as zero),
+# shown beside the other two by `compare`
+ALL_ESTIMATORS = (*ESTIMATORS, "extractable")
 SCOPES = ("profile", "instantaneous", "persistent", "residual")
 SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/estimation.md ("Small cohorts")
 Progress = Callable[[float, str], None]
@@ -34,7 +38,9 @@ def z_value(alpha: float) -> float:
 @dataclass(frozen=True)
 class Settings:
     metric: str = "loglik"
-    estimator: str = "did"  # "did" (Callaway & Sant'Anna ATT(g,c)) or "difference" (paper's estimator 1)
+    # "did" (Callaway & Sant'Anna ATT(g,c)), "difference" (paper's estimator 1) or "extractable" (the cohort's mean
+    # metric at c, taken as memorisation: the counterfactual is assumed zero, as extraction-based measures do)
+    estimator: str = "did"
     base_period: str = "varying"  # pre-treatment cells: "varying" (checkpoint before c) or "universal" (before g)
     control_group: str = "never_treated"  # or "not_yet_treated"
     draws: int = 1000  # multiplier-bootstrap draws; 0 = analytic standard errors and pointwise bands only
@@ -47,7 +53,7 @@ class Settings:
 
     def validate(self) -> Settings:
         choices = {
-            "estimator": ESTIMATORS,
+            "estimator": ALL_ESTIMATORS,
             "base_period": ("varying", "universal"),
             "control_group": ("never_treated", "not_yet_treated"),
             "multiplier": ("rademacher", "mammen"),
@@ -224,7 +230,7 @@ def _group_notes(lay, est: did.CellEstimates) -> list[str]:
             "standard errors run low and bands too narrow (docs/estimation.md, small cohorts): treat their "
             "significance with caution (column small_group)"
         )
-    few = est.n_control < SMALL_GROUP
+    few = (est.n_control < SMALL_GROUP) & lay.controls  # the extractable estimator has no control set at all
     if few.any():
         never = int(lay.group_n[0]) if lay.group_index[0] >= t else 0
         which = (
@@ -246,7 +252,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     z = z_value(settings.alpha)
     floor = did.se_floor(lay.scale)
     cell_folded = lay.group_folded[lay.cell_group]
-    cell_small = (est.n_treated < SMALL_GROUP) | (est.n_control < SMALL_GROUP)
+    cell_small = (est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls)
     notes = list(lay.notes) + _group_notes(lay, est)
 
     def band_for(draws, se, mask):
@@ -404,3 +410,86 @@ def _pretrend(draws, se, att, pre, alpha) -> dict:
         n_significant=int(np.sum(np.abs(att[ok]) / se[ok] > crit)),
     )
     return out
+
+
+@dataclass
+class Comparison:
+    """The three estimators of one metric side by side (``memtui compare``, the workbench): ``results`` by estimator,
+    and ``cells``, one row per (cohort, checkpoint) of the extractable estimator (every cohort and checkpoint), with
+    each estimator's ``{name}_estimate``, ``_band_low``, ``_band_high``, ``_significant`` (null where that estimator
+    has no cell), and the **ease** = extractable − DiD per cell: the part of the naive "extractable memorisation"
+    that is not memorisation (the cohort's level before training plus the controls' change), with its own
+    ``ease_std_error`` (and ``ease_analytic_se``), simultaneous band (``ease_band_low``/``_high``; post-treatment
+    cells are one family, placebo cells another, or all one with ``family="all"``) and ``ease_significant``."""
+
+    settings: Settings
+    results: dict[str, EstimateResult]
+    cells: pl.DataFrame
+    ease_crit: float
+    notes: list[str] = field(default_factory=list)
+
+
+def compare(panel: Panel, settings: Settings, progress: Progress | None = None) -> Comparison:
+    """Every estimator of ``settings.metric`` with the other settings as given, and the ease of each DiD cell."""
+    from dataclasses import replace
+
+    settings = replace(settings, engine="memtui").validate()
+    report = progress or (lambda fraction, message: None)
+    results = {}
+    for i, name in enumerate(ALL_ESTIMATORS):
+        results[name] = estimate(
+            panel,
+            replace(settings, estimator=name),
+            lambda f, msg, i=i, name=name: report((i + 0.9 * f) / (len(ALL_ESTIMATORS) + 1), f"{name}: {msg}"),
+        )
+    report(len(ALL_ESTIMATORS) / (len(ALL_ESTIMATORS) + 1), "ease")
+    y, steps = panel.values(settings.metric), panel.done_steps
+    kw = {"never": NEVER, "base_period": settings.base_period, "control_group": settings.control_group}
+    lay = build_layout(y, panel.treatment, steps, estimator="extractable", **kw)
+    ref = build_layout(y, panel.treatment, steps, estimator="did", **kw)
+    cells, cols, coef, point = did.ease_terms(lay, ref)
+    n = len(ref.cell_group)
+    sign = panel.sign(settings.metric)
+    floor = did.se_floor(lay.scale)
+    se, draws = did.linear_bootstrap(
+        lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier
+    )
+    se = ase = did.floored(se, floor)
+    pre = ref.cell_pre
+    crit = np.full(n, z_value(settings.alpha))
+    if settings.draws:
+        se = did.bootstrap_se(draws, floor)
+        families = [np.ones(n, bool)] if settings.family == "all" else [~pre, pre]
+        for fam in families:
+            if fam.any():
+                crit[fam] = did.critical_value(did.sup_t(draws, se, fam), settings.alpha)
+    tau = sign * point
+    ease = pl.DataFrame(
+        {
+            "cohort": pl.Series(steps[ref.group_index[ref.cell_group]], dtype=pl.Int64),
+            "checkpoint": pl.Series(steps[ref.cell_t], dtype=pl.Int64),
+            "ease_estimate": tau,
+            "ease_std_error": se,
+            "ease_analytic_se": ase,
+            "ease_band_low": tau - crit * se,
+            "ease_band_high": tau + crit * se,
+            "ease_significant": np.isfinite(crit * se) & (np.abs(tau) > crit * se),
+        }
+    )
+    key = ["cohort", "checkpoint"]
+    frame = results["extractable"].cells.select(*key, "event_time", "pre_treatment")
+    for name, res in results.items():
+        part = res.cells.select(
+            *key, *(pl.col(c).alias(f"{name}_{c}") for c in ("estimate", "band_low", "band_high", "significant"))
+        )
+        frame = frame.join(part, on=key, how="left")
+    frame = frame.join(ease, on=key, how="left").sort(key)
+    post = ~pre
+    report(1.0, "done")
+    return Comparison(
+        settings=settings,
+        results=results,
+        cells=frame,
+        ease_crit=float(crit[post][0]) if post.any() else float("nan"),
+        notes=list(dict.fromkeys(n for r in results.values() for n in r.notes)),
+    )

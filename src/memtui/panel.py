@@ -27,16 +27,22 @@ FORMAT_NAME = "memtui-panel"
 FORMAT_VERSION = 1
 NEVER = -1  # treatment step stored for never-treated (validation) instances
 PAD = -1  # token id stored after the end of a shorter instance
-METRICS = ("loglik", "accuracy", "rank", "entropy")
+METRICS = ("loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len")
 # +1 where a higher value means the model predicts better, so memorisation tau = sign * ATT is positive for
 # "does better on what it trained on". Metrics not listed here default to +1 unless the dataset says otherwise.
-METRIC_SIGN = {"loglik": 1, "accuracy": 1, "rank": -1, "entropy": -1}
+METRIC_SIGN = {"loglik": 1, "accuracy": 1, "rank": -1, "entropy": -1, "extractable": 1, "extractable_len": 1}
 METRIC_LABEL = {
     "loglik": "sequence log-likelihood",
     "accuracy": "mean token accuracy",
     "rank": "mean rank of the true token",
     "entropy": "mean predictive entropy",
+    "extractable": "(k, l)-extractable: greedy decoding from k tokens reproduces the next l",
+    "extractable_len": "suffix tokens greedy decoding reproduces before its first mismatch",
 }
+# Carlini et al.'s (k, l)-extractability as Biderman et al. measured it on Pythia: 32 prefix, 32 suffix tokens. The
+# (k, l) a panel's extractability metrics are defined with are the attributes `k` and `l` of their datasets.
+EXTRACTABLE_METRICS = ("extractable", "extractable_len")
+EXTRACTABLE_DEFAULT = (32, 32)
 
 
 @dataclass
@@ -178,11 +184,13 @@ def create_panel(
     signs: Mapping[str, int] | None = None,
     attrs: Mapping[str, str] | None = None,
     truth: Mapping[str, np.ndarray] | None = None,
+    extractable: tuple[int, int] = EXTRACTABLE_DEFAULT,
     overwrite: bool = False,
 ) -> Path:
     """Write a new panel with every dataset at its final shape.
 
     ``values`` fills metric matrices now (import, simulation): checkpoints with any finite value are marked done.
+    ``extractable`` is the (k, l) recorded on the extractability metrics' datasets (attributes ``k`` and ``l``).
     Without it the metrics are NaN and no checkpoint is done (a panel waiting for extraction).
     Written to a temporary name and renamed, so a crash never leaves a half-made panel under ``path``.
     """
@@ -208,6 +216,8 @@ def create_panel(
                 f"metric name '{clean(name, 60)}' is not allowed: it must be non-empty text without '/' or control "
                 "characters."
             )
+    if not (len(extractable) == 2 and all(isinstance(v, int | np.integer) and v >= 1 for v in extractable)):
+        raise MemtuiError(f"extractable (k, l) must be two whole numbers >= 1, not {extractable!r}.")
     split = np.where(treatment == NEVER, "validation", "train") if split is None else split
     split = _checked_array("split", split, object, (n,))
     source_index = np.full(n, -1) if source_index is None else source_index
@@ -264,6 +274,8 @@ def create_panel(
                 data = values.get(name, np.full((n, t), np.nan))
                 ds = _put(grp, name, np.asarray(data, dtype=np.float64), chunks=(n, 1))
                 ds.attrs["sign"] = int((signs or {}).get(name, METRIC_SIGN.get(name, 1)))
+                if name in EXTRACTABLE_METRICS:  # fixed-size ints: two more compact attributes in the header
+                    ds.attrs["k"], ds.attrs["l"] = np.int64(extractable[0]), np.int64(extractable[1])
             if truth:
                 tg = f.create_group("truth")
                 for key, arr in truth.items():
@@ -504,6 +516,30 @@ def read_done(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         steps = _dataset(f, path, "checkpoints/step", "iu").astype(np.int64)
         done = _dataset(f, path, "checkpoints/done", "iub", steps.shape).astype(bool)
         return steps, done
+
+    return _read_live(path, read)
+
+
+def read_extractable(path: str | os.PathLike) -> tuple[int, int] | None:
+    """The (k, l) a panel's extractability metrics are defined with (their datasets' ``k`` and ``l``), or None when it
+    has neither metric. Both datasets must carry the same whole numbers >= 1."""
+    path = Path(path)
+
+    def read(f):
+        found = set()
+        for name in EXTRACTABLE_METRICS:
+            if f"metrics/{name}" not in f:
+                continue
+            attrs = _dataset_handle(f, path, f"metrics/{name}", "f").attrs
+            try:
+                found.add((int(attrs["k"]), int(attrs["l"])))
+            except (KeyError, TypeError, ValueError):
+                raise MemtuiError(
+                    f"{path}: metric '{name}' does not record its k and l (attributes); rebuild the panel."
+                ) from None
+        if len(found) > 1 or any(k < 1 or ell < 1 for k, ell in found):
+            raise MemtuiError(f"{path}: the extractability metrics record inconsistent k and l; rebuild the panel.")
+        return found.pop() if found else None
 
     return _read_live(path, read)
 

@@ -55,8 +55,11 @@ def point_estimates(lay: Layout) -> CellEstimates:
     n_t = n[g]
     n_c = cum_n[p] - own * n_t
     dm = m[g, t] - m[g, b]
-    mu_t = (cum_nm[p, t] - own * n_t * m[g, t]) / n_c
-    mu_b = (cum_nm[p, b] - own * n_t * m[g, b]) / n_c
+    # a cell without controls (the extractable estimator) has a control change of 0 and no control variance
+    has_c = n_c > 0
+    inv_c = np.divide(1, n_c, out=np.zeros_like(n_c), where=has_c)
+    mu_t = (cum_nm[p, t] - own * n_t * m[g, t]) * inv_c
+    mu_b = (cum_nm[p, b] - own * n_t * m[g, b]) * inv_c
     dmu = mu_t - mu_b
 
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
@@ -70,9 +73,15 @@ def point_estimates(lay: Layout) -> CellEstimates:
     in_ctrl = np.arange(upto)[:, None] < p[None, :]
     in_ctrl[g[own], np.flatnonzero(own)] = False
     ss_control = (in_ctrl * (ss_group + n[:upto, None] * (dm_all - dmu) ** 2)).sum(axis=0)
-    se = np.sqrt(ss_treated / n_t**2 + ss_control / n_c**2)
+    se = np.sqrt(ss_treated / n_t**2 + ss_control * inv_c**2)
+    level = lay.level if lay.level is not None else np.zeros(lay.y.shape[1])
     return CellEstimates(
-        att=dm - dmu, se=se, n_treated=n_t.astype(np.int64), n_control=n_c.astype(np.int64), dmu=dmu, dm=dm
+        att=dm - dmu + level[t] - level[b],
+        se=se,
+        n_treated=n_t.astype(np.int64),
+        n_control=n_c.astype(np.int64),
+        dmu=dmu,
+        dm=dm,
     )
 
 
@@ -109,7 +118,8 @@ def bootstrap(
     f32 = np.float32  # the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
     n = lay.group_n.astype(f32)
     upto = int(p.max()) if len(p) else 1
-    inv_nc = (1 / est.n_control).astype(f32)[:, None]
+    n_c = est.n_control.astype(float)
+    inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]  # 0: no controls
     inv_nt = (1 / n[g])[:, None]
     dm, dmu = est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]
     own_col = own[:, None]
@@ -240,3 +250,74 @@ def critical_value(tmax: np.ndarray, alpha: float) -> float:
     if not np.isfinite(tmax).any():
         return float("nan")
     return float(np.quantile(tmax, 1 - alpha, method="inverted_cdf"))
+
+
+def ease_terms(lay: Layout, ref: Layout) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The cells of ``ref`` (a DiD layout) as linear functionals of the group means of ``lay`` (the extractable
+    estimator's layout of the same panel and metric): naive minus DiD, the part of the naive estimate that is not
+    memorisation. For a DiD cell (g, c, base b, controls C) it is
+
+        Ybar_c(g) - [(Ybar_c(g) - Ybar_b(g)) - (Ybar_c(C) - Ybar_b(C))] = Ybar_b(g) + Ybar_c(C) - Ybar_b(C),
+
+    the cohort's level at the base plus the controls' change. Returns (cell, flat group-column index, coefficient on
+    that group's *sum*, i.e. already divided by the group size) triplets and the point estimates (raw units).
+    ``ref``'s groups must be the first groups of ``lay`` (DiD only leaves out the cohort at the first checkpoint,
+    which sorts last)."""
+    k = ref.n_groups
+    if not (np.array_equal(lay.group_index[:k], ref.group_index) and np.array_equal(lay.group_n[:k], ref.group_n)):
+        raise ValueError("the DiD layout's groups are not a prefix of the extractable layout's")
+    width = lay.y.shape[1]
+    level = lay.level
+    n = lay.group_n.astype(float)
+    cells, cols, coef = [], [], []
+    point = np.empty(len(ref.cell_group))
+    for i, (g, t, b, p, own) in enumerate(
+        zip(ref.cell_group, ref.cell_t, ref.cell_b, ref.cell_prefix, ref.cell_own, strict=True)
+    ):
+        ctrl = np.array([h for h in range(p) if not (own and h == g)], dtype=np.int64)
+        n_c = n[ctrl].sum()
+        cells += [i] * (1 + 2 * len(ctrl))
+        cols += [g * width + b, *(ctrl * width + t), *(ctrl * width + b)]
+        coef += [1 / n[g], *np.full(len(ctrl), 1 / n_c), *np.full(len(ctrl), -1 / n_c)]
+        mu = (n[ctrl] @ (lay.means[ctrl, t] - lay.means[ctrl, b])) / n_c
+        point[i] = lay.means[g, b] + level[b] + mu + level[t] - level[b]
+    return np.array(cells), np.array(cols), np.array(coef), point
+
+
+def linear_bootstrap(
+    lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int, *, draws: int, seed: int,
+    multiplier: str = "rademacher", chunk: int = 128,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Analytic standard errors and multiplier-bootstrap draws (n_cells x B, float32) of linear functionals of the
+    group means, theta = sum coef * (sum of group h's column): a draw is sum coef * (R_h[col] - W_h * mean_h[col])."""
+    from scipy import sparse
+
+    width = lay.y.shape[1]
+    s = sparse.csr_array((coef, (cells, cols)), shape=(n_cells, lay.n_groups * width))
+    # analytic: sum over instances of (sum_col coef (y_i,col - mean_h,col))^2, group by group, in row blocks
+    var = np.zeros(n_cells)
+    for h in range(lay.n_groups):
+        block = s[:, h * width : (h + 1) * width]
+        if not block.nnz:
+            continue
+        z = lay.y[lay.rows(h)] - lay.means[h]
+        for start in range(0, len(z), 512):
+            c = block @ z[start : start + 512].T  # (cells, rows)
+            var += (c * c).sum(axis=1)
+    se = np.sqrt(var)
+    out = np.empty((n_cells, draws), dtype=np.float32)
+    rng = np.random.default_rng(seed)
+    y = lay.y.astype(np.float32)
+    flat_means = lay.means.reshape(-1)[:, None]
+    group_of = np.repeat(np.arange(lay.n_groups), width)
+    for start in range(0, draws, chunk):
+        bc = min(chunk, draws - start)
+        v = multipliers(rng, (lay.n_units, bc), multiplier, np.float32)
+        r = np.empty((lay.n_groups, width, bc), dtype=np.float32)
+        for k in range(lay.n_groups):
+            rows = lay.rows(k)
+            np.matmul(y[rows].T, v[rows], out=r[k])
+        w = np.add.reduceat(v, lay.group_start[:-1], axis=0)  # (G, bc)
+        d = r.reshape(-1, bc) - flat_means * w[group_of]
+        out[:, start : start + bc] = s @ d
+    return se, out

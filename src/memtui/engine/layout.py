@@ -33,13 +33,17 @@ class Layout:
     # one entry per cell:
     cell_group: np.ndarray
     cell_t: np.ndarray
-    cell_b: np.ndarray  # base column; T (the zero column) for the difference estimator
-    cell_prefix: np.ndarray  # number of leading groups forming the control set
+    cell_b: np.ndarray  # base column; T (the zero column) for the difference and extractable estimators
+    cell_prefix: np.ndarray  # number of leading groups forming the control set (0: none, the extractable estimator)
     cell_own: np.ndarray  # whether the cell's own group sits inside that prefix and must be taken out
     cell_pre: np.ndarray  # c < g
     group_folded: np.ndarray | None = None  # (G,) instances first trained on between checkpoints, counted in the next
     scale: float = 1.0  # standard deviation of the outcomes used: what "negligibly small" is measured against
     notes: list[str] = field(default_factory=list)
+    # (T+1,) what was subtracted from each column of y: estimates that are not invariant to it (the extractable
+    # estimator, a level rather than a difference) add it back; 0 for the others, which are invariant
+    level: np.ndarray | None = None
+    controls: bool = True  # False for the extractable estimator: no control set (its counterfactual is zero)
 
     @property
     def n_groups(self) -> int:
@@ -163,10 +167,15 @@ def build_layout(
             f"from {SCALES[0]:g} to {SCALES[1]:g}: rescale it, e.g. re-import it in other units."
         )
     # Shift each column by the never-treated mean and, for DiD, each instance by its own mean: the estimates are
-    # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits.
+    # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits. The
+    # extractable estimator (a cohort's mean level) is not invariant to the column shift: it adds ``level`` back.
     if estimator == "did":
         yy[:, :t] -= yy[:, :t].mean(axis=1, keepdims=True)
-    yy[:, :t] -= yy[group_start[0] : group_start[1], :t].mean(axis=0)
+    level = np.zeros(t + 1)
+    level[:t] = yy[group_start[0] : group_start[1], :t].mean(axis=0)
+    yy[:, :t] -= level[:t]
+    if estimator != "extractable":
+        level[:] = 0
     means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
     group_folded = np.add.reduceat(folded(treatment, steps, never)[order].astype(np.int64), group_start[:-1])
     in_cohort = group_index < t
@@ -190,6 +199,8 @@ def build_layout(
         group_folded=group_folded,
         scale=scale,
         notes=notes,
+        level=level,
+        controls=estimator != "extractable",
         **cells,
     )
 
@@ -199,7 +210,7 @@ def _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
     for g in cohort_groups:
         a = group_index[g]
         for c in range(t):
-            if estimator == "difference":
+            if estimator in ("difference", "extractable"):
                 b = t
             elif c >= a:
                 b = a - 1
@@ -216,7 +227,10 @@ def _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
             bs.append(b)
             pre.append(c < a)
     gs, ts, bs = np.array(gs, dtype=np.int64), np.array(ts, dtype=np.int64), np.array(bs, dtype=np.int64)
-    if control_group == "never_treated":
+    if estimator == "extractable":  # no control set: a prefix of no groups (the counterfactual is taken as zero)
+        prefix = np.zeros_like(gs)
+        own = np.zeros(len(gs), dtype=bool)
+    elif control_group == "never_treated":
         prefix = np.ones_like(gs)
         own = np.zeros(len(gs), dtype=bool)
     else:

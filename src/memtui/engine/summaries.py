@@ -81,7 +81,8 @@ def analytic_se(lay: Layout, est: CellEstimates, members: list[np.ndarray]) -> n
         w = np.concatenate([w_vals[k] for k in part])
         u = np.concatenate([u_vals[k] for k in part])
         g, t, b, p, own = g_all[cells], t_all[cells], b_all[cells], p_all[cells], own_all[cells]
-        wt, wc = w / n_t_all[cells], w / n_c_all[cells]
+        n_c = n_c_all[cells]
+        wt, wc = w / n_t_all[cells], np.divide(w, n_c, out=np.zeros_like(w), where=n_c > 0)  # 0: no control set
         coef = np.zeros((len(part), n_groups, width))
         const = np.zeros((len(part), n_groups))
         # treated: (1/n_g) sum_{i in g} v_i (y_it - y_ib - dm)

@@ -25,7 +25,7 @@ from memtui.errors import MemtuiError
 from memtui.panel import PanelWriter, read_done
 from memtui.superblock import clear_writer_flags
 
-from .units import METRICS, Owner, Unit, WorkDir, parse_unit_name, stale_s
+from .units import Owner, Unit, WorkDir, panel_metrics, parse_unit_name, stale_s
 
 
 class Lease:
@@ -136,21 +136,23 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None]) 
     clear_writer_flags(panel)  # the lease makes us the only writer; a killed committer may have left HDF5's mark
     folded = 0
     with PanelWriter(panel) as writer:
+        # exactly the panel's metrics: a part may carry more (written for a panel with extractability), never fewer
+        metrics = panel_metrics(writer.panel.metrics)
         for step in sorted(ready):
             if not lease.still_ours():
                 log("lost the commit lease to another committer; stopping")
                 break
             units = ready[step]
-            cols = {m: np.full(n, np.nan) for m in METRICS}
+            cols = {m: np.full(n, np.nan) for m in metrics}
             meta = {}
             for unit in units:
                 try:
-                    part, meta = work.read_part(unit)
+                    part, meta = work.read_part(unit, metrics)
                 except (OSError, ValueError, KeyError, MemtuiError) as exc:
                     log(f"part {unit.name} is unreadable ({exc}); it will be scored again")
                     work.drop(unit)
                     break
-                for m in METRICS:
+                for m in metrics:
                     cols[m][unit.lo : unit.hi] = part[m]
             else:
                 writer.write_checkpoint(

@@ -69,6 +69,7 @@ class ExtractOptions:
     chunk: int | None = None
     revision_template: str = "step{step}"
     split: int = 1  # instance ranges per checkpoint: > 1 when there are more workers than pending checkpoints
+    extractable: str | None = None  # "K,L" that must agree with the panel's (k, l); None: the panel's
     workers: int = 1
     gpus: tuple[int, ...] | None = None  # local GPUs to pin one worker each to; None: no pinning
     slurm: SlurmOptions | None = None
@@ -97,10 +98,52 @@ class ExtractOptions:
             raise MemtuiError("--gpus pins workers to this machine's GPUs; with --slurm use --gpus-per-task.")
         if self.gpus is not None and self.device not in ("auto", "cuda"):
             raise MemtuiError(f"--gpus runs each worker on its own GPU; --device {self.device} contradicts it.")
+        if self.extractable is not None:
+            self.extractable_kl()
         if self.slurm is not None:
             self.slurm.minutes()
             self.slurm.extra_parameters()
         return self
+
+    def extractable_kl(self) -> tuple[int, int] | None:
+        """``--extractable K,L`` as (k, l), or None when not given."""
+        if self.extractable is None:
+            return None
+        parts = str(self.extractable).replace(" ", "").split(",")
+        if len(parts) != 2 or not all(p.isascii() and p.isdigit() and int(p) >= 1 for p in parts):
+            raise MemtuiError(
+                f"--extractable takes K,L: prefix and suffix lengths in tokens, both >= 1 (e.g. 32,32), "
+                f"not '{self.extractable}'."
+            )
+        return int(parts[0]), int(parts[1])
+
+    def metrics_for(self, panel_path, panel) -> tuple[tuple[str, ...], tuple[int, int] | None]:
+        """The metrics to extract into this panel (those extraction computes that it has: a panel made before
+        extractability gets its four) and the (k, l) of its extractability metrics, which ``--extractable`` must agree
+        with when given. One-line refusals; a launcher can call it before any worker starts."""
+        from memtui.panel import EXTRACTABLE_METRICS, read_extractable
+
+        from .units import METRICS, panel_metrics
+
+        metrics = panel_metrics(panel.metrics)
+        if not metrics:
+            raise MemtuiError(
+                f"{panel_path}: the panel has none of the metrics extraction computes ({', '.join(METRICS)}); "
+                "build a panel for extraction with `memtui build`."
+            )
+        kl = read_extractable(panel_path) if set(metrics) & set(EXTRACTABLE_METRICS) else None
+        wanted = self.extractable_kl()
+        if wanted is not None and kl is None:
+            raise MemtuiError(
+                f"{panel_path} has no extractability metrics (it was made before them): drop --extractable to "
+                "extract its metrics, or build a new panel."
+            )
+        if wanted is not None and wanted != kl:
+            raise MemtuiError(
+                f"--extractable {wanted[0]},{wanted[1]} disagrees with {panel_path}, whose extractability is defined "
+                f"with k={kl[0]}, l={kl[1]} (recorded when it was built): drop the option or give {kl[0]},{kl[1]}."
+            )
+        return metrics, kl
 
     @property
     def n_workers(self) -> int:
@@ -123,6 +166,9 @@ class ExtractOptions:
         p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision of a step [step{step}]")
         p.add_argument("--split", type=int, default=1,
                        help="instance ranges per checkpoint, when workers outnumber checkpoints [1]")  # fmt: skip
+        p.add_argument("--extractable", default=None, metavar="K,L",
+                       help="(k, l)-extractability: must agree with the panel's k and l [the panel's; 32,32 when "
+                            "it was built]")  # fmt: skip
 
     @staticmethod
     def add_launch_arguments(p: argparse.ArgumentParser) -> None:
@@ -165,6 +211,7 @@ class ExtractOptions:
             chunk=args.chunk,
             revision_template=args.revision_template,
             split=args.split,
+            extractable=getattr(args, "extractable", None),
             workers=workers if workers is not None else 1,
             gpus=gpus,
             slurm=slurm,
@@ -177,6 +224,8 @@ class ExtractOptions:
                 "--revision-template", self.revision_template, "--split", str(self.split)]  # fmt: skip
         if self.chunk:
             argv += ["--chunk", str(self.chunk)]
+        if self.extractable is not None:
+            argv += ["--extractable", str(self.extractable)]
         return argv
 
     def with_model(self, model: str) -> ExtractOptions:

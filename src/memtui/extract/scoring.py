@@ -11,6 +11,15 @@ Per instance these become ``loglik`` (sum of logp over its targets, nats), ``acc
 ``rank`` (mean rank) and ``entropy`` (mean entropy, nats). Targets are tokens 2..L of each instance, predicted from
 their prefixes; nothing (BOS/EOS) is added. Rows shorter than the batch are right-padded, masked, and their padding is
 never scored.
+
+With ``extractable=(k, l)`` the same per-token top-1 flags [rank = 0] also give Carlini et al.'s (k, l)-extractability
+without generating anything: greedy decoding from the first k tokens reproduces tokens k+1..k+l exactly when, and only
+when, each of them is the top-1 prediction given the true prefix (by induction: while every earlier suffix token was
+reproduced, the decoder's prefix *is* the true prefix). ``extractable`` is 1 when all l are top-1, else 0;
+``extractable_len`` counts the leading suffix tokens that are top-1 (0..l: what greedy decoding reproduces before its
+first mismatch). Rows with fewer than k + l tokens get NaN. Tie rule: a token is top-1 when no vocabulary entry has a
+strictly greater logit (rank 0, ties in the model's favour, as for ``accuracy``); a decoder that breaks an exact tie of
+the maximal logit by the lowest index (``torch.argmax``) can differ from this only at such a tie.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import torch
 from memtui.errors import MemtuiError
 
 PANEL_METRICS = ("loglik", "accuracy", "rank", "entropy")
+EXTRACTABLE_METRICS = ("extractable", "extractable_len")
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -114,8 +124,15 @@ class Scorer:
     which is exact for bf16/fp16-valued inputs and accumulates in fp32.
     """
 
-    def __init__(self, model: torch.nn.Module, device: torch.device, chunk: int | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        device: torch.device,
+        chunk: int | None = None,
+        extractable: tuple[int, int] | None = None,
+    ):
         self.model = model
+        self.extractable = check_extractable(extractable) if extractable is not None else None
         self.device = device
         self.body, self.head = split_model(model)
         self.vocab = int(self.head.weight.shape[0])
@@ -190,15 +207,45 @@ class Scorer:
         return logp, rank, ent, rows
 
     def score(self, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
-        """The four panel metrics for each row (NaN for rows with fewer than two tokens)."""
+        """The four panel metrics for each row (NaN for rows with fewer than two tokens), and with ``extractable``
+        the two extractability metrics (NaN for rows with fewer than k + l tokens)."""
         b = len(tokens)
         t = torch.as_tensor(np.asarray(tokens, dtype=np.int64)).to(self.device, non_blocking=True)
         lens = torch.as_tensor(np.asarray(lengths, dtype=np.int64)).to(self.device)
         logp, rank, ent, rows = self.token_stats(t, lens)
-        return per_instance(b, rows, logp, rank, ent)
+        return per_instance(b, rows, logp, rank, ent, extractable=self.extractable)
 
 
-def per_instance(b: int, rows, logp, rank, ent) -> dict[str, np.ndarray]:
+def check_extractable(kl) -> tuple[int, int]:
+    """(k, l) as two positive ints; k >= 1 because nothing (no BOS) precedes the first token to predict it."""
+    try:
+        k, ell = (int(v) for v in kl)
+    except (TypeError, ValueError):
+        raise MemtuiError(f"extractable takes two whole numbers K,L (prefix and suffix tokens), not {kl!r}.") from None
+    if k < 1 or ell < 1:
+        raise MemtuiError(f"extractable K,L must both be at least 1, got {k},{ell}.")
+    return k, ell
+
+
+def extractability(count: torch.Tensor, top1: torch.Tensor, k: int, ell: int) -> dict[str, np.ndarray]:
+    """(k, l)-extractability per row from the per-target top-1 flags (CPU tensors): ``count`` targets per row, and
+    ``top1`` for every target, rows one after another in row order (as ``token_stats`` returns them).
+
+    Target j (0-based) of a row is its token j + 2 (1-based), so the suffix tokens k+1..k+l are targets k-1..k+l-2:
+    one gather of b x l flags, never a pass over every target. ``extractable_len`` = the length of the leading run of
+    top-1 flags in the suffix (a cumulative product), ``extractable`` = [len == l].
+    """
+    start = torch.cumsum(count, 0) - count
+    full = count >= k + ell - 1  # at least k + l tokens: the whole suffix is there
+    idx = torch.where(full[:, None], start[:, None] + (k - 1) + torch.arange(ell)[None, :], 0)
+    flags = top1[idx] if len(top1) else torch.zeros(idx.shape, dtype=torch.bool)
+    out_len = flags.to(torch.int64).cumprod(1).sum(1).numpy().astype(np.float64)
+    out_len[~full.numpy()] = math.nan
+    extractable = np.where(np.isnan(out_len), math.nan, out_len == ell)
+    return {"extractable": extractable, "extractable_len": out_len}
+
+
+def per_instance(b: int, rows, logp, rank, ent, extractable: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
     """Sum / mean per-target quantities into per-row metrics (float64 accumulation).
 
     Done on the CPU (a few MB per batch): deterministic, unlike float64 atomics on CUDA, and MPS has no float64.
@@ -210,16 +257,19 @@ def per_instance(b: int, rows, logp, rank, ent) -> dict[str, np.ndarray]:
         return torch.zeros(b, dtype=torch.float64, device=dev).index_add_(0, rows, x.to(torch.float64))
 
     count = total(torch.ones_like(logp))
+    top1 = rank == 0  # accuracy's flags, and extractability's
 
     with np.errstate(invalid="ignore", divide="ignore"):
         n = count.cpu().numpy()
         out = {
             "loglik": total(logp).cpu().numpy(),
-            "accuracy": total(rank == 0).cpu().numpy() / n,
+            "accuracy": total(top1).cpu().numpy() / n,
             "rank": total(rank).cpu().numpy() / n,
             "entropy": total(ent).cpu().numpy() / n,
         }
     out["loglik"][n == 0] = math.nan
+    if extractable is not None:
+        out.update(extractability(count.to(torch.int64), top1, *extractable))  # counts are exact in float64
     return out
 
 

@@ -40,7 +40,14 @@ from memtui.files import atomic_write
 
 from .locking import process_alive
 
-METRICS = ("loglik", "accuracy", "rank", "entropy")
+# Every metric extraction can compute, in part-file order. A panel holds some of them (panels made before
+# extractability have the first four): workers score and commit only those (``panel_metrics``).
+METRICS = ("loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len")
+
+
+def panel_metrics(names) -> tuple[str, ...]:
+    """The extractable metrics among a panel's metric names, in ``METRICS`` order."""
+    return tuple(m for m in METRICS if m in set(names))
 
 
 def heartbeat_s() -> float:
@@ -245,18 +252,31 @@ class WorkDir:
         return self.part_path(unit).exists()
 
     def write_part(self, unit: Unit, columns: dict[str, np.ndarray], meta: dict) -> None:
+        """The unit's columns, exactly the metrics in ``columns`` (each one of ``METRICS``); their names are also
+        listed in the part's meta, so what a part carries is explicit."""
+        unknown = sorted(set(columns) - set(METRICS))
+        if unknown:
+            raise ValueError(f"metrics {unknown} are not extraction metrics")
+        names = panel_metrics(columns)
+        meta = {**meta, "metrics": list(names)}
+
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:
-                np.savez(f, meta=np.array(json.dumps(meta)), **{m: np.asarray(columns[m], np.float64) for m in METRICS})
+                np.savez(f, meta=np.array(json.dumps(meta)), **{m: np.asarray(columns[m], np.float64) for m in names})
                 f.flush()
                 os.fsync(f.fileno())
 
         atomic_write(self.part_path(unit), write)
 
-    def read_part(self, unit: Unit) -> tuple[dict[str, np.ndarray], dict]:
+    def read_part(self, unit: Unit, metrics) -> tuple[dict[str, np.ndarray], dict]:
+        """The part's columns of ``metrics`` (it may carry more, which are left out); a part lacking one of them
+        (written for a panel without that metric) is refused, so the committer drops it and the unit is scored again."""
         with np.load(self.part_path(unit), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
-            cols = {m: z[m] for m in METRICS}
+            missing = [m for m in metrics if m not in z.files]
+            if missing:
+                raise MemtuiError(f"{self.part_path(unit)} carries no '{missing[0]}' column; remove the part.")
+            cols = {m: z[m] for m in metrics}
         for m, col in cols.items():
             if col.shape != (unit.hi - unit.lo,):
                 raise MemtuiError(f"{self.part_path(unit)}: column '{m}' has shape {col.shape}; remove the part.")

@@ -39,7 +39,7 @@ from .jobs import cancel_flag, check_free_space
 from .locking import FileLock, open_beside
 from .options import ExtractOptions
 from .progress import log_path
-from .units import METRICS, Owner, Unit, WorkDir, heartbeat_s, plan_units
+from .units import Owner, Unit, WorkDir, heartbeat_s, plan_units
 
 __all__ = ["run", "main", "log_path", "check_tokens"]
 
@@ -229,7 +229,9 @@ def run(
     options = (options or ExtractOptions(**fields)).validate()
     stop = stop or threading.Event()
     requested = parse_checkpoints(options.checkpoints)
-    n_instances = read_panel(panel_path).n_instances  # refusals for a missing, foreign, cut or damaged panel first
+    panel = read_panel(panel_path)  # refusals for a missing, foreign, cut or damaged panel first
+    options.metrics_for(panel_path, panel)  # the metrics to fill, and --extractable against the panel's (k, l)
+    n_instances = panel.n_instances
     check_free_space(panel_path.resolve(), n_instances)
     work = WorkDir(panel_path).ensure()
     me = Owner.me()
@@ -273,10 +275,12 @@ class _Scorer:
     halving. Rows of a unit are scored longest first (an out-of-memory batch shows up at once), in the same order
     and batches a single worker uses for a whole checkpoint, so whole-checkpoint units are bitwise reproducible."""
 
-    def __init__(self, options: ExtractOptions, tokens: np.ndarray, lengths: np.ndarray, panel_path, log):
+    def __init__(self, options: ExtractOptions, tokens: np.ndarray, lengths: np.ndarray, panel_path, log, metrics, kl):
         from .scoring import resolve_device, resolve_dtype
 
         self.options, self.tokens, self.lengths, self.panel_path, self.log = options, tokens, lengths, panel_path, log
+        self.metrics = metrics  # the panel's: a part carries exactly these
+        self.kl = kl  # (k, l) when the panel has extractability metrics, else None
         self.dev = resolve_device(options.device)
         self.body_dtype = resolve_dtype(options.dtype, self.dev)
         n = len(lengths)
@@ -290,7 +294,7 @@ class _Scorer:
 
         if self.net is None:
             self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)
-            self.scorer = Scorer(self.net, self.dev, self.options.chunk)
+            self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl)
             check_head(self.net, self.scorer, self.scorer.vocab)
             check_tokens(self.tokens, self.lengths, self.scorer.vocab, self.panel_path)  # one vocabulary for all
         else:
@@ -302,7 +306,7 @@ class _Scorer:
 
         rows_all = np.arange(unit.lo, unit.hi)
         order = rows_all[np.argsort(-self.lengths[rows_all], kind="stable")]
-        cols = {m: np.full(len(rows_all), np.nan) for m in METRICS}
+        cols = {m: np.full(len(rows_all), np.nan) for m in self.metrics}
         i = 0
         while i < len(order):
             if should_stop():
@@ -320,7 +324,7 @@ class _Scorer:
                 self.bs = max(1, self.bs // 2)
                 self.log(f"out of memory: batch size now {self.bs}")
                 continue
-            for name in METRICS:
+            for name in self.metrics:
                 cols[name][rows - unit.lo] = out[name]
             if self.delay:
                 time.sleep(self.delay)
@@ -345,7 +349,8 @@ def _work(panel_path, options, requested, work, me, progress, stop, log) -> str:
         log(f"{panel_path}: nothing to do, every requested checkpoint is already extracted")
         progress.publish(force=True, state="done", k=0, eta_s=0)
         return "done"
-    scorer = _Scorer(options, tokens, lengths, panel_path, log)
+    metrics, kl = options.metrics_for(panel_path, panel)
+    scorer = _Scorer(options, tokens, lengths, panel_path, log, metrics, kl)
     progress.publish(force=True, device=str(scorer.dev), dtype=str(scorer.body_dtype).replace("torch.", ""))
     log(f"worker {me.id}: {len(units)} unit(s) of {options.model} for {panel_path} on {scorer.dev} "
         f"({scorer.body_dtype}), {panel.n_instances} instances")  # fmt: skip
@@ -402,7 +407,8 @@ def _work(panel_path, options, requested, work, me, progress, stop, log) -> str:
             heartbeat.hold(None)
             done_units += 1
             rate = done_tokens / max(time.time() - t_start, 1e-9)
-            log(f"[{done_units}] {unit.name} done ({rate:,.0f} tokens/s); mean loglik {np.nanmean(cols['loglik']):.2f}")
+            shown = metrics[0]  # loglik, where the panel has it
+            log(f"[{done_units}] {unit.name} done ({rate:,.0f} tokens/s); mean {shown} {np.nanmean(cols[shown]):.2f}")
         committed = commit_ready(panel_path, work, me, log)
     finally:
         heartbeat.close()
