@@ -21,7 +21,7 @@ def test_sample_info_estimate_export_round_trip(cli, tmp_path):
     assert code == 0 and "6 cohorts" in out
     code, out, _ = cli("info", panel)
     assert code == 0
-    assert "instances  380 (180 treated in 6 cohorts, 200 never treated)" in out
+    assert "instances       380 (180 treated in 6 cohorts, 200 never treated)" in out
     assert "8/8 completed" in out and "rank" in out and "lower is better" in out
 
     code, out, _ = cli("estimate", panel, "-B", "300")

@@ -326,7 +326,7 @@ def test_cohort_between_checkpoints_is_folded_and_counted(cli, tmp_path):
     assert "2 instances have a treatment step between checkpoints: each counts from the next checkpoint" in text
     assert list(read_panel(out).treatment) == [1000, 1500, 1500, NEVER, NEVER]  # stored as given, mapped on use
     code, text, _ = cli("info", out)
-    assert code == 0 and "folded     2 instances have a treatment step between checkpoints" in text
+    assert code == 0 and "folded          2 instances have a treatment step between checkpoints" in text
 
 
 def test_non_numeric_and_huge_unit_ids_are_numbered_and_said(cli, tmp_path):

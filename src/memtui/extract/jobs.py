@@ -182,9 +182,13 @@ def _worker_records(panel_path: Path) -> list[tuple[Path, dict]]:
 
 
 def _is_alive(panel_path: Path, path: Path, record: dict) -> bool:
+    """Whether the worker behind ``record`` still runs. On this host: the kernel confirms it holds its lock, or (for
+    status only, never for signalling) its pid is alive and its command line is this panel's worker module."""
     if record["host"] in (None, socket.gethostname()):
         holder = holder_of(path.with_suffix(".lock"))
-        return holder is not None and (record["pid"] is None or holder == record["pid"])
+        if holder is not None and (record["pid"] is None or holder == record["pid"]):
+            return True
+        return isinstance(record["pid"], int) and _starting_worker(record["pid"], panel_path)
     updated = record.get("updated") or 0
     return time.time() - updated < stale_s()  # another host: its heartbeat decides
 
@@ -194,12 +198,29 @@ def live_workers(panel_path: str | os.PathLike) -> list[dict]:
     panel_path = Path(panel_path).resolve()
     live = [r for p, r in _worker_records(panel_path) if r["state"] == "running" and _is_alive(panel_path, p, r)]
     launched = _read_launch(panel_path)
-    if launched.get("mode") == "local" and time.time() - float(launched.get("started") or 0) < STARTUP_GRACE_S:
+    if launched.get("mode") == "local" and time.time() - _number(launched.get("started")) < STARTUP_GRACE_S:
         known = {r["pid"] for _, r in _worker_records(panel_path)}
         for pid in launched.get("pids") or []:
-            if pid not in known and _starting_worker(pid, panel_path):
+            # a worker launched moments ago that has not reported yet: for status, a live pid of ours is enough
+            # (where /proc shows command lines they must name this panel's worker; signalling asks for the lock)
+            if isinstance(pid, int) and pid not in known and _launched_alive(pid, panel_path):
                 live.append(records.parse({"state": "running", "pid": pid, "host": socket.gethostname()}))
     return live
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def _launched_alive(pid: int, panel_path: Path) -> bool:
+    if not process_alive(pid):
+        return False
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    try:
+        args = cmdline.read_bytes().split(b"\0")
+    except OSError:
+        return True  # no readable command line (some sandboxes): the launch record and a live pid say enough
+    return (b"memtui.extract.worker" in args and os.fsencode(str(panel_path)) in args) or not any(args)
 
 
 def read_progress(panel_path: str | os.PathLike) -> dict | None:
@@ -225,6 +246,9 @@ def read_progress(panel_path: str | os.PathLike) -> dict | None:
     for extra in live_workers(panel_path):
         if extra["pid"] not in {w["pid"] for w in workers}:
             workers.append(extra)  # launched, not yet reporting
+    if not workers:  # launched, but no worker ever reported and none runs: they died at start (see the log)
+        workers.append(records.parse({"state": "stale", "last_error": _last_log_error(panel_path),
+                                      "host": socket.gethostname()}))  # fmt: skip
     return _aggregate(panel_path, workers, launched)
 
 
@@ -295,10 +319,12 @@ def cancel(panel_path: str | os.PathLike, wait_s: float = 10.0) -> bool:
     its lock, and only then is signalled.
     """
     panel_path = Path(panel_path).resolve()
-    live = live_workers(panel_path)
+    here = socket.gethostname()
+    remote = [w for w in live_workers(panel_path) if w.get("host") not in (None, here)]  # their heartbeat is fresh
     launched = _read_launch(panel_path)
     slurm_job = launched.get("slurm_job") if launched.get("mode") == "slurm" else None
-    if not live and not slurm_job and not _local_holders(panel_path):
+    ours = [p for p in launched.get("pids") or [] if isinstance(p, int) and process_alive(p)]
+    if not (remote or slurm_job or ours or _local_holders(panel_path)):
         return False
     work = WorkDir(panel_path)
     if work.root.is_dir():
@@ -310,7 +336,7 @@ def cancel(panel_path: str | os.PathLike, wait_s: float = 10.0) -> bool:
         from .slurm import cancel_array
 
         cancelled = cancel_array(launched)
-    return bool(live) or signalled or cancelled
+    return signalled or cancelled or bool(remote)
 
 
 def _local_holders(panel_path: Path) -> set[int]:
