@@ -556,6 +556,19 @@ def read_shape(path: str | os.PathLike) -> tuple[int, int]:
     return _read_live(path, read)
 
 
+def read_lengths(path: str | os.PathLike) -> np.ndarray | None:
+    """Each instance's row length (tokens), without reading the token ids; None for a panel that stores none."""
+    path = Path(path)
+
+    def read(f):
+        if "instances/length" not in f:
+            return None
+        n = len(_dataset_handle(f, path, "instances/id", "iu"))
+        return _dataset(f, path, "instances/length", "iu", (n,))
+
+    return _read_live(path, read)
+
+
 def read_tokens(path: str | os.PathLike, rows: np.ndarray | slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (rows x L, PAD after each row's length) and lengths, for extraction."""
     path = Path(path)

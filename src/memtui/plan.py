@@ -20,7 +20,7 @@ from memtui.engine import power as pw
 from memtui.engine.layout import NEVER_INDEX, build_layout
 from memtui.errors import MemtuiError
 from memtui.estimate import EstimateResult, Settings, z_value
-from memtui.panel import NEVER, Panel, _dataset, _read_live
+from memtui.panel import NEVER, Panel, read_lengths
 from memtui.text import clean
 
 PYTHIA_ROW = 2049  # tokens per Pythia training row (2048 + 1): the row length assumed when a pilot stores no tokens
@@ -130,9 +130,8 @@ def row_length(panel: Panel) -> float | None:
     """Mean tokens per instance of a panel that stores tokens (``instances/length``), else None."""
     if not panel.has_tokens or panel.path is None:
         return None
-    path = Path(panel.path)
-    lengths = _read_live(path, lambda f: _dataset(f, path, "instances/length", "iu", (panel.n_instances,)))
-    return float(np.mean(lengths)) if len(lengths) else None
+    lengths = read_lengths(panel.path)
+    return float(np.mean(lengths)) if lengths is not None and len(lengths) else None
 
 
 @dataclass(frozen=True)

@@ -424,3 +424,9 @@ def test_build_refuses_an_object_npy_and_a_missing_treatment_file(cli, tmp_path)
     np.save(tmp_path / "ok.npy", TOKENS)
     assert_refused(cli("build", tmp_path / "o.h5", "--tokens", tmp_path / "ok.npy", "--treatment-file",
                        tmp_path / "nope.npy"), "no such treatment file")  # fmt: skip
+
+
+def test_a_wrong_extractable_is_refused_before_anything_starts(cli, tmp_path, checkpoints):
+    panel = make_panel(tmp_path / "panel.h5")
+    err = assert_refused(cli("extract", panel, "--model", checkpoints, "--device", "cpu", "--extractable", "8,8"))
+    assert "disagrees with" in err and not (work_dir(panel) / "launch.json").exists()

@@ -90,6 +90,7 @@ def prepare(panel_path: str | os.PathLike, options: ExtractOptions) -> tuple[Pat
         raise MemtuiError(
             f"{panel_path}: the panel stores no token ids, so it cannot be extracted; build it with `memtui build`."
         )
+    options.metrics_for(panel_path, panel)  # a wrong --extractable is refused here, not after "started"
     if not os.access(panel_path, os.W_OK) or not os.access(panel_path.parent, os.W_OK):
         raise MemtuiError(f"{panel_path} is not writable here; extraction writes into the panel and beside it.")
     check_free_space(panel_path, panel.n_instances, options.n_workers)
