@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import STEPS, make_panel
+from tiny_models import STEPS, make_panel, wait_until
 
 from memtui.extract import jobs
 from memtui.extract.commit import Lease, commit_ready
@@ -32,17 +32,6 @@ def checkpoints(tiny_checkpoints) -> Path:
 @pytest.fixture
 def reference(tiny_reference):
     return tiny_reference
-
-
-def _wait(cond, timeout=240.0, what=""):
-    """Poll detached workers, which report only through their files."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 CLAIMER = """
@@ -113,11 +102,11 @@ def test_a_worker_killed_mid_unit_is_taken_over_and_the_panel_completes_identica
         busy = [w for w in (p or {}).get("workers") or [] if w.get("unit") and (w.get("instances_done") or 0) > 0]
         return busy[0] if busy else None
 
-    target = _wait(victim, what="a worker inside a unit")
+    target = wait_until(victim, what="a worker inside a unit")
     os.kill(target["pid"], signal.SIGKILL)
     held = [f.name for f in work.claims.glob("*.claim")]
     monkeypatch.delenv("MEMTUI_EXTRACT_BATCH_DELAY")
-    final = _wait(lambda: (p := jobs.read_progress(panel)) and p["state"] != "running" and p, what="the survivor")
+    final = wait_until(lambda: (p := jobs.read_progress(panel)) and p["state"] != "running" and p, what="the survivor")
     assert final["state"] == "done", Path(final["log"]).read_text()[-3000:]
     assert held  # the killed worker's claim was there, and the survivor took it over
     got = read_panel(panel)

@@ -7,13 +7,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from tiny_models import STEPS, make_panel, save_checkpoints
+from tiny_models import STEPS, make_panel, save_checkpoints, wait_until
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
 from memtui.errors import MemtuiError
@@ -168,14 +168,7 @@ pathlib.Path(report).write_text("\\n".join([str(reads), *errors]))
 """
 
 
-def _wait(cond, timeout=180.0, every=0.05, what=""):
-    end = time.time() + timeout
-    while time.time() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what or cond}")
+_wait = partial(wait_until, timeout=180.0, every=0.05)  # detached workers report only through their files
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -45,3 +46,14 @@ def make_panel(path: Path, n_train: int = 24, n_val: int = 16, length: int = 24,
     tokens[np.arange(length)[None, :] >= lengths[:, None]] = -1
     treatment = np.r_[np.repeat([10, 20, 30, 40], n_train // 4), np.full(n_val, NEVER)]
     return create_panel(path, ids=np.arange(n), treatment=treatment, steps=STEPS, tokens=tokens, lengths=lengths)
+
+
+def wait_until(cond, timeout: float = 240.0, every: float = 0.1, what: str = ""):
+    """Poll detached workers or SLURM tasks, which report only through their files; cond()'s first truthy value."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what or cond}")

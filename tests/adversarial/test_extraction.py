@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import VOCAB, make_panel, save_checkpoints
+from tiny_models import VOCAB, make_panel, save_checkpoints, wait_until
 
 from memtui.errors import MemtuiError
 from memtui.extract import jobs
@@ -47,17 +47,6 @@ def _same_as_reference(path: Path, reference) -> None:
     assert panel.done.all()
     for m in METRICS:
         np.testing.assert_array_equal(panel.metrics[m], reference.metrics[m], err_msg=m)
-
-
-def _wait(cond, timeout=240.0, what=""):
-    """Poll an external worker process (it reports only through its files)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _finished(path: Path):
@@ -300,11 +289,11 @@ def test_a_worker_killed_on_a_full_disk_resumes_once_space_is_freed(small_fs, ch
     panel = make_panel(where / "panel.h5")
     monkeypatch.setenv("MEMTUI_EXTRACT_BATCH_DELAY", "0.2")
     (pid,) = jobs.launch(panel, model=str(checkpoints), checkpoints="all", batch_size=7, device="cpu")
-    _wait(lambda: read_panel(panel).done.sum() >= 2, what="two committed checkpoints")
+    wait_until(lambda: read_panel(panel).done.sum() >= 2, what="two committed checkpoints")
     fill(where, leave=0)
     time.sleep(0.5)
     os.kill(pid, signal.SIGKILL)
-    _wait(lambda: jobs.read_progress(panel)["state"] == "stale", timeout=30, what="stale")
+    wait_until(lambda: jobs.read_progress(panel)["state"] == "stale", timeout=30, what="stale")
     committed = read_panel(panel)
     assert committed.done.sum() >= 2
     for m in METRICS:  # what was committed is exactly what the uninterrupted run wrote
@@ -314,7 +303,7 @@ def test_a_worker_killed_on_a_full_disk_resumes_once_space_is_freed(small_fs, ch
     (where / ".filler").unlink()
     monkeypatch.delenv("MEMTUI_EXTRACT_BATCH_DELAY")
     jobs.launch(panel, model=str(checkpoints), checkpoints="all", batch_size=7, device="cpu")
-    assert _wait(lambda: _finished(panel), what="resumed run")["state"] == "done"
+    assert wait_until(lambda: _finished(panel), what="resumed run")["state"] == "done"
     _same_as_reference(panel, reference)
 
 
@@ -339,7 +328,7 @@ def test_a_relative_model_path_works_in_the_background(tmp_path, checkpoints, re
     link.symlink_to(checkpoints)
     monkeypatch.chdir(tmp_path / "work")
     jobs.launch(panel, model="ckpts", checkpoints="all", batch_size=7, device="cpu")
-    assert _wait(lambda: _finished(panel), what="background run")["state"] == "done"
+    assert wait_until(lambda: _finished(panel), what="background run")["state"] == "done"
     _same_as_reference(panel, reference)
 
 

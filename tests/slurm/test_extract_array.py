@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_models import make_panel
+from tiny_models import make_panel, wait_until
 
 from memtui.extract import jobs
 from memtui.panel import read_panel
@@ -31,14 +31,7 @@ def _submit(cli, panel: Path, ckpts: Path, partition: str, *extra: str):
     return json.loads((panel.parent / f"{panel.name}.work" / "launch.json").read_text())["slurm_job"]
 
 
-def _wait(cond, timeout=300.0, what=""):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+_wait = partial(wait_until, timeout=300.0, every=0.5)  # detached workers report only through their files
 
 
 def _queued(job: str) -> list[str]:

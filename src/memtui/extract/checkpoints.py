@@ -1,13 +1,11 @@
-"""Checkpoint specs, sources (Hugging Face revisions or local folders), weight hashes, and background prefetch."""
+"""Checkpoint specs, sources (Hugging Face revisions or local folders), and weight hashes."""
 
 from __future__ import annotations
 
 import hashlib
 import os
-import queue
 import re
-import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -85,10 +83,6 @@ class Source:
             raise MemtuiError(f"{model}: no such folder (and not a Hugging Face repo id like EleutherAI/pythia-160m).")
         return cls(model, None, revision_template)
 
-    @property
-    def is_local(self) -> bool:
-        return self.local is not None
-
     def available(self) -> list[int] | None:
         return sorted(self.local) if self.local is not None else None
 
@@ -163,55 +157,3 @@ def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
                     "all checkpoints of a run must share one architecture."
                 )
             t.copy_(s, non_blocking=False)
-
-
-class Prefetcher:
-    """Loads (and hashes) checkpoints in a background thread, one ahead of the consumer.
-
-    Iterating yields :class:`Loaded` in order; a loading error is raised in the consumer at that checkpoint.
-    """
-
-    def __init__(self, source: Source, steps: Sequence[int], depth: int = 1):
-        self.source = source
-        self.steps = list(steps)
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, name="memtui-prefetch", daemon=True)
-        self._thread.start()
-
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.2)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _work(self) -> None:
-        for step in self.steps:
-            if self._stop.is_set():
-                return
-            try:
-                model = self.source.load(step)
-                item = Loaded(step, model, self.source.revision(step), weights_hash(model))
-            except BaseException as exc:  # noqa: BLE001 - handed to the consumer thread
-                self._put(exc)
-                return
-            if not self._put(item):
-                return
-
-    def __iter__(self) -> Iterator[Loaded]:
-        for _ in self.steps:
-            item = self._queue.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    def close(self) -> None:
-        self._stop.set()
-        while True:  # unblock a producer waiting on a full queue
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break

@@ -75,13 +75,6 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_demo)
 
 
-def describe(progress: dict) -> str:
-    """One line for a progress record (kept here for callers of the old name)."""
-    from .progress import describe as describe_record
-
-    return describe_record(progress)
-
-
 def cmd_extract(args) -> int:
     from . import jobs
 
@@ -165,7 +158,7 @@ def cmd_status(args) -> int:
     from memtui.panel import read_done
 
     from . import jobs
-    from .progress import describe_worker
+    from .progress import describe, describe_worker
 
     while True:
         steps, done = read_done(args.panel)

@@ -59,18 +59,16 @@ def launch_record(panel_path: str | os.PathLike) -> Path:
 
 
 def _starting_worker(pid: int, panel_path: Path) -> bool:
-    """A worker for *this* panel that has not taken its lock yet: its command line names the worker module and the
-    panel (where /proc exists; elsewhere only a live pid)."""
+    """A live process that is (or is about to be) a worker of *this* panel: where /proc shows command lines, it must
+    name the worker module and the panel; where none can be read (some sandboxes), a live pid is enough. Used for
+    status and for waiting on a just-launched worker, never as the reason to signal one (that needs its lock)."""
     if not isinstance(pid, int) or pid <= 0 or not process_alive(pid):
         return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not cmdline.exists():
-        return True
     try:
-        args = cmdline.read_bytes().split(b"\0")
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        return False
-    return b"memtui.extract.worker" in args and os.fsencode(str(panel_path)) in args
+        return True
+    return (b"memtui.extract.worker" in args and os.fsencode(str(panel_path)) in args) or not any(args)
 
 
 def _resolve_model(model: str) -> str:
@@ -204,24 +202,13 @@ def live_workers(panel_path: str | os.PathLike) -> list[dict]:
         for pid in launched.get("pids") or []:
             # a worker launched moments ago that has not reported yet: for status, a live pid of ours is enough
             # (where /proc shows command lines they must name this panel's worker; signalling asks for the lock)
-            if isinstance(pid, int) and pid not in known and _launched_alive(pid, panel_path):
+            if isinstance(pid, int) and pid not in known and _starting_worker(pid, panel_path):
                 live.append(records.parse({"state": "running", "pid": pid, "host": socket.gethostname()}))
     return live
 
 
 def _number(value) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
-
-
-def _launched_alive(pid: int, panel_path: Path) -> bool:
-    if not process_alive(pid):
-        return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    try:
-        args = cmdline.read_bytes().split(b"\0")
-    except OSError:
-        return True  # no readable command line (some sandboxes): the launch record and a live pid say enough
-    return (b"memtui.extract.worker" in args and os.fsencode(str(panel_path)) in args) or not any(args)
 
 
 def read_progress(panel_path: str | os.PathLike) -> dict | None:
@@ -352,18 +339,17 @@ def _local_holders(panel_path: Path) -> set[int]:
 
 
 def _signal_local_workers(panel_path: Path, wait_s: float) -> bool:
-    here = socket.gethostname()
+    """SIGTERM, once each, the processes holding a worker lock of the panel; a worker launched moments ago gets
+    ``wait_s`` seconds to take its lock and be signalled too."""
     deadline = time.monotonic() + wait_s
     launched = [p for p in _read_launch(panel_path).get("pids") or [] if isinstance(p, int)]
-    signalled = False
+    signalled: set[int] = set()
     while True:
-        holders = _local_holders(panel_path)
-        for pid in holders:
+        for pid in _local_holders(panel_path) - signalled:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
-                signalled = True
-        starting = [p for p in launched if p not in holders and _starting_worker(p, panel_path)]
-        if not starting or time.monotonic() > deadline or not here:
-            return signalled
-        launched = starting
+                signalled.add(pid)
+        launched = [p for p in launched if p not in signalled and _starting_worker(p, panel_path)]
+        if not launched or time.monotonic() > deadline:
+            return bool(signalled)
         time.sleep(0.2)

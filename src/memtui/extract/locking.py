@@ -22,11 +22,6 @@ from pathlib import Path
 from memtui.errors import MemtuiError
 
 
-def lock_path(panel: str | os.PathLike) -> Path:
-    panel = Path(panel)
-    return panel.with_name(panel.name + ".lock")
-
-
 def open_beside(path: Path, flags: int, mode: int = 0o644) -> int:
     """``os.open`` for a file memtui keeps beside a panel, refusing a symbolic link there (one-line error)."""
     try:
