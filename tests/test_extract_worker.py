@@ -67,6 +67,12 @@ def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoin
     for name, col in direct.items():
         np.testing.assert_allclose(panel.metrics[name][:, 1], col, rtol=1e-5, err_msg=name)
     np.testing.assert_array_equal(panel.metrics["loglik"][:, 2], panel.metrics["loglik"][:, 3])
+    # provenance: the parameter count as the model counts it (tied embeddings once), and its shape in one line
+    assert panel.n_parameters == model.num_parameters() and (panel.parameters == model.num_parameters()).all()
+    assert panel.configs[0] == (
+        "GPTNeoXForCausalLM hidden_size=32 num_hidden_layers=2 num_attention_heads=4 intermediate_size=64 vocab_size="
+        f"{model.config.vocab_size}"
+    )
 
 
 def test_resume_skips_done_checkpoints(extract_panel, extract_checkpoints):

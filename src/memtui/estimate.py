@@ -429,15 +429,25 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def compare(panel: Panel, settings: Settings, progress: Progress | None = None) -> Comparison:
-    """Every estimator of ``settings.metric`` with the other settings as given, and the ease of each DiD cell."""
+def compare(
+    panel: Panel,
+    settings: Settings,
+    progress: Progress | None = None,
+    estimate_fn: Callable[[Panel, Settings, Progress | None], EstimateResult] | None = None,
+) -> Comparison:
+    """Every estimator of ``settings.metric`` with the other settings as given, and the ease of each DiD cell.
+
+    ``estimate_fn`` computes each estimator's result (default ``estimate``); the workbench passes the cached one, so
+    the estimate it already shows is not computed twice."""
     from dataclasses import replace
+
+    estimate_fn = estimate_fn or estimate
 
     settings = replace(settings, engine="memtui").validate()
     report = progress or (lambda fraction, message: None)
     results = {}
     for i, name in enumerate(ALL_ESTIMATORS):
-        results[name] = estimate(
+        results[name] = estimate_fn(
             panel,
             replace(settings, estimator=name),
             lambda f, msg, i=i, name=name: report((i + 0.9 * f) / (len(ALL_ESTIMATORS) + 1), f"{name}: {msg}"),

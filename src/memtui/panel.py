@@ -59,6 +59,8 @@ class Panel:
     revisions: list[str] = field(default_factory=list)
     weight_hashes: list[str] = field(default_factory=list)
     models: list[str] = field(default_factory=list)  # the model that scored each checkpoint ("" where none yet)
+    parameters: np.ndarray | None = None  # its parameter count per checkpoint (0: not recorded)
+    configs: list[str] = field(default_factory=list)  # its architecture and shape in one line per checkpoint
     signs: dict[str, int] = field(default_factory=dict)
     attrs: dict[str, str] = field(default_factory=dict)
     truth: dict[str, np.ndarray] | None = None  # simulated panels: cohorts, steps and the true tau per metric
@@ -68,6 +70,14 @@ class Panel:
     @property
     def n_instances(self) -> int:
         return len(self.ids)
+
+    @property
+    def n_parameters(self) -> int | None:
+        """The scoring model's parameter count, where extraction recorded it (the largest, if models were mixed)."""
+        if self.parameters is None:
+            return None
+        known = self.parameters[self.done & (self.parameters > 0)]
+        return int(known.max()) if len(known) else None
 
     @property
     def n_checkpoints(self) -> int:
@@ -268,6 +278,8 @@ def create_panel(
             _put(ck, "weights_hash", np.zeros(t, dtype="S64"))
             # written by extraction with each column: preallocated, so recording provenance never grows the file
             _put(ck, "model", np.zeros(t, dtype="S256"))
+            _put(ck, "parameters", np.zeros(t, dtype=np.int64))  # 0: not recorded
+            _put(ck, "config", np.zeros(t, dtype="S256"))
             _put(ck, "finished_at", np.zeros(t, dtype=np.float64))
             grp = f.create_group("metrics")
             for name in metrics:
@@ -462,6 +474,8 @@ def _read(f: h5py.File, path: Path) -> Panel:
     revisions = _dataset(f, path, "checkpoints/revision", "SO", (t,), optional=True)
     hashes = _dataset(f, path, "checkpoints/weights_hash", "SO", (t,), optional=True)
     models = _dataset(f, path, "checkpoints/model", "SO", (t,), optional=True)
+    parameters = _dataset(f, path, "checkpoints/parameters", "iu", (t,), optional=True)
+    configs = _dataset(f, path, "checkpoints/config", "SO", (t,), optional=True)
     truth = None
     if "truth" in f and isinstance(f.get("truth", getlink=True), h5py.HardLink) and isinstance(f["truth"], h5py.Group):
         truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
@@ -480,6 +494,8 @@ def _read(f: h5py.File, path: Path) -> Panel:
         revisions=_strings(revisions, path, "checkpoints/revision") if revisions is not None else [],
         weight_hashes=_strings(hashes, path, "checkpoints/weights_hash") if hashes is not None else [],
         models=models,
+        parameters=parameters.astype(np.int64) if parameters is not None else None,
+        configs=_strings(configs, path, "checkpoints/config") if configs is not None else [],
         signs=signs,
         attrs=attrs,
         truth=truth,
@@ -634,6 +650,8 @@ class PanelWriter:
         revision: str | None = None,
         weights_hash: str = "",
         model: str = "",
+        parameters: int = 0,
+        config: str = "",
     ) -> None:
         f = self._f
         n = self.panel.n_instances
@@ -646,6 +664,9 @@ class PanelWriter:
         f["checkpoints/weights_hash"][index] = weights_hash.encode()[:64]
         if "checkpoints/model" in f:  # panels made before it existed keep their provenance in the progress file
             f["checkpoints/model"][index] = model.encode()[:256]
+        if "checkpoints/parameters" in f:
+            f["checkpoints/parameters"][index] = int(parameters)
+            f["checkpoints/config"][index] = config.encode()[:256]
         f["checkpoints/finished_at"][index] = time.time()
         f.flush()
         f["checkpoints/done"][index] = 1

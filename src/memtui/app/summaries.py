@@ -1,18 +1,25 @@
-"""Summaries pane: instantaneous, persistent and residual memorisation with their bands, and the overall average
-and pre-trend check in words."""
+"""Summaries pane: instantaneous, persistent and residual memorisation with their bands; their means, the overall
+average, the pre-trend check and the panel's minimum detectable effect in words; and the three estimators side by
+side. The last two are computed by a thread of the pane's own (the power maths imports scipy, the comparison runs
+the other two estimators), so the pane paints at once and fills them in."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.message import Message
 from textual.widgets import Static
+from textual.worker import get_current_worker
 
 from memtui.app.fmt import num, short_step
 from memtui.app.plots import BandPlot
-from memtui.estimate import EstimateResult
+from memtui.app.summary_lines import estimators_lines, mde_line, means_lines
+from memtui.errors import MemtuiError
+from memtui.estimate import Comparison, EstimateResult
 from memtui.panel import METRIC_LABEL
 from memtui.text import clean
 
@@ -46,11 +53,28 @@ def pretrend_text(result: EstimateResult) -> str:
     )
 
 
+class _Cancelled(Exception):
+    pass
+
+
 class SummariesPane(VerticalScroll, can_focus=True):
     """Three band plots stacked in a scrolling column, the words on top."""
 
+    class Extras(Message):
+        """The minimum detectable effect and the estimators' comparison for the estimate ``result``."""
+
+        def __init__(self, result: EstimateResult, mde: float, comparison: Comparison | None, error: str) -> None:
+            super().__init__()
+            self.result, self.mde, self.comparison, self.error = result, mde, comparison, error
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._result: EstimateResult | None = None
+        self._extras: dict[int, SummariesPane.Extras] = {}  # by id of the result they belong to
+
     def compose(self) -> ComposeResult:
         yield Static("", id="summary-text", markup=False)  # metric names and notes are shown as written
+        yield Static("", id="summary-extras", markup=False)
         yield BandPlot(id="plot-instantaneous", classes="summary-plot")
         yield BandPlot(id="plot-persistent", classes="summary-plot")
         yield BandPlot(id="plot-residual", classes="summary-plot")
@@ -58,17 +82,21 @@ class SummariesPane(VerticalScroll, can_focus=True):
     def show(self, result: EstimateResult | None, message: str = "") -> None:
         text = self.query_one("#summary-text", Static)
         plots = list(self.query(BandPlot))
+        self._result = result
         if result is None:
             text.update(message or "No estimate yet.")
+            self.query_one("#summary-extras", Static).update("")
             for plot in plots:
                 plot.display = False
             return
         for plot in plots:
             plot.display = True
         metric = clean(result.settings.metric, 60)
+        final = final_checkpoint(result)
         lines = [
             f"Memorisation τ in {clean(METRIC_LABEL.get(result.settings.metric, metric), 60)} ({metric}, "
             f"{result.settings.estimator}); positive = the model does better on what it trained on.",
+            *means_lines(result, final),
             overall_text(result),
             pretrend_text(result),
             *(f"⚠ Note: {clean(note)}" for note in result.notes),
@@ -76,6 +104,13 @@ class SummariesPane(VerticalScroll, can_focus=True):
         if message:
             lines.insert(0, message)
         text.update("\n".join(lines))
+        if id(result) in self._extras:
+            self._show_extras(self._extras[id(result)])
+        else:
+            self.query_one("#summary-extras", Static).update(
+                "Minimum detectable effect and the estimators side by side: computing…"
+            )
+            self._compute_extras(getattr(self.app, "panel", None), result)
 
         inst = result.instantaneous.sort("cohort")
         self.query_one("#plot-instantaneous", BandPlot).show(
@@ -91,12 +126,48 @@ class SummariesPane(VerticalScroll, can_focus=True):
             marks=(0,),
         )
         res = result.residual.sort("cohort")
-        final = final_checkpoint(result)
         self.query_one("#plot-residual", BandPlot).show(
             res["cohort"].to_numpy(),
             *_series(res),
             title=f"Residual memorisation τ(g, {short_step(final)}) by cohort g at the final checkpoint",
         )
+
+    @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)
+    def _compute_extras(self, panel, result: EstimateResult) -> None:
+        from memtui import cache
+        from memtui.estimate import compare
+        from memtui.plan import minimum_detectable_effect
+
+        worker = get_current_worker()
+
+        def progress(fraction: float, stage: str) -> None:
+            if worker.is_cancelled:  # a newer estimate is shown: stop between bootstrap chunks
+                raise _Cancelled
+
+        mde, comparison, error = float("nan"), None, ""
+        try:
+            mde = minimum_detectable_effect(panel, result.settings, result=result)
+            if panel is not None:
+                comparison = compare(panel, result.settings, progress, estimate_fn=cache.cached_estimate)
+        except _Cancelled:
+            return
+        except MemtuiError as exc:
+            error = str(exc)
+        self.post_message(self.Extras(result, mde, comparison, error))
+
+    @on(Extras)
+    def _extras_ready(self, event: Extras) -> None:
+        self._extras = {id(event.result): event}  # only the latest: results are large
+        if event.result is self._result:
+            self._show_extras(event)
+
+    def _show_extras(self, extras: Extras) -> None:
+        lines = [mde_line(extras.mde, extras.result)]
+        if extras.comparison is not None:
+            lines += ["", *estimators_lines(extras.comparison)]
+        if extras.error:
+            lines.append(f"Estimators side by side: {clean(extras.error)}")
+        self.query_one("#summary-extras", Static).update("\n".join(lines))
 
 
 def final_checkpoint(result: EstimateResult) -> int:

@@ -129,12 +129,31 @@ def weights_hash(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def model_description(model: torch.nn.Module) -> tuple[int, str]:
+    """The parameter count (each shared tensor once, as the model cards count them) and a one-line config summary
+    (architecture and shape, at most 256 bytes): what `memtui compare` orders models by and shows."""
+    seen, count = set(), 0
+    for t in model.parameters():
+        if t.data_ptr() not in seen:
+            seen.add(t.data_ptr())
+            count += t.numel()
+    cfg = getattr(model, "config", None)
+    parts = [type(model).__name__]
+    for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size"):
+        value = getattr(cfg, key, None)
+        if isinstance(value, int):
+            parts.append(f"{key}={value}")
+    return count, " ".join(parts)[:256]
+
+
 @dataclass
 class Loaded:
     step: int
     model: torch.nn.Module  # on CPU, stored dtype
     revision: str
     weights_hash: str
+    parameters: int = 0
+    config: str = ""
 
 
 def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:

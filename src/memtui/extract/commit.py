@@ -161,6 +161,8 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None]) 
                     revision=meta.get("revision"),
                     weights_hash=meta.get("weights_hash", ""),
                     model=meta.get("model", ""),
+                    parameters=int(meta.get("parameters", 0)),
+                    config=meta.get("config", ""),
                 )
                 for unit in units:
                     work.drop(unit)

@@ -33,7 +33,7 @@ from memtui.panel import read_done, read_panel, read_tokens
 from memtui.text import clean
 
 from . import progress as records
-from .checkpoints import Loaded, Source, copy_weights, parse_checkpoints, weights_hash
+from .checkpoints import Loaded, Source, copy_weights, model_description, parse_checkpoints, weights_hash
 from .commit import commit_ready
 from .jobs import cancel_flag, check_free_space
 from .locking import FileLock, open_beside
@@ -113,7 +113,7 @@ class Loader:
 
     def _load(self, step: int) -> Loaded:
         model = self.source.load(step)
-        return Loaded(step, model, self.source.revision(step), weights_hash(model))
+        return Loaded(step, model, self.source.revision(step), weights_hash(model), *model_description(model))
 
     def prefetch(self, step: int | None) -> None:
         for other in [s for s in self._pending if s != step]:
@@ -396,7 +396,7 @@ def _work(panel_path, options, requested, work, me, progress, stop, log) -> str:
                     continue
                 break
             meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": options.model,
-                    "worker": me.id}  # fmt: skip
+                    "parameters": loaded.parameters, "config": loaded.config, "worker": me.id}  # fmt: skip
             try:
                 work.write_part(unit, cols, meta)
             except WriteError as exc:

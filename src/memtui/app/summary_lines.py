@@ -1,0 +1,104 @@
+"""The words of the Summaries pane, as plain functions of an estimate (testable without an app).
+
+The means mirror what `memtui estimate` prints, so the pane and the command line never disagree; the estimators
+block puts the causal estimate beside the two naive ones (``memtui.estimate.compare``)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+
+from memtui.app.fmt import num, short_step
+from memtui.estimate import Comparison, EstimateResult
+
+ESTIMATOR_LABEL = {
+    "did": "did          causal: trained vs never-trained, change since the base",
+    "difference": "difference   trained − never-trained at c (no base)",
+    "extractable": "extractable  the cohort's level at c (counterfactual 0)",
+}
+
+
+def _mean(frame: pl.DataFrame) -> float:
+    values = frame["estimate"].cast(pl.Float64).to_numpy() if frame.height else np.array([])
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else float("nan")
+
+
+def post_persistent(result: EstimateResult) -> pl.DataFrame:
+    """Persistent memorisation after the step it was trained at (c − g ≥ 1): what is kept, not learnt."""
+    return result.persistent.filter(pl.col("event_time") > 0).sort("event_time")
+
+
+def scope_means(result: EstimateResult) -> dict[str, float]:
+    return {
+        "instantaneous": _mean(result.instantaneous),
+        "persistent": _mean(post_persistent(result)),
+        "residual": _mean(result.residual),
+    }
+
+
+def _significant(frame: pl.DataFrame) -> int:
+    return int(frame["significant"].fill_null(False).sum()) if frame.height else 0
+
+
+def means_lines(result: EstimateResult, final_step: int) -> list[str]:
+    """Instantaneous, persistent and residual memorisation in one line each, as `memtui estimate` prints them."""
+    inst, res, pers = result.instantaneous, result.residual, post_persistent(result)
+    lines = []
+    if inst.height:
+        lines.append(
+            f"Instantaneous (c = g): mean {num(_mean(inst), signed=True)} over {inst.height} cohorts, "
+            f"{_significant(inst)} significant."
+        )
+    if pers.height:
+        first, last = pers.row(0, named=True), pers.row(pers.height - 1, named=True)
+        lines.append(
+            f"Persistent (c > g): mean {num(_mean(pers), signed=True)} over {pers.height} event times; "
+            f"{num(first['estimate'], signed=True)} at c − g = {short_step(first['event_time'])}, "
+            f"{num(last['estimate'], signed=True)} at {short_step(last['event_time'])}; "
+            f"{_significant(pers)} significant."
+        )
+    if res.height:
+        lines.append(
+            f"Residual (at {short_step(final_step)}): mean {num(_mean(res), signed=True)} over {res.height} cohorts, "
+            f"{_significant(res)} significant."
+        )
+    return lines
+
+
+def mde_line(mde: float, result: EstimateResult, power: float = 0.8) -> str:
+    """The panel's minimum detectable instantaneous effect under its own band (``memtui plan`` explains it)."""
+    if not math.isfinite(mde):
+        return "Minimum detectable effect: needs standard errors for the instantaneous cells."
+    inst = _mean(result.instantaneous)
+    ratio = ""
+    if mde > 0 and math.isfinite(inst):
+        ratio = f" (the mean instantaneous estimate is {abs(inst) / mde:.1f}× that)"
+    return (
+        f"Minimum detectable effect: {num(mde)} per cohort at c = g with {power:.0%} power under this band{ratio}; "
+        "`memtui plan` sizes a study."
+    )
+
+
+def estimators_lines(comparison: Comparison) -> list[str]:
+    """The three estimators' means side by side, and the ease term: how much of the naive estimate is not memory."""
+    names = [n for n in ("did", "difference", "extractable") if n in comparison.results]
+    header = f"{'Estimators side by side (means)':<62}{'instant.':>10}{'persist.':>10}{'residual':>10}"
+    lines = [header]
+    for name in names:
+        m = scope_means(comparison.results[name])
+        lines.append(
+            f"  {ESTIMATOR_LABEL[name]:<60}"
+            + "".join(f"{num(m[k], 3, signed=True):>10}" for k in ("instantaneous", "persistent", "residual"))
+        )
+    ease = comparison.cells.filter(~pl.col("pre_treatment") & pl.col("ease_estimate").is_not_null())
+    if ease.height:
+        values = ease["ease_estimate"].cast(pl.Float64).to_numpy()
+        sig = int(ease["ease_significant"].fill_null(False).sum())
+        lines.append(
+            f"  ease = extractable − did: mean {num(float(np.nanmean(values)), 3, signed=True)} over {ease.height} "
+            f"cells, {sig} significant — the part of the naive estimate that is the strings being easy, not memory."
+        )
+    return lines
