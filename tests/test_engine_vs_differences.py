@@ -9,7 +9,6 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import polars as pl
 import pytest
 from differences import ATTgt
@@ -170,4 +169,10 @@ def test_differences_engine_switch_gives_the_same_profile(small_panel):
     a = estimate(panel, Settings(draws=0))
     b = estimate(panel, Settings(draws=0, engine="differences"))
     np.testing.assert_allclose(a.matrix(), b.matrix(), atol=1e-9, equal_nan=True)
-    assert isinstance(b.cells.to_pandas(), pd.DataFrame)
+    # the same table, not just the same point estimates: every column, and the analytic SEs and bands of -B 0
+    assert a.cells.columns == b.cells.columns
+    for column in ("std_error", "band_low", "band_high"):
+        np.testing.assert_allclose(a.matrix(column), b.matrix(column), rtol=1e-7, equal_nan=True, err_msg=column)
+    assert a.cells.sort("cohort", "checkpoint")["significant"].equals(
+        b.cells.sort("cohort", "checkpoint")["significant"]
+    )

@@ -182,9 +182,19 @@ def test_check_head_accepts_gpt_neox_and_rejects_scaled_logits():
         check_head(model, scorer, VOCAB)
 
 
-def test_device_and_dtype_resolution():
+def test_device_and_dtype_resolution(monkeypatch):
+    # "auto" prefers CUDA, then MPS, then the CPU: each branch forced, whatever this machine has
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("auto") == torch.device("mps")
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(MemtuiError, match="CUDA is not available"):
+        resolve_device("cuda:0")
+    monkeypatch.undo()
     dev = resolve_device("auto")
-    assert dev.type == ("cuda" if torch.cuda.is_available() else dev.type)
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert resolve_dtype("bf16", torch.device("cpu")) == torch.bfloat16
     with pytest.raises(MemtuiError):
