@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from differences import ATTgt
 
-from memtui.engine.differences_engine import long_frame
+from memtui.crosscheck import long_frame
 from memtui.estimate import Settings, estimate
 from memtui.importing import ImportSpec, import_table, read_table
 from memtui.panel import Panel, read_panel

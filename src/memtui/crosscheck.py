@@ -48,12 +48,12 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     from differences import ATTgt
 
     from memtui.engine.did import point_estimates
-    from memtui.estimate import (
+    from memtui.results import (
         SMALL_GROUP,
         EstimateResult,
-        _final_index,
-        _group_notes,
         check_memory,
+        final_index,
+        group_notes,
         result_frame,
         z_value,
     )
@@ -63,7 +63,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     report = progress or (lambda fraction, message: None)
     report(0.0, "differences")
     frame, lay = long_frame(panel, settings.metric, settings.control_group, with_layout=True)
-    notes = list(lay.notes) + _group_notes(lay, point_estimates(lay))
+    notes = list(lay.notes) + group_notes(lay, point_estimates(lay))
     if settings.draws:  # differences holds at least what memtui does
         check_memory(settings.draws, lay)
     seed = settings.seed + 1  # differences treats random_state=0 as "unseeded"
@@ -116,7 +116,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
         )
 
     profile = frame_of("profile", np.ones(len(se), bool))
-    final = panel.done_steps[_final_index(panel.done_steps, settings.final_step)]
+    final = panel.done_steps[final_index(panel.done_steps, settings.final_step)]
     e = event["relative_period"].to_numpy().astype(np.int64)
     e_se = event["std_error"].to_numpy()
     e_crit = ((event["band_upper"] - event["ATT"]).to_numpy() / e_se) if settings.draws else np.full(len(e), z)
