@@ -172,3 +172,19 @@ def test_invalid_settings_are_one_line_errors(small_panel):
         estimate(panel, Settings(metric="perplexity"))
     with pytest.raises(MemtuiError, match="draws must be"):
         estimate(panel, Settings(draws=5))
+
+
+def test_settings_cannot_be_invalid_however_made():
+    """Construction and dataclasses.replace both check, so no code path holds an invalid Settings."""
+    import dataclasses
+
+    from memtui.errors import MemtuiError
+    from memtui.estimate import Settings
+
+    good = Settings()
+    for change in ({"estimator": "naive"}, {"alpha": 1.5}, {"draws": 5}, {"seed": -1}, {"family": "pre"}):
+        with pytest.raises(MemtuiError, match=next(iter(change))):
+            Settings(**change)
+        with pytest.raises(MemtuiError, match=next(iter(change))):
+            dataclasses.replace(good, **change)
+    assert Settings.CHOICES["estimator"] == ("did", "difference", "extractable")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import polars as pl
@@ -44,16 +45,19 @@ class Settings:
     final_step: int | None = None  # residual memorisation checkpoint; None = last completed
     engine: str = "memtui"  # or "differences" (the paper's pipeline; slow)
 
-    def validate(self) -> Settings:
-        choices = {
-            "estimator": ALL_ESTIMATORS,
-            "base_period": ("varying", "universal"),
-            "control_group": ("never_treated", "not_yet_treated"),
-            "multiplier": ("rademacher", "mammen"),
-            "family": ("post", "all"),
-            "engine": ("memtui", "differences"),
-        }
-        for name, allowed in choices.items():
+    # the allowed values of every categorical setting: the CLI's choices and the settings dialog read them here
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
+        "estimator": ALL_ESTIMATORS,
+        "base_period": ("varying", "universal"),
+        "control_group": ("never_treated", "not_yet_treated"),
+        "multiplier": ("rademacher", "mammen"),
+        "family": ("post", "all"),
+        "engine": ("memtui", "differences"),
+    }
+
+    def __post_init__(self) -> None:
+        """A Settings cannot be invalid: every construction (and ``dataclasses.replace``) checks it."""
+        for name, allowed in self.CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise MemtuiError(f"{name} must be one of {', '.join(allowed)}, not '{getattr(self, name)}'.")
         if not 0 < self.alpha < 1:
@@ -62,6 +66,9 @@ class Settings:
             raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
         if self.seed < 0:
             raise MemtuiError(f"seed must be 0 or a positive integer, not {self.seed}.")
+
+    def validate(self) -> Settings:
+        """Kept for callers written before construction checked: a Settings is always valid."""
         return self
 
     def key(self) -> dict:
