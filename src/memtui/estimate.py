@@ -122,125 +122,139 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
     return result
 
 
-def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> EstimateResult:
-    sign = panel.sign(settings.metric)
-    steps = lay.steps
-    cohort_step = steps[lay.group_index[lay.cell_group]]
-    cell_step = steps[lay.cell_t]
-    event = cell_step - cohort_step
-    pre = lay.cell_pre
-    z = z_value(settings.alpha)
-    floor = did.se_floor(lay.scale)
-    cell_folded = lay.group_folded[lay.cell_group]
-    cell_small = (est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls)
-    notes = list(lay.notes) + group_notes(lay, est)
+@dataclass
+class _Cells:
+    """What every scope of one estimate is cut from: the cells' coordinates, point estimates, standard errors
+    (bootstrap where drawn, else analytic), draws and flags, and the simultaneous critical value of any subset."""
 
-    def band_for(draws, se, mask):
-        """Simultaneous critical value over the rows in ``mask`` (pointwise z without a bootstrap)."""
-        if draws is None:
-            return z, np.nan
-        tmax = did.sup_t(draws, se, mask)
-        return did.critical_value(tmax, settings.alpha), tmax
+    settings: Settings
+    lay: object
+    est: did.CellEstimates
+    boot: did.BootstrapDraws | None
+    sign: int
+    cohort_step: np.ndarray
+    cell_step: np.ndarray
+    event: np.ndarray
+    pre: np.ndarray
+    floor: float
+    se: np.ndarray
+    ase: np.ndarray
+    folded: np.ndarray
+    small: np.ndarray
 
-    ase = did.floored(est.se, floor)
-    se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
-    draws = boot.cells if boot is not None else None
-    flat = ~np.isfinite(se)
-    if flat.any():
-        notes.append(
-            f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
-            "the outcome's standard deviation): no band, never marked significant"
+    @classmethod
+    def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> _Cells:
+        steps = lay.steps
+        cohort_step, cell_step = steps[lay.group_index[lay.cell_group]], steps[lay.cell_t]
+        floor = did.se_floor(lay.scale)
+        ase = did.floored(est.se, floor)
+        return cls(
+            settings=settings,
+            lay=lay,
+            est=est,
+            boot=boot,
+            sign=panel.sign(settings.metric),
+            cohort_step=cohort_step,
+            cell_step=cell_step,
+            event=cell_step - cohort_step,
+            pre=lay.cell_pre,
+            floor=floor,
+            se=did.bootstrap_se(boot.cells, floor) if boot is not None else ase,
+            ase=ase,
+            folded=lay.group_folded[lay.cell_group],
+            small=(est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls),
         )
-    crit = np.empty(len(pre))
-    if settings.family == "all":
-        crit[:], _ = band_for(draws, se, np.ones(len(pre), bool))
-    else:
-        crit[~pre], _ = band_for(draws, se, ~pre) if (~pre).any() else (np.nan, None)
-        crit[pre], _ = band_for(draws, se, pre) if pre.any() else (np.nan, None)
-    profile_crit = float(crit[~pre][0]) if (~pre).any() else float("nan")
 
-    common = {"sign": sign}
-    cells = result_frame(
-        settings,
-        "profile",
-        cohort=cohort_step,
-        checkpoint=cell_step,
-        event_time=event,
-        att=est.att,
-        se=se,
-        ase=ase,
-        crit=crit,
-        n_treated=est.n_treated,
-        n_control=est.n_control,
-        pre=pre,
-        n_folded=cell_folded,
-        small=cell_small,
-        **common,
-    )
+    @property
+    def draws(self) -> np.ndarray | None:
+        return self.boot.cells if self.boot is not None else None
 
-    def cell_subset(scope: str, mask: np.ndarray) -> pl.DataFrame:
-        c, _ = band_for(draws, se, mask)
+    def crit(self, mask: np.ndarray) -> float:
+        """Simultaneous critical value over the cells in ``mask`` (pointwise z without a bootstrap)."""
+        if self.draws is None:
+            return z_value(self.settings.alpha)
+        return did.critical_value(did.sup_t(self.draws, self.se, mask), self.settings.alpha)
+
+    def frame(self, scope: str, mask: np.ndarray, crit: np.ndarray) -> pl.DataFrame:
+        e = self.est
         return result_frame(
-            settings,
+            self.settings,
             scope,
-            cohort=cohort_step[mask],
-            checkpoint=cell_step[mask],
-            event_time=event[mask],
-            att=est.att[mask],
-            se=se[mask],
-            ase=ase[mask],
-            crit=np.full(mask.sum(), c),
-            n_treated=est.n_treated[mask],
-            n_control=est.n_control[mask],
-            pre=pre[mask],
-            n_folded=cell_folded[mask],
-            small=cell_small[mask],
-            **common,
+            cohort=self.cohort_step[mask],
+            checkpoint=self.cell_step[mask],
+            event_time=self.event[mask],
+            att=e.att[mask],
+            sign=self.sign,
+            se=self.se[mask],
+            ase=self.ase[mask],
+            crit=crit,
+            n_treated=e.n_treated[mask],
+            n_control=e.n_control[mask],
+            pre=self.pre[mask],
+            n_folded=self.folded[mask],
+            small=self.small[mask],
         )
 
-    a = lay.group_index[lay.cell_group]
-    instantaneous = cell_subset("instantaneous", lay.cell_t == a)
-    final = final_index(steps, settings.final_step)
-    residual = cell_subset("residual", (lay.cell_t == final) & ~pre)
+    def subset(self, scope: str, mask: np.ndarray) -> pl.DataFrame:
+        """A scope made of some of the cells, with its own simultaneous band."""
+        return self.frame(scope, mask, np.full(mask.sum(), self.crit(mask)))
 
-    # persistent: average over cohorts at each event time e = c - g
-    events = np.unique(event)
-    members = [np.flatnonzero(event == e) for e in events]
-    theta, agg_draws = aggregate(lay, est.att, draws, boot.group_w if boot else None, members)
-    agg_ase = did.floored(analytic_se(lay, est, members), floor)
-    agg_se = did.bootstrap_se(agg_draws, floor) if agg_draws is not None else agg_ase
+
+def _profile_crit(c: _Cells) -> np.ndarray:
+    """Each cell's critical value: post-treatment and placebo cells are two families, or one with family="all"."""
+    pre = c.pre
+    crit = np.empty(len(pre))
+    if c.settings.family == "all":
+        crit[:] = c.crit(np.ones(len(pre), bool))
+    else:
+        crit[~pre] = c.crit(~pre) if (~pre).any() else np.nan
+        crit[pre] = c.crit(pre) if pre.any() else np.nan
+    return crit
+
+
+def _persistent(c: _Cells) -> pl.DataFrame:
+    """Persistent memorisation: the cells averaged over cohorts at each event time e = c - g, with its own band."""
+    lay, est, settings = c.lay, c.est, c.settings
+    events = np.unique(c.event)
+    members = [np.flatnonzero(c.event == e) for e in events]
+    theta, agg_draws = aggregate(lay, est.att, c.draws, c.boot.group_w if c.boot else None, members)
+    agg_ase = did.floored(analytic_se(lay, est, members), c.floor)
+    agg_se = did.bootstrap_se(agg_draws, c.floor) if agg_draws is not None else agg_ase
     post_e = events >= 0
     fam = post_e if settings.family == "post" else np.ones(len(events), bool)
-    crit_e = np.full(len(events), z)
+    crit_e = np.full(len(events), z_value(settings.alpha))
     if agg_draws is not None:
         crit_e[fam] = did.critical_value(did.sup_t(agg_draws, agg_se, fam), settings.alpha)
         if settings.family == "post" and (~post_e).any():
             crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws, agg_se, ~post_e), settings.alpha)
-    persistent = result_frame(
+    return result_frame(
         settings,
         "persistent",
         cohort=[None] * len(events),
         checkpoint=[None] * len(events),
         event_time=events,
         att=theta,
+        sign=c.sign,
         se=agg_se,
         ase=agg_ase,
         crit=crit_e,
         n_treated=[int(est.n_treated[m].sum()) for m in members],
         n_control=[int(est.n_control[m].max()) for m in members],
         pre=events < 0,
-        n_folded=[int(cell_folded[m].sum()) for m in members],
-        small=[bool(cell_small[m].any()) for m in members],
-        **common,
+        n_folded=[int(c.folded[m].sum()) for m in members],
+        small=[bool(c.small[m].any()) for m in members],
     )
 
-    # overall average post-treatment effect (R did's "simple" aggregation)
-    post_cells = np.flatnonzero(~pre)
-    o_theta, o_draws = aggregate(lay, est.att, draws, boot.group_w if boot else None, [post_cells])
-    o_ase = float(did.floored(analytic_se(lay, est, [post_cells]), floor)[0])
-    o_se = float(did.bootstrap_se(o_draws, floor)[0]) if o_draws is not None else o_ase
-    o_tau = float(sign * o_theta[0])
-    overall = {
+
+def _overall(c: _Cells) -> dict:
+    """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval."""
+    post_cells = np.flatnonzero(~c.pre)
+    z = z_value(c.settings.alpha)
+    o_theta, o_draws = aggregate(c.lay, c.est.att, c.draws, c.boot.group_w if c.boot else None, [post_cells])
+    o_ase = float(did.floored(analytic_se(c.lay, c.est, [post_cells]), c.floor)[0])
+    o_se = float(did.bootstrap_se(o_draws, c.floor)[0]) if o_draws is not None else o_ase
+    o_tau = float(c.sign * o_theta[0])
+    return {
         "estimate": o_tau,
         "std_error": o_se,
         "analytic_se": o_ase,
@@ -248,20 +262,35 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         "ci_high": o_tau + z * o_se,
         "significant": bool(abs(o_tau) > z * o_se),
         "n_cells": len(post_cells),
-        "small_group": bool(cell_small[post_cells].any()),
+        "small_group": bool(c.small[post_cells].any()),
     }
-    pretrend = _pretrend(draws, se, est.att, pre, settings.alpha)
+
+
+def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> EstimateResult:
+    """Every scope of the estimate from the cells' point estimates and bootstrap draws."""
+    c = _Cells.of(panel, settings, lay, est, boot)
+    notes = list(lay.notes) + group_notes(lay, est)
+    flat = ~np.isfinite(c.se)
+    if flat.any():
+        notes.append(
+            f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
+            "the outcome's standard deviation): no band, never marked significant"
+        )
+    crit = _profile_crit(c)
+    every = np.ones(len(c.pre), bool)
+    diagonal = lay.cell_t == lay.group_index[lay.cell_group]
+    final = final_index(lay.steps, settings.final_step)
     return EstimateResult(
         settings=settings,
-        cells=cells,
-        instantaneous=instantaneous,
-        persistent=persistent,
-        residual=residual,
-        overall=overall,
-        pretrend=pretrend,
-        crit=profile_crit,
-        cohorts=np.unique(cohort_step),
-        checkpoints=steps,
+        cells=c.frame("profile", every, crit),
+        instantaneous=c.subset("instantaneous", diagonal),
+        persistent=_persistent(c),
+        residual=c.subset("residual", (lay.cell_t == final) & ~c.pre),
+        overall=_overall(c),
+        pretrend=_pretrend(c.draws, c.se, est.att, c.pre, settings.alpha),
+        crit=float(crit[~c.pre][0]) if (~c.pre).any() else float("nan"),
+        cohorts=np.unique(c.cohort_step),
+        checkpoints=lay.steps,
         notes=notes,
     )
 
