@@ -17,6 +17,8 @@ from memtui.text import clean
 # Panel attributes `info` shows first, in this order; any other attribute follows.
 _PROVENANCE = ("model", "created", "command", "memtui_version", "source")
 _FORMAT_ATTRS = ("format", "format_version")
+# memtui.presets.PRESETS, spelled out so that building the parser does not import polars (a test keeps them equal)
+IMPORT_PRESETS = ("pythia-stats", "pythia-tokens")
 
 
 def register(sub) -> None:
@@ -46,7 +48,9 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import", help="build a panel from a long table (CSV/parquet): unit, time, treatment, metrics")
-    p.add_argument("table", type=Path)
+    p.add_argument(
+        "table", type=Path, help="the table; with --preset pythia-tokens, the folder of per-checkpoint files"
+    )
     p.add_argument("panel", type=Path, help="panel file to create (.h5)")
     p.add_argument("--unit", default="seq_idx", help="unit (instance) id column [seq_idx]")
     p.add_argument("--time", default="step", help="checkpoint step / period column [step]")
@@ -72,6 +76,18 @@ def register(sub) -> None:
         help="leave out units whose treatment is empty (refused otherwise), and say how many",
     )
     p.add_argument("--lower-is-better", default="", help="comma-separated metrics where lower is better (e.g. rank)")
+    p.add_argument(
+        "--preset",
+        choices=IMPORT_PRESETS,
+        help="the statistics Lesci et al. released for Pythia: pythia-stats (one parquet per model size) or "
+        "pythia-tokens (a folder of per-token files, one per checkpoint); see docs/importing.md",
+    )
+    p.add_argument(
+        "--max-step",
+        type=int,
+        help="with --preset: keep checkpoints up to this step (95000: the first epoch) and leave out instances first "
+        "trained on after the last one kept",
+    )
     p.add_argument("--force", action="store_true", help="overwrite an existing panel")
     p.set_defaults(func=cmd_import)
 
@@ -305,9 +321,48 @@ def _check_output(path: Path, force: bool, source: Path | None = None) -> None:
         raise MemtuiError(f"{path} already exists; pass --force to overwrite it or choose another path.")
 
 
+def _check_preset_args(args) -> None:
+    """Options a preset decides itself, refused rather than silently ignored."""
+    fixed = {
+        "--treatment": args.treatment is not None,
+        "--metrics": bool(args.metrics),
+        "--never-value": bool(args.never_value),
+        "--lower-is-better": bool(args.lower_is_better),
+        "--drop-missing-treatment": args.drop_missing_treatment,
+        "--unit": args.unit != "seq_idx",
+        "--time": args.time != "step",
+    }
+    given = [name for name, on in fixed.items() if on]
+    if given:
+        raise MemtuiError(
+            f"--preset {args.preset} sets the columns, treatment and metrics itself; drop {', '.join(given)}."
+        )
+
+
 def cmd_import(args) -> int:
     from memtui.importing import ImportSpec, check_spec, import_table, read_table
 
+    if args.preset:
+        from memtui.presets import import_preset
+
+        _check_preset_args(args)
+        check_spec(ImportSpec(from_seq_idx=True, batch_size=args.batch_size, macro_steps=args.macro_steps))
+        _check_output(args.panel, args.force, source=args.table)
+        done = import_preset(
+            args.preset,
+            args.table,
+            args.panel,
+            max_step=args.max_step,
+            batch_size=args.batch_size,
+            macro_steps=args.macro_steps,
+            overwrite=args.force,
+        )
+        for line in done.lines():
+            print(clean(line, limit=None))
+        print(f"see `memtui info {clean(done.path)}`")
+        return 0
+    if args.max_step is not None:
+        raise MemtuiError("--max-step works with --preset; for another table, filter its rows before importing.")
     spec = ImportSpec(
         unit=args.unit,
         time=args.time,

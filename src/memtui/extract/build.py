@@ -23,6 +23,9 @@ from memtui.text import clean
 
 from .checkpoints import parse_checkpoints
 
+_TOKENS_DEFAULT = "tokens"  # build's --tokens-column default
+PYTHIA_TOKENS, PYTHIA_INDEX = "input_ids", "seq_idx"  # the columns of the panel Lesci et al. released
+
 
 def _check_out(out, overwrite: bool) -> None:
     if Path(out).exists() and not overwrite:
@@ -202,18 +205,48 @@ def build_from_memmap(
 
 
 def _read_table(path: Path, treatment_column: str, tokens_column: str):
+    """(token lists, treatment steps, ids or None, source indices or None) of a parquet token table.
+
+    Besides a treatment column, the layout of the panel Lesci et al. released is recognised: ``input_ids`` (2049 ids)
+    and ``seq_idx`` (the training-order index, negative for validation rows), read when the named columns are absent;
+    the treatment is then derived from ``seq_idx`` exactly as ``memtui import --from-seq-idx`` does.
+    """
     import polars as pl
 
     try:
         df = pl.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - any reader error is a user-facing one-liner
         raise MemtuiError(f"{path}: cannot read parquet ({type(exc).__name__}).") from None
+    if tokens_column not in df.columns and tokens_column == _TOKENS_DEFAULT and PYTHIA_TOKENS in df.columns:
+        tokens_column = PYTHIA_TOKENS
+    if treatment_column not in df.columns and PYTHIA_INDEX in df.columns:
+        return _read_seq_idx_table(df, path, tokens_column)
     for col in (tokens_column, treatment_column):
         if col not in df.columns:
             raise MemtuiError(f"{path}: no column '{col}' (it has {', '.join(df.columns)}).")
     seqs = df[tokens_column].to_list()
     ids = df["id"].to_numpy() if "id" in df.columns else None
-    return seqs, df[treatment_column].to_numpy(), ids
+    return seqs, df[treatment_column].to_numpy(), ids, None
+
+
+def _read_seq_idx_table(df, path: Path, tokens_column: str):
+    from memtui.importing import pythia_treatment_step
+
+    if tokens_column not in df.columns:
+        raise MemtuiError(
+            f"{path}: no column '{clean(tokens_column, 60)}' (it has {clean(', '.join(df.columns), 200)})."
+        )
+    column = df[PYTHIA_INDEX]
+    if not column.dtype.is_integer() or column.null_count():
+        raise MemtuiError(
+            f"{path}: column '{PYTHIA_INDEX}' must hold a whole training-order index in every row, not {column.dtype}"
+            f"{' with missing values' if column.null_count() else ''}."
+        )
+    seq_idx = column.to_numpy().astype(np.int64)
+    if len(np.unique(seq_idx)) != len(seq_idx):
+        raise MemtuiError(f"{path}: some '{PYTHIA_INDEX}' values appear more than once; keep one row per sequence.")
+    treat = pythia_treatment_step(seq_idx)
+    return df[tokens_column].to_list(), treat, seq_idx, seq_idx
 
 
 def build_from_tokens(
@@ -229,17 +262,18 @@ def build_from_tokens(
 ) -> Path:
     """Panel from token ids with a treatment step per row (-1 = never trained, a validation instance).
 
-    .parquet: a list column of token ids and a treatment column (optional ``id``); .npz: arrays ``tokens``,
-    ``treatment_step`` (or the named column), optional ``lengths`` and ``id``; .npy: the token matrix, with the
-    treatment steps in ``treatment_file`` (.npy). ``steps`` defaults to 0 and every treatment step.
+    .parquet: a list column of token ids and a treatment column (optional ``id``), or the released Pythia panel's
+    ``input_ids`` and ``seq_idx`` (treatment from the training-order index, ids the ``seq_idx``); .npz: arrays
+    ``tokens``, ``treatment_step`` (or the named column), optional ``lengths`` and ``id``; .npy: the token matrix,
+    with the treatment steps in ``treatment_file`` (.npy). ``steps`` defaults to 0 and every treatment step.
     """
     _check_out(out, overwrite)
     path = Path(tokens_file)
     if not path.exists():
         raise MemtuiError(f"{path}: no such token file.")
-    ids = lengths = None
+    ids = lengths = source = None
     if path.suffix == ".parquet":
-        seqs, treat, ids = _read_table(path, treatment_column, tokens_column)
+        seqs, treat, ids, source = _read_table(path, treatment_column, tokens_column)
         lengths = np.array([len(s) for s in seqs])
         tokens = np.full((len(seqs), max(lengths.max(), 1)), PAD, dtype=np.int64)
         for i, s in enumerate(seqs):
@@ -296,7 +330,7 @@ def build_from_tokens(
         ids=np.arange(len(treat)) if ids is None else ids,
         treatment=treat,
         steps=step_list,
-        source_index=np.arange(len(treat)),
+        source_index=np.arange(len(treat)) if source is None else source,
         tokens=tokens,
         lengths=lengths,
         attrs={"source": f"tokens {path}", **(attrs or {})},
