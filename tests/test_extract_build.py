@@ -7,7 +7,8 @@ import polars as pl
 import pytest
 
 from memtui.errors import MemtuiError
-from memtui.extract.build import build_from_memmap, build_from_tokens, sample_memmap_rows, treatment_of_rows
+from memtui.extract.build import build_from_memmap, build_from_tokens, sample_memmap_rows
+from memtui.importing import pythia_treatment_step as treatment_of_rows
 from memtui.panel import NEVER, PAD, read_panel, read_tokens
 
 B, M, L = 8, 5, 17  # rows per step, steps per macro-batch, tokens per row

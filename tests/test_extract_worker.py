@@ -46,7 +46,7 @@ def test_parse_checkpoints():
             parse_checkpoints(bad)
 
 
-def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoints):
+def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoints, cli):
     logs = []
     assert run(extract_panel, model=str(extract_checkpoints), batch_size=7, handle_signals=False, log=logs.append) == (
         "done"
@@ -73,6 +73,9 @@ def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoin
         "GPTNeoXForCausalLM hidden_size=32 num_hidden_layers=2 num_attention_heads=4 intermediate_size=64 vocab_size="
         f"{model.config.vocab_size}"
     )
+    code, out, _ = cli("info", extract_panel)
+    line = next(line for line in out.splitlines() if line.startswith("model size"))
+    assert code == 0 and line.split(None, 2)[2].startswith(f"{model.num_parameters():,} parameters; GPTNeoXForCausal")
 
 
 def test_resume_skips_done_checkpoints(extract_panel, extract_checkpoints):

@@ -216,6 +216,9 @@ def cmd_info(args) -> int:
         label = clean(METRIC_LABEL.get(name, name), 80)
         rows.append(("metric", f"{clean(name, 40):<{width}} {label} ({better} is better), {coverage:.1%} filled"))
     rows.append(("tokens", "stored" if p.has_tokens else "not stored"))
+    if p.n_parameters:
+        config = next((c for c, done in zip(p.configs, p.done, strict=False) if done and c), "")
+        rows.append(("model size", f"{p.n_parameters:,} parameters" + (f"; {clean(config)}" if config else "")))
     if p.truth is not None:
         rows.append(("truth", "simulated panel: the true profile is stored"))
     rows += [(clean(key, 40), clean(value)) for key, value in _provenance(p.attrs)]

@@ -32,11 +32,6 @@ def _check_out(out, overwrite: bool) -> None:
         raise MemtuiError(f"{out} already exists; pass --force to overwrite it or choose another path.")
 
 
-def treatment_of_rows(rows: np.ndarray, batch_size: int, macro: int) -> np.ndarray:
-    """First checkpoint (every ``macro`` steps) that has trained on memmap row r: ``(r // (B*M) + 1) * M``."""
-    return (np.asarray(rows, dtype=np.int64) // (batch_size * macro) + 1) * macro
-
-
 def _load(path: Path, **kw):
     """``np.load`` with its many failure modes (junk bytes, a pickled object array, a truncated zip) as one line."""
     try:
@@ -168,7 +163,9 @@ def build_from_memmap(
         if step_list is None:
             raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
     rows = sample_memmap_rows(n_rows, batch_size=batch_size, macro=macro, k=k, m=m, max_step=max(step_list), seed=seed)
-    treat = treatment_of_rows(rows, batch_size, macro)
+    from memtui.importing import pythia_treatment_step
+
+    treat = pythia_treatment_step(rows, batch_size, macro)  # the rows are in training order
     keep = np.isin(treat, step_list)
     rows, treat = rows[keep], treat[keep]
     if len(rows) == 0:
