@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tiny_models
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
@@ -22,19 +23,8 @@ VOCAB = 211
 
 
 def tiny_model(seed: int = 0, vocab: int = VOCAB) -> GPTNeoXForCausalLM:
-    torch.manual_seed(seed)
-    cfg = GPTNeoXConfig(
-        vocab_size=vocab,
-        hidden_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=96,
-        max_position_embeddings=128,
-    )
-    model = GPTNeoXForCausalLM(cfg).eval()
-    with torch.no_grad():  # sharper predictions than the default init, so ranks and entropies vary
-        model.get_output_embeddings().weight.mul_(20)
-    return model
+    # sharper predictions than the default init, so ranks and entropies vary
+    return tiny_models.tiny_model(seed, vocab, hidden=48, positions=128, sharpen=20)
 
 
 def reference(model, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
@@ -206,7 +196,7 @@ def test_device_and_dtype_resolution(monkeypatch):
 def test_bf16_body_keeps_rotary_frequencies_in_fp32():
     """Casting a whole model to bf16 would round rotary inv_freq (angles off by ~0.4 rad at position 2047)."""
     import torch
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import GPTNeoXForCausalLM
 
     from memtui.extract.worker import to_body_dtype
 

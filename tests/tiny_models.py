@@ -15,17 +15,25 @@ VOCAB = 101
 STEPS = [0, 10, 20, 30, 40]
 
 
-def tiny_model(seed: int) -> GPTNeoXForCausalLM:
+def tiny_model(
+    seed: int = 0, vocab: int = VOCAB, hidden: int = 32, positions: int = 64, sharpen: float = 1.0
+) -> GPTNeoXForCausalLM:
+    """A randomly initialised 2-layer GPT-NeoX; ``sharpen`` scales the output embedding so that predictions are
+    confident (ranks and entropies then vary across tokens, as in a trained model)."""
     torch.manual_seed(seed)
     cfg = GPTNeoXConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
+        vocab_size=vocab,
+        hidden_size=hidden,
         num_hidden_layers=2,
         num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=positions,
     )
-    return GPTNeoXForCausalLM(cfg).eval()
+    model = GPTNeoXForCausalLM(cfg).eval()
+    if sharpen != 1.0:
+        with torch.no_grad():
+            model.get_output_embeddings().weight.mul_(sharpen)
+    return model
 
 
 def save_checkpoints(root: Path, steps=STEPS) -> Path:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.errors import MemtuiError
+from memtui.files import refuse_existing
 from memtui.samples import SAMPLES
 from memtui.text import clean
 
@@ -320,8 +321,7 @@ def _check_output(path: Path, force: bool, source: Path | None = None) -> None:
         raise MemtuiError(f"cannot write {path}: {path.parent} is not an existing folder; create it first.")
     if source is not None and path.exists() and source.exists() and os.path.samefile(path, source):
         raise MemtuiError(f"{path} is the table being imported; write the panel to another file.")
-    if path.exists() and not force:
-        raise MemtuiError(f"{path} already exists; pass --force to overwrite it or choose another path.")
+    refuse_existing(path, force)
 
 
 def _check_preset_args(args) -> None:

@@ -16,6 +16,12 @@ class WriteError(MemtuiError, OSError):
     OSError, so callers for whom the file is optional (the estimate cache, progress notes) can ignore it as before."""
 
 
+def refuse_existing(path: str | os.PathLike, force: bool) -> None:
+    """The one refusal of every command that creates a file: an existing one is never replaced without --force."""
+    if Path(path).exists() and not force:
+        raise MemtuiError(f"{path} already exists; pass --force to overwrite it or choose another path.")
+
+
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """``write(tmp)`` to a temporary name beside ``path``, then rename it over ``path`` (atomic on POSIX).
 

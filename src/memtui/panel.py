@@ -19,7 +19,7 @@ import numpy as np
 
 from memtui import __version__
 from memtui.errors import MemtuiError
-from memtui.files import atomic_write
+from memtui.files import atomic_write, refuse_existing
 from memtui.superblock import read_superblock
 from memtui.text import clean
 
@@ -205,8 +205,7 @@ def create_panel(
     Written to a temporary name and renamed, so a crash never leaves a half-made panel under ``path``.
     """
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise MemtuiError(f"{path} already exists; pass --force to overwrite it or choose another path.")
+    refuse_existing(path, overwrite)
     ids = np.asarray(ids, dtype=np.int64)
     n = len(ids)
     if n == 0:

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.errors import MemtuiError
+from memtui.files import refuse_existing
 from memtui.panel import NEVER, PAD, create_panel
 from memtui.text import clean
 
@@ -28,8 +29,7 @@ PYTHIA_TOKENS, PYTHIA_INDEX = "input_ids", "seq_idx"  # the columns of the panel
 
 
 def _check_out(out, overwrite: bool) -> None:
-    if Path(out).exists() and not overwrite:
-        raise MemtuiError(f"{out} already exists; pass --force to overwrite it or choose another path.")
+    refuse_existing(out, overwrite)
 
 
 def _load(path: Path, **kw):
