@@ -22,6 +22,7 @@ from memtui.cli import OneLineParser
 from memtui.errors import MemtuiError
 from memtui.extract import fetch
 from memtui.extract.checkpoints import Source, weights_hash
+from memtui.memory import human_decimal
 from memtui.text import clean
 
 REPO = "tiny-org/tiny-neox"
@@ -221,7 +222,7 @@ def test_progress_line_on_a_terminal(hf_env, revisions, capsys, monkeypatch):
     blobs = {revisions[r][f] for r in revisions for f in fetch.choose_files(list(revisions[r]))}
     assert len(blobs) == 4
     final = term.getvalue().split("\r")[-1]
-    assert final == f"fetched 2/2 revisions, {fetch._human(sum(map(len, blobs)))}\x1b[K\n"
+    assert final == f"fetched 2/2 revisions, {human_decimal(sum(map(len, blobs)))}\x1b[K\n"
 
 
 def test_interrupted_download_resumes_with_a_range_request(hf_env, revisions, capsys, monkeypatch):
@@ -257,7 +258,7 @@ def test_a_failed_run_resumes_file_by_file(hf_env, revisions, capsys, monkeypatc
 
 
 def test_sizes_read_like_a_person_writes_them():
-    assert [fetch._human(n) for n in (0, 999, 1000, 3_400_000_000, 2_500_000_000_000)] == [
+    assert [human_decimal(n) for n in (0, 999, 1000, 3_400_000_000, 2_500_000_000_000)] == [
         "0 B",
         "999 B",
         "1.0 KB",
@@ -396,7 +397,7 @@ def test_dry_run_lists_sizes_and_downloads_nothing(hf_env, revisions, capsys, mo
         assert not [r for r in hub.requests if "/resolve/" in r.path]
     assert code == 2  # step20 does not exist
     size = sum(len(revisions["step0"][f]) for f in ("config.json", "generation_config.json", "model.safetensors"))
-    assert f"step0: missing, 3 files, {fetch._human(size)}" in out
+    assert f"step0: missing, 3 files, {human_decimal(size)}" in out
     assert "dry run: 3 of 3 revisions missing" in out
     assert "memtui: step20: no such revision" in err
     assert fetch.missing_revisions(REPO, [0, 10]) == [0, 10]

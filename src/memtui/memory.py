@@ -31,6 +31,17 @@ def human(nbytes: float) -> str:
     return f"{nbytes:.0f} bytes" if k == 0 else f"{nbytes:.1f} {units[k]}"
 
 
+def human_decimal(n: float) -> str:
+    """``n`` bytes in decimal units (KB = 1000 B), as the Hugging Face hub lists file sizes."""
+    if n < 1000:
+        return f"{n:.0f} B"
+    for unit in ("KB", "MB", "GB"):
+        n /= 1000
+        if n < 1000:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:.1f} TB"
+
+
 def require_memory(nbytes: int, what: str, fix: str) -> None:
     """Refuse ``what`` when it needs more than the machine's memory; ``fix`` says how to make it smaller."""
     have = physical_memory()

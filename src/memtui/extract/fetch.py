@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from memtui.errors import MemtuiError
+from memtui.memory import human_decimal
 from memtui.text import clean
 
 from .checkpoints import Source, parse_checkpoints
@@ -131,16 +132,6 @@ def _revision(template: str, step: int) -> str:
             f"cannot use revision template '{template}' ({type(exc).__name__}: {exc}); use {{step}} for the step, "
             "e.g. step{step}."
         ) from None
-
-
-def _human(n: float) -> str:
-    if n < 1000:
-        return f"{n:.0f} B"
-    for unit in ("KB", "MB", "GB"):
-        n /= 1000
-        if n < 1000:
-            return f"{n:.1f} {unit}"
-    return f"{n / 1000:.1f} TB"
 
 
 def _endpoint() -> str | None:
@@ -378,14 +369,14 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
             except Exception as exc:  # noqa: BLE001 - every failure becomes one line at the end
                 failures.append((revision, _reason(exc, model)))
                 continue
-            size = _human(plan.size) if plan.size is not None else "size unknown"
+            size = human_decimal(plan.size) if plan.size is not None else "size unknown"
             print(f"{clean(revision)}: missing, {len(plan.files)} files, {size} ({clean(', '.join(plan.files))})")
             if plan.size is None:
                 unknown += 1
             else:
                 total += plan.size
         more = f" (+{unknown} of unknown size)" if unknown else ""
-        print(f"dry run: {len(missing)} of {len(steps)} revisions missing, {_human(total)} to download{more}")
+        print(f"dry run: {len(missing)} of {len(steps)} revisions missing, {human_decimal(total)} to download{more}")
         return _report(failures)
 
     progress = _Progress()
@@ -402,7 +393,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
             raise MemtuiError("the download ended but the revision is still incomplete in the cache; rerun")
 
     def show(final: bool = False) -> None:
-        line = f"fetched {fetched}/{len(missing)} revisions, {_human(progress.received)}"
+        line = f"fetched {fetched}/{len(missing)} revisions, {human_decimal(progress.received)}"
         if failures:
             line += f", {len(failures)} failed"
         print("\r" + line + "\x1b[K", end="\n" if final else "", file=err, flush=True)
@@ -438,7 +429,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
         show(final=True)
 
     print(
-        f"fetched {fetched} of {len(missing)} missing revisions ({_human(progress.received)} downloaded), "
+        f"fetched {fetched} of {len(missing)} missing revisions ({human_decimal(progress.received)} downloaded), "
         f"{have} were already cached, {len(failures)} failed; cache: {clean(cache)}"
     )
     if not failures:
