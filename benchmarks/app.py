@@ -13,6 +13,9 @@ then each from a fresh App in this process (imports done once beforehand):
 - switch (disk): ``m`` pressed until the new metric's profile is painted, its estimate read from the disk cache
 - switch (memory): ``m`` back to a metric already seen in this session (in-memory dict)
 - key latency while computing: ``j`` sent during an uncached estimate (a new seed), until the moved cursor is painted
+- every key (``--keys``): each of the app's keys (panes, metric, estimator, significance, plot, scope, sort, the
+  dialogs opened and closed), from the press until the app is idle and every animation has finished, with the tab
+  underline animation on and off (the ``Animations`` palette command)
 
 Headless means no terminal I/O: a real terminal adds the time to write the changed lines (small at 120 x 40).
 """
@@ -34,11 +37,12 @@ from memtui.app import open_app
 from memtui.app.heatmap import Heatmap
 from memtui.app.main import MemtuiApp
 from memtui.cache import cached_estimate
-from memtui.estimate import Settings
+from memtui.estimate import ESTIMATORS, Settings
 from memtui.panel import read_panel
 from memtui.synthetic import Simulation, write_synthetic
 
 SHAPES = {
+    "keys": Simulation(n_cohorts=40, per_cohort=50, n_never=500, n_checkpoints=41),  # the --keys default
     "first-epoch": Simulation(n_cohorts=95, per_cohort=100, n_never=2000, n_checkpoints=96),  # 11,500 x 96
     "full": Simulation(n_cohorts=143, per_cohort=100, n_never=2000, n_checkpoints=144),  # 16,300 x 144
 }
@@ -140,6 +144,53 @@ def _cold_open(path: Path) -> float:
     return elapsed
 
 
+# (key, pane it is pressed on); a dialog key is followed by the key that closes it, timed separately
+EVERY_KEY = [
+    ("2", None), ("3", None), ("4", None), ("1", None), ("m", "profile"), ("M", "profile"), ("d", "profile"),
+    ("d", "profile"), ("d", "profile"), ("s", "profile"), ("i", "profile"), ("p", "profile"), ("p", "profile"),
+    ("j", "profile"), ("t", "estimates"), ("greater_than_sign", "estimates"), ("s", "estimates"),
+    ("o", None), ("escape", None), ("e", None), ("escape", None), ("question_mark", None), ("escape", None),
+]  # fmt: skip
+
+
+async def _every_key(path: Path, animations: bool) -> dict[str, list[float]]:
+    """Seconds from each key press until the app is idle with no animation left, estimates cached (the first
+    ``d`` may compute the difference estimator once: cached on disk beforehand)."""
+    app = MemtuiApp(read_panel(path))
+    app.animation_level = "full" if animations else "none"
+    out: dict[str, list[float]] = {}
+    async with app.run_test(size=SIZE) as pilot:
+        heatmap = app.query_one(Heatmap)
+        await _until(lambda: heatmap.painted_at is not None)
+        await pilot.pause(1.5)
+        for key, pane in EVERY_KEY:
+            if pane is not None and app.active_pane != pane:
+                await pilot.press({"profile": "1", "estimates": "3"}[pane])
+                await pilot.wait_for_scheduled_animations()
+                await pilot.pause()
+            t = time.perf_counter()
+            await pilot.press(key)
+            await pilot.wait_for_scheduled_animations()
+            await pilot.pause()
+            await _until(lambda: app.computing is None)
+            label = key if pane is None else f"{key} ({pane})"
+            out.setdefault(label, []).append(time.perf_counter() - t)
+    return out
+
+
+def _print_every_key(path: Path, repeats: int) -> None:
+    for animations in (True, False):
+        runs = [asyncio.run(_every_key(path, animations)) for _ in range(repeats)]
+        print(f"  every key, animations {'on' if animations else 'off'} (max over {repeats} runs):")
+        merged: dict[str, list[float]] = {}
+        for run in runs:
+            for label, values in run.items():
+                merged.setdefault(label, []).extend(values)
+        worst = max(max(v) for v in merged.values())
+        print("    " + "  ".join(f"{label} {max(v) * 1000:.0f}" for label, v in merged.items()) + " ms")
+        print(f"    slowest: {worst * 1000:.0f} ms")
+
+
 def _send_key(app: MemtuiApp, key: str) -> None:
     """What ``Pilot.press`` does minus its wait for the whole process to go idle, which a computing worker thread
     never lets happen (the pilot would then add up to 2 s per key that a user never sees)."""
@@ -153,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", choices=[*SHAPES, "both"], default="both")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, help="keep panels and caches here (default: a temporary folder)")
+    parser.add_argument("--keys", action="store_true", help="only the every-key latencies (a 40-cohort panel)")
     args = parser.parse_args(argv)
-    shapes = list(SHAPES) if args.shape == "both" else [args.shape]
+    shapes = ["first-epoch", "full"] if args.shape == "both" else [args.shape]
+    if args.keys and args.shape == "both":
+        shapes = ["keys"]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="memtui-app-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"panels and caches in {workdir}; terminal {SIZE[0]}x{SIZE[1]}, headless pilot")
@@ -168,8 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         for metric in METRICS:
             cached_estimate(panel, Settings(metric=metric))
+        for estimator in ESTIMATORS:
+            cached_estimate(panel, Settings(estimator=estimator))
         print(f"\n{shape}: {n:,} instances x {t} checkpoints, {sim.n_cohorts} cohorts "
               f"(estimates cached: {time.perf_counter() - t0:.1f} s)")  # fmt: skip
+        if args.keys:
+            _print_every_key(path, args.repeats)
+            continue
         colds = [_cold_open(path) for _ in range(args.repeats)]
         print(f"  new process to first painted profile:    median {statistics.median(colds):.3f} s, "
               f"max {max(colds):.3f} s over {len(colds)} (Python start-up and imports included)")  # fmt: skip

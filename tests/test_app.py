@@ -17,8 +17,8 @@ from textual.widgets import Input, TabbedContent
 
 from memtui.app import open_app, run_app
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
-from memtui.app.estimates import EstimatesPane, EstimatesTable
-from memtui.app.extraction import ExtractionPane, progress_text
+from memtui.app.estimates import EstimatesPane, EstimatesTable, table_frame
+from memtui.app.extraction import ExtractionPane, job_indicator, progress_text
 from memtui.app.fmt import short_step
 from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
 from memtui.app.main import MemtuiApp, PanelReloaded, key_sections
@@ -32,6 +32,12 @@ from memtui.synthetic import Simulation, simulate, write_synthetic
 SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
 SIZE = (100, 32)
 JOB_GROUPS = (*APP_GROUPS, "extract-launch")  # launching and cancelling a job run in workers of their own
+
+
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path_factory, monkeypatch):
+    """Each test reads and writes preferences (the theme) in a folder of its own, never the user's."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
 @pytest.fixture
@@ -78,7 +84,7 @@ def test_short_step():
 @run_async
 async def test_open_move_cursor_and_read_status_line(panel_path):
     app = make_app(panel_path)
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(160, 40)) as pilot:  # wide: the status line's full wording
         await settle(pilot)
         heatmap = app.query_one(Heatmap)
         assert heatmap.has_focus and heatmap.painted
@@ -152,7 +158,7 @@ async def test_metric_and_estimator_switch_change_values_and_come_back_from_memo
         await pilot.press("m")
         await settle(pilot)
         assert app.settings.metric == "accuracy" and "accuracy" in title(app)
-        assert status(app) != loglik_line and "g 2000  c 2000" in status(app)  # same cell, new value
+        assert status(app) != loglik_line and "g 2000 c 2000" in status(app).replace("  ", " ")  # same cell, new value
         await pilot.press("m")
         await settle(pilot)
         assert app.settings.metric == "rank"
@@ -285,7 +291,10 @@ async def test_estimates_table_sort_filter_scope_and_open(panel_path):
         assert table.has_focus
         result = app.result
         sig = export_frame(result, "profile", True)
-        assert table.frame.columns == sig.columns and table.frame.height == sig.height
+        assert table.frame.columns == table_frame(sig).columns and table.frame.height == sig.height
+        # the constants are said once above the table, not in ~35 columns of every row
+        assert not set(table.frame.columns) & {"metric", "estimator", "scope", "alpha", "draws", "seed"}
+        assert table.frame.columns[:4] == ["cohort", "checkpoint", "event_time", "estimate"]
         assert f"{sig.height} significant rows of {result.cells.height}" in str(
             app.query_one("#estimates-info").render()
         )
@@ -297,10 +306,10 @@ async def test_estimates_table_sort_filter_scope_and_open(panel_path):
         column = table._columns.index("estimate")
         for _ in range(column):
             await pilot.press("l")
-        await pilot.press("o")
+        await pilot.press("greater_than_sign")
         values = table.frame["estimate"].to_list()
         assert values == sorted(values)
-        await pilot.press("o")
+        await pilot.press("greater_than_sign")
         values = table.frame["estimate"].to_list()
         assert values == sorted(values, reverse=True)
         await pilot.press("G")
@@ -341,8 +350,10 @@ async def test_estimates_table_formats_only_the_rows_on_screen_of_ten_thousand(t
         assert table.frame.height == result.cells.height
         formatted = []
         real_cell = estimates.cell
-        monkeypatch.setattr(estimates, "cell", lambda value: formatted.append(value) or real_cell(value))
-        await pilot.press("o", "o", "pagedown", "pagedown", "G", "g")
+        monkeypatch.setattr(
+            estimates, "cell", lambda value, spec=None: formatted.append(value) or real_cell(value, spec)
+        )
+        await pilot.press("greater_than_sign", "greater_than_sign", "pagedown", "pagedown", "G", "g")
         await pilot.pause()
         first = table._columns[0]
         assert table.row == 0 and table.sort_by == first and table.descending
@@ -364,7 +375,7 @@ async def test_export_writes_the_csv_and_reports_where(panel_path, tmp_path):
         await pilot.press("e")
         assert isinstance(app.screen, ExportDialog)
         path_input = app.screen.query_one("#export-path")
-        assert path_input.value == "panel-loglik-did-profile.csv"
+        assert path_input.value == "panel-loglik-did-profile-a0.05-d1000.csv"  # alpha and draws in the name
         path_input.value = str(out)
         await pilot.press("enter")
         await pilot.pause()
@@ -720,13 +731,33 @@ async def test_launch_a_tiny_cpu_extraction_watch_it_and_find_it_again_after_qui
 
 
 @run_async
-async def test_launch_errors_stay_in_the_form(tmp_path, panel_path):
+async def test_launch_is_disabled_on_a_panel_without_token_ids(panel_path):
     pytest.importorskip("memtui.extract.jobs")
     app = make_app(panel_path)  # a synthetic panel: no token ids
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("4")
         pane = app.query_one(ExtractionPane)
+        assert pane.query_one("#ex-launch").disabled and pane.query_one("#ex-cancel").disabled
+        await pilot.press("ctrl+r")  # the key says why instead of launching
+        assert "stores no token ids" in str(pane.query_one("#ex-error").render())
+        assert not [w for w in app.workers if w.group == "extract-launch"]
+        await pilot.press("q")
+        await pilot.pause()
+    assert app.return_value == 0
+
+
+@run_async
+async def test_launch_errors_stay_in_the_form(tmp_path):
+    pytest.importorskip("memtui.extract.jobs")
+    path = create_panel(tmp_path / "tokens.h5", ids=range(6), treatment=[1000, 1000, 2000, 2000, NEVER, NEVER],
+                        steps=[0, 1000, 2000], tokens=np.zeros((6, 8), dtype=np.int64))  # fmt: skip
+    app = make_app(path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        pane = app.query_one(ExtractionPane)
+        assert not pane.query_one("#ex-launch").disabled
         pane.query_one("#ex-model").value = ""
         await pilot.press("ctrl+r")
         assert "Give a model" in str(pane.query_one("#ex-error").render())
@@ -734,10 +765,6 @@ async def test_launch_errors_stay_in_the_form(tmp_path, panel_path):
         pane.query_one("#ex-batch").value = "lots"
         await pilot.press("ctrl+r")
         assert "batch size must be auto or a whole number" in str(pane.query_one("#ex-error").render())
-        pane.query_one("#ex-batch").value = "auto"
-        await pilot.press("ctrl+r")
-        await settle(pilot, JOB_GROUPS)
-        assert "no token ids" in str(pane.query_one("#ex-error").render())
         await pilot.press("escape", "q")  # leave the form; q quits
         await pilot.pause()
     assert app.return_value == 0
@@ -809,3 +836,229 @@ async def test_launch_two_workers_from_the_app_and_see_both(tmp_path):
             assert "workers (2):" in str(pane.query_one("#ex-status").render())
     finally:
         jobs.cancel(path)
+
+
+# ---- layout at 80 x 24, keys, themes (issue 10) ----------------------------------------------------------------
+
+
+@run_async
+async def test_status_line_is_one_line_at_80_columns_and_shortens_in_order(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        info = app.query_one("#cell-info")
+        pane = app.query_one("#profile-pane")
+        heatmap = app.query_one(Heatmap)
+        for keys in ((), ("j", "i"), ("G", "dollar_sign"), ("h", "h", "h", "h")):
+            await pilot.press(*keys)
+            line = status(app)
+            assert "\n" not in line and len(line) <= info.size.width - 2 and info.size.height == 1
+            full = pane.cell_text(heatmap.row, heatmap.column)  # no width: the full wording
+            assert line == full or len(full) > info.size.width - 2  # shortened only when the full one does not fit
+            g = int(app.result.cohorts[heatmap.row])
+            assert f"g {g}" in line or f"g {short_step(g)}" in line
+            tau = app.result.matrix("estimate")[heatmap.row, heatmap.column]
+            if np.isfinite(tau):
+                assert "τ " in line and ("sig." in line or "n.s." in line or "significant" in line)
+        # the shortest form keeps the place, tau and the band; the counts' words go first
+        wide = pane.cell_text(heatmap.row, heatmap.column, 200)
+        assert wide == pane.cell_text(heatmap.row, heatmap.column)
+        assert len(pane.cell_text(heatmap.row, heatmap.column, 30)) <= 30
+
+
+def _footer_keys(screen) -> list[str]:
+    from textual.widgets._footer import FooterKey
+
+    return [k.key_display for k in screen.query(FooterKey) if k.region.right <= screen.size.width]
+
+
+@run_async
+async def test_every_pane_has_the_same_main_keys_visible_at_80_columns(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for pane in "1234":
+            await pilot.press(pane)
+            await settle(pilot)
+            await pilot.pause()
+            shown = _footer_keys(app.screen)
+            # metric, estimator, settings, export and the key list: the same keys on every pane, all on screen
+            for key in ("m", "d", "o", "e", "?"):
+                assert key in shown, (pane, shown)
+        await pilot.press("3")
+        assert app.screen.query_one("Footer").region.height == 1
+        await pilot.press("o")
+        assert isinstance(app.screen, SettingsDialog)  # o is Settings on the Estimates pane too
+        assert _footer_keys(app.screen) == ["esc"] or "esc" in _footer_keys(app.screen)  # the dialog's own keys
+        assert "m" not in _footer_keys(app.screen)
+        await pilot.press("escape")
+
+
+@run_async
+async def test_heatmap_axis_labels_first_and_last_checkpoint_and_legend_explains_the_blank_column(tmp_path):
+    sim = Simulation(n_cohorts=9, per_cohort=6, n_never=40, n_checkpoints=21, seed=3)  # 0 .. 20k
+    app = make_app(write_synthetic(tmp_path / "p.h5", sim))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        heatmap = app.query_one(Heatmap)
+        for keys in ((), ("dollar_sign",), ("0",), ("l", "l", "l")):
+            await pilot.press(*keys)
+            header = "".join(seg.text for seg in heatmap._header_strip())
+            labels = header.split()
+            first, last = (short_step(s) for s in app.result.checkpoints[[0, -1]])
+            assert labels[0] == first and labels[-1] == last, header  # never cut, never dropped
+            assert len(header) == len(app.result.checkpoints) * heatmap.cell_width
+        assert not np.isfinite(app.result.matrix("estimate")[:, 0]).any()  # the base period column
+        assert f"blank c={short_step(app.result.checkpoints[0])}" in str(app.query_one("#legend").render())
+
+
+@run_async
+async def test_p_folds_the_path_plot_so_the_heatmap_gets_the_rows(tmp_path):
+    sim = Simulation(n_cohorts=16, per_cohort=4, n_never=40, n_checkpoints=18, seed=3)
+    app = make_app(write_synthetic(tmp_path / "p.h5", sim))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        heatmap = app.query_one(Heatmap)
+        before = heatmap.size.height
+        await pilot.press("p")
+        await pilot.pause()
+        assert not app.query_one("#path-plot").display and heatmap.size.height >= before + 8
+        assert heatmap.size.height - 1 >= 16  # every cohort row on screen
+        await pilot.press("m")  # a new estimate keeps the plot folded
+        await settle(pilot)
+        assert not app.query_one("#path-plot").display
+        await pilot.press("p")
+        await pilot.pause()
+        assert app.query_one("#path-plot").display and heatmap.size.height == before
+
+
+@run_async
+async def test_help_has_one_key_column_and_no_duplicates_and_palette_one_keys_entry(panel_path):
+    app = make_app(panel_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        sections = key_sections(app)
+        for _, keys in sections:
+            assert len(keys) == len(set(keys))
+            assert len({k for k, _ in keys}) == len(keys), keys  # one meaning per key in a section
+        dialogs = dict(sections)["Dialogs"]
+        assert [d for k, d in dialogs if k == "enter"] == ["apply / write"]  # not also "Next option"
+        await pilot.press("question_mark")
+        text = str(app.screen.query_one("#help-text").render())
+        width = max(len(k) for _, keys in sections for k, _ in keys) + 2
+        for _, keys in sections:
+            for key, description in keys:
+                # one column for every key, at least two spaces before the words
+                assert f"  {key:<{width}}{description.split()[0]}" in text, key
+        assert "esc" in _footer_keys(app.screen) and "m" not in _footer_keys(app.screen)
+        await pilot.press("escape")
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert titles.count("Keys") == 1
+
+
+@run_async
+async def test_export_asks_before_overwriting(panel_path, tmp_path):
+    out = tmp_path / "out.csv"
+    out.write_text("keep me\n")
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("e")
+        dialog = app.screen
+        dialog.query_one("#export-path").value = str(out)
+        await pilot.press("enter")
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("n")
+        assert app.screen is dialog and out.read_text() == "keep me\n"
+        await pilot.press("enter")
+        await pilot.press("y")
+        await pilot.pause()
+        assert not isinstance(app.screen, (ConfirmDialog, ExportDialog))
+        assert pl.read_csv(out).height == export_frame(app.result, "profile", True).height
+
+
+RUNNING = {"state": "running", "pid": 99, "checkpoint": 2000, "k": 1, "K": 2, "tokens_per_s": 1500.0, "eta_s": 720}
+
+
+def test_progress_numbering_and_dead_jobs():
+    text = progress_text(RUNNING, steps=[0, 1000, 2000, 3000])
+    assert "checkpoint 3 of 4 (step 2000) · this job's 1 of 2" in text and "1,500 tokens/s · ETA 12m 00s" in text
+    for state in ("cancelled", "stale", "failed", "done"):
+        dead = progress_text({**RUNNING, "state": state}, steps=[0, 1000, 2000, 3000])
+        assert "tokens/s" not in dead and "ETA" not in dead and f"job {state}" in dead
+    assert job_indicator(RUNNING, np.array([True, True, False, False])) == "extracting 2/4 · ETA 12m 00s"
+    assert job_indicator({**RUNNING, "state": "cancelled"}, np.array([True])) == ""
+    assert job_indicator(None, None) == ""
+
+
+@run_async
+async def test_a_running_job_shows_on_every_pane_disables_launch_and_ctrl_t_asks(tmp_path, monkeypatch):
+    pytest.importorskip("memtui.extract.jobs")
+    path = create_panel(tmp_path / "tokens.h5", ids=range(6), treatment=[1000, 1000, 2000, 2000, NEVER, NEVER],
+                        steps=[0, 1000, 2000, 3000], tokens=np.zeros((6, 8), dtype=np.int64))  # fmt: skip
+    cancels = []
+    monkeypatch.setattr(ExtractionPane, "_cancel", lambda self, path: cancels.append(path))
+    app = make_app(path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        pane = app.query_one(ExtractionPane)
+        done = np.array([True, True, False, False])
+        pane.post_message(ExtractionPane.Status(RUNNING, done, True))  # what the poller posts for a live job
+        await pilot.pause()
+        for key in "1234":
+            await pilot.press(key)
+            assert str(app.query_one("#job").render()) == "extracting 2/4 · ETA 12m 00s"
+            assert app.query_one("#job").region.width > 0
+        assert pane.query_one("#ex-launch").disabled and not pane.query_one("#ex-cancel").disabled
+        await pilot.press("ctrl+r")
+        assert "already running" in str(pane.query_one("#ex-error").render())
+        await pilot.press("ctrl+t")
+        assert isinstance(app.screen, ConfirmDialog) and not cancels
+        await pilot.press("n")
+        assert not cancels
+        await pilot.press("ctrl+t", "y")
+        assert cancels == [path]
+        pane.post_message(ExtractionPane.Status({**RUNNING, "state": "cancelled"}, done, True))
+        await pilot.pause()
+        assert not app.query_one("#job").display and not pane.query_one("#ex-launch").disabled
+        assert "tokens/s" not in str(pane.query_one("#ex-status").render())
+
+
+@run_async
+async def test_theme_is_taken_from_the_theme_and_remembered(panel_path, tmp_path, monkeypatch):
+    from memtui.app import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    app = make_app(panel_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        app.theme = "textual-light"
+        await pilot.pause()
+        from textual.color import Color
+
+        # the top bar, the status line and the heatmap (labels and header strip): dark text on a light ground
+        heatmap = app.query_one(Heatmap)
+        styles = [app.query_one(s).rich_style for s in ("#title", "#cell-info")]
+        styles += [heatmap.get_component_rich_style(c) for c in ("heatmap--header", "heatmap--label")]
+        styles.append(heatmap._header_strip()._segments[0].style + heatmap.rich_style)
+        for style in styles:
+            text, ground = Color.from_rich_color(style.color), Color.from_rich_color(style.bgcolor)
+            assert text.brightness < 0.5 < ground.brightness, style
+        assert heatmap.background_colors[1] == Color.parse(app.theme_variables["background"])
+    assert config.load().theme == "textual-light"
+    assert (tmp_path / "cfg" / "memtui" / "config.json").is_file()
+    again = make_app(panel_path)
+    assert again.theme == "textual-light"
+
+
+def test_a_mangled_config_file_is_the_defaults(tmp_path, monkeypatch):
+    from memtui.app import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    (tmp_path / "memtui").mkdir()
+    for junk in ("{", "[1]", '{"theme": 5, "animations": "yes"}', "\x00\xff"):
+        (tmp_path / "memtui" / "config.json").write_text(junk)
+        assert config.load() == config.Preferences()
+    config.save(config.Preferences(theme="nord", animations=False))
+    assert config.load() == config.Preferences(theme="nord", animations=False)
+    assert not [p for p in (tmp_path / "memtui").iterdir() if p.name != "config.json"]  # no temporary left

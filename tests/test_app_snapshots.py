@@ -18,6 +18,12 @@ from memtui.synthetic import Simulation, write_synthetic
 SIM = Simulation(n_cohorts=12, per_cohort=10, n_never=60, n_checkpoints=14, seed=5)
 
 
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path_factory, monkeypatch):
+    """The user's remembered theme must not change the pictures."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
 @pytest.fixture
 def app(tmp_path) -> MemtuiApp:
     return MemtuiApp(read_panel(write_synthetic(tmp_path / "panel.h5", SIM)))
@@ -45,8 +51,13 @@ async def settle(pilot, *keys: str) -> None:
     await pilot.pause()
 
 
-def moves(*keys: str):
-    return lambda pilot: settle(pilot, *keys)
+def moves(*keys: str, theme: str | None = None):
+    async def run(pilot):
+        if theme is not None:
+            pilot.app.theme = theme
+        await settle(pilot, *keys)
+
+    return run
 
 
 def test_profile_80x24(snap_compare, app):
@@ -63,7 +74,7 @@ def test_summaries(snap_compare, app):
 
 def test_estimates_sorted(snap_compare, app):
     # cursor to the estimate column, sort descending
-    keys = ["3", *["l"] * 6, "o", "o"]
+    keys = ["3", *["l"] * 3, "greater_than_sign", "greater_than_sign"]
     assert snap_compare(app, press=keys, terminal_size=(100, 30), run_before=settle)
 
 
@@ -73,3 +84,35 @@ def test_settings_dialog_80x24(snap_compare, app):
 
 def test_help(snap_compare, app):
     assert snap_compare(app, press=["question_mark"], terminal_size=(100, 30), run_before=settle)
+
+
+# 80 x 24 and 120 x 40, dark and light: one line of status, the main keys in the footer, every colour from the theme
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_profile_sizes_and_themes(snap_compare, app, size, theme):
+    assert snap_compare(app, terminal_size=size, run_before=moves("j", "l", "l", theme=theme))
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_estimates_sizes_and_themes(snap_compare, app, size, theme):
+    assert snap_compare(app, press=["3"], terminal_size=size, run_before=moves(theme=theme))
+
+
+def test_profile_plot_folded_80x24(snap_compare, app):
+    assert snap_compare(app, terminal_size=(80, 24), run_before=moves("p", "G"))
+
+
+@pytest.mark.parametrize("theme", ["textual-dark", "textual-light"])
+def test_summaries_120x40(snap_compare, app, theme):
+    assert snap_compare(app, press=["2"], terminal_size=(120, 40), run_before=moves(theme=theme))
+
+
+def test_export_dialog_80x24(snap_compare, app):
+    assert snap_compare(app, press=["e"], terminal_size=(80, 24), run_before=settle)
+
+
+def test_help_80x24(snap_compare, app):
+    assert snap_compare(app, press=["question_mark"], terminal_size=(80, 24), run_before=settle)

@@ -23,6 +23,14 @@ def export_frame(result: EstimateResult, scope: str = "profile", significant_onl
     return frame.filter(pl.col("significant")) if significant_only else frame
 
 
+def default_name(result: EstimateResult, panel_path: Path, scope: str = "profile") -> str:
+    """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv``: two exports with different settings never share a name.
+    The panel's name and the metric come from a file: no control characters or path separators from either."""
+    s = result.settings
+    stem = "".join(ch if ch.isprintable() and ch not in "/\\" else "_" for ch in f"{Path(panel_path).stem}-{s.metric}")
+    return f"{stem[:120]}-{s.estimator}-{scope}-a{s.alpha:g}-d{s.draws}.csv"
+
+
 def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile", significant_only: bool = True) -> int:
     """Write the scope's estimates to ``path`` (beside it, then renamed: a failure leaves an existing file as it was);
     returns the number of rows written."""

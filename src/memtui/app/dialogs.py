@@ -6,6 +6,7 @@ Every field is one line high (Textual's Select and bordered Inputs take three), 
 from __future__ import annotations
 
 import dataclasses
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,11 +19,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
 
 from memtui.errors import MemtuiError
 from memtui.estimate import ESTIMATORS, SCOPES, EstimateResult, Settings
-from memtui.export import export_csv
+from memtui.export import default_name, export_csv
 from memtui.text import clean
 
 
@@ -30,7 +31,8 @@ class Choice(Widget, can_focus=True):
     """A one-line selector: ``‹ value ›``; left/right (or h/l, space, enter) step through the options."""
 
     BINDINGS = [
-        Binding("right,l,space,enter", "step(1)", "Next option", show=False),
+        # not enter: in a dialog enter applies the whole form, whichever field has the focus
+        Binding("right,l,space", "step(1)", "Next option", show=False),
         Binding("left,h", "step(-1)", "Previous option", show=False),
     ]
     DEFAULT_CSS = """
@@ -75,9 +77,13 @@ def _row(label: str, widget: Widget) -> Horizontal:
 
 
 class ExportDialog(ModalScreen[str | None]):
-    """Path, scope and significant-only; writes through ``memtui.export.export_csv`` like `memtui export`."""
+    """Path, scope and significant-only; writes through ``memtui.export.export_csv`` like `memtui export`, asking
+    first when the file exists."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [
+        Binding("enter", "write", "Write", tooltip="Write the CSV (asks first if the file exists)"),
+        Binding("escape", "cancel", "Cancel", tooltip="Close without writing"),
+    ]
 
     def __init__(self, result: EstimateResult, panel_path: Path, scope: str = "profile") -> None:
         super().__init__()
@@ -86,10 +92,7 @@ class ExportDialog(ModalScreen[str | None]):
         self.scope = scope
 
     def default_path(self, scope: str) -> str:
-        s = self.result.settings
-        # a file name from the panel's own name and metric: no control characters or path separators from either
-        stem = clean(f"{self.panel_path.stem}-{s.metric}", 120).replace("/", "_").replace("?", "_")
-        return f"{stem}-{s.estimator}-{scope}.csv"
+        return default_name(self.result, self.panel_path, scope)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog") as box:
@@ -102,6 +105,7 @@ class ExportDialog(ModalScreen[str | None]):
                 yield Button("Write", variant="primary", id="export-write")
                 yield Button("Cancel", id="export-cancel")
             yield Static(f"relative paths are under {clean(Path.cwd())}", classes="hint", markup=False)
+        yield Footer(compact=True)
 
     @on(Choice.Changed, "#export-scope")
     def _scope_changed(self, event: Choice.Changed) -> None:
@@ -112,8 +116,20 @@ class ExportDialog(ModalScreen[str | None]):
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#export-write")
-    def write(self) -> None:
+    def action_write(self) -> None:
         path = Path(self.query_one("#export-path", Input).value.strip() or ".").expanduser()
+        if path.is_file():
+
+            def answer(yes: bool | None) -> None:
+                if yes:
+                    self.write(path)
+
+            question = f"{clean(path.resolve(), 200)} exists. Overwrite it?"
+            self.app.push_screen(ConfirmDialog(question, yes="Overwrite"), answer)
+            return
+        self.write(path)
+
+    def write(self, path: Path) -> None:
         only = self.query_one("#export-significant", Checkbox).value
         try:
             rows = export_csv(self.result, path, self.scope, only)
@@ -131,7 +147,10 @@ class ExportDialog(ModalScreen[str | None]):
 class SettingsDialog(ModalScreen[Settings | None]):
     """Estimator, band family, alpha, bootstrap draws and the residual checkpoint; validated before closing."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS = [
+        Binding("enter", "apply", "Apply", tooltip="Apply the settings (checked first)"),
+        Binding("escape", "cancel", "Cancel", tooltip="Close, keeping the settings as they were"),
+    ]
 
     def __init__(self, settings: Settings, checkpoints: Sequence[int]) -> None:
         super().__init__()
@@ -161,6 +180,7 @@ class SettingsDialog(ModalScreen[Settings | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply")
                 yield Button("Cancel", id="settings-cancel")
+        yield Footer(compact=True)
 
     def read(self) -> Settings:
         """The settings in the form, validated; a MemtuiError says which field is wrong."""
@@ -186,7 +206,7 @@ class SettingsDialog(ModalScreen[Settings | None]):
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#settings-apply")
-    def apply(self) -> None:
+    def action_apply(self) -> None:
         try:
             settings = self.read()
         except MemtuiError as exc:
@@ -200,23 +220,25 @@ class SettingsDialog(ModalScreen[Settings | None]):
 
 
 class ConfirmDialog(ModalScreen[bool]):
-    """A yes/no question (quitting while an estimate is being computed)."""
+    """A yes/no question (quitting while an estimate is computed, overwriting a file, cancelling a job)."""
 
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, question: str) -> None:
+    def __init__(self, question: str, yes: str = "Yes") -> None:
         super().__init__()
         self.question = question
+        self.yes = yes
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog confirm"):
             yield Static(self.question, markup=False)
             with Horizontal(classes="buttons"):
-                yield Button("Yes (y)", variant="error", id="yes")
+                yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
+        yield Footer(compact=True)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -228,7 +250,7 @@ class ConfirmDialog(ModalScreen[bool]):
 class HelpScreen(ModalScreen[None]):
     """Every key, by where it works (built from the widgets' BINDINGS, so it cannot fall out of date)."""
 
-    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close", key_display="esc")]
 
     def __init__(self, sections: Sequence[tuple[str, Sequence[tuple[str, str]]]]) -> None:
         super().__init__()
@@ -236,16 +258,22 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         text = Text()
+        # one key column for every section, as wide as the longest key plus a gap, so no key runs into its words;
+        # a description too long for the rest of the line wraps under itself, not under the keys
+        width = max((len(key) for _, keys in self.sections for key, _ in keys), default=8) + 2
+        room = max(20, min(90, self.app.size.width) - 6 - width)
         for title, keys in self.sections:
             text.append(f"{title}\n", style="bold underline")
             for key, description in keys:
-                text.append(f"  {key:<22}", style="bold")
-                text.append(f"{description}\n")
+                text.append(f"  {key:<{width}}", style="bold")
+                lines = textwrap.wrap(description, room) or [""]
+                text.append(("\n" + " " * (width + 2)).join(lines) + "\n")
             text.append("\n")
         text.append("ctrl+p opens the command palette with every action; esc, ? or q closes this list.", style="dim")
         with VerticalScroll(id="help", classes="dialog") as box:
             box.border_title = "Keys"
             yield Static(text, id="help-text")
+        yield Footer(compact=True)
 
     def action_close(self) -> None:
         self.dismiss(None)

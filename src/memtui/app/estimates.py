@@ -19,24 +19,51 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.widgets import Static
 
-from memtui.app.fmt import cell
+from memtui.app.fmt import cell, float_format
 from memtui.app.scrolling import scroll_to_cursor
 from memtui.estimate import SCOPES, EstimateResult
 from memtui.export import export_frame
+from memtui.text import clean
 
 HEADER = 1
 CELL_LIMIT = 60  # a text cell (a metric name from the panel) is cut to this many characters
 GAP = 2  # spaces between columns
+# the same for every row of one estimate: said once in the line above the table instead of taking ~35 columns
+CONSTANT = ("metric", "estimator", "scope", "alpha", "draws", "seed")
+# stay put while the rest scrolls sideways: they say which cell a row is
+FIXED = ("cohort", "checkpoint")
+# the estimate and its inference first, so that they are on screen at 80 columns; the data behind them after
+ORDER = (
+    "cohort", "checkpoint", "event_time", "estimate", "band_low", "band_high", "significant", "std_error",
+    "ci_low", "ci_high", "analytic_se", "pre_treatment", "n_treated", "n_control", "n_folded", "small_group",
+)  # fmt: skip
 
 
-def _width(frame: pl.DataFrame, name: str) -> int:
+def table_frame(frame: pl.DataFrame) -> pl.DataFrame:
+    """The export rows as the table shows them: constant columns out, the rest in ORDER (unknown ones last)."""
+    keep = [c for c in ORDER if c in frame.columns]
+    keep += [c for c in frame.columns if c not in keep and c not in CONSTANT]
+    return frame.select(keep)
+
+
+def _spec(frame: pl.DataFrame, name: str) -> str | None:
+    """The column's float format (one precision for every row), from its largest magnitude."""
+    if not frame.schema[name].is_float():
+        return None
+    finite = frame[name].filter(frame[name].is_finite())
+    return float_format(float(finite.abs().max()) if finite.len() else None)
+
+
+def _width(frame: pl.DataFrame, name: str, spec: str | None) -> int:
     """Column width from the header and the widest value, without formatting every row."""
     dtype = frame.schema[name]
     series = frame[name]
     if dtype == pl.Boolean:
         body = 5
     elif dtype.is_float():
-        body = 11  # '%.5g' of a negative number in exponent form: -1.2346e+05
+        extremes = [v for v in (series.min(), series.max()) if v is not None]
+        body = max((len(cell(float(v), spec)) for v in extremes), default=3)
+        body = max(body, 3)  # NaN
     elif dtype.is_integer():
         body = max((len(str(v)) for v in (series.min(), series.max()) if v is not None), default=1)
     else:
@@ -56,8 +83,8 @@ class EstimatesTable(ScrollView, can_focus=True):
         Binding("G,end", "last", "Last row", show=False),
         Binding("pageup,ctrl+u", "page(-1)", "Page up", show=False),
         Binding("pagedown,ctrl+d", "page(1)", "Page down", show=False),
-        Binding("o", "sort", "Sort", tooltip="Sort by the column under the cursor; again to reverse"),
-        Binding("enter", "open", "Show in profile", tooltip="Move the profile cursor to this row's cell"),
+        Binding("greater_than_sign", "sort", "Sort", tooltip="Sort by the column under the cursor; again to reverse"),
+        Binding("enter", "open", "Show in profile", show=False, tooltip="Move the profile cursor to this row's cell"),
     ]
 
     COMPONENT_CLASSES = {"table--header", "table--header-cursor", "table--cursor", "table--cell-cursor"}
@@ -90,6 +117,9 @@ class EstimatesTable(ScrollView, can_focus=True):
         self._widths: list[int] = []
         self._right: list[bool] = []
         self._offsets: list[int] = []
+        self._specs: list[str | None] = []
+        self._fixed = 0  # how many leading columns stay put
+        self._fixed_width = 0
         self.row = 0
         self.column = 0
 
@@ -97,11 +127,18 @@ class EstimatesTable(ScrollView, can_focus=True):
         self._source = frame
         if self.sort_by is not None and self.sort_by not in frame.columns:
             self.sort_by = None
-        if self._columns != frame.columns:
-            self._widths = [_width(frame, c) for c in frame.columns] if frame.width else []
-            self._columns = list(frame.columns)
-            self._right = [frame.schema[c].is_numeric() for c in frame.columns]
-            self._offsets = [sum(self._widths[:i]) + GAP * i for i in range(len(self._widths))]
+        # widths and precisions from this frame (a new estimate can change a column's magnitude)
+        self._specs = [_spec(frame, c) for c in frame.columns]
+        self._widths = [_width(frame, c, spec) for c, spec in zip(frame.columns, self._specs, strict=True)]
+        self._columns = list(frame.columns)
+        self._right = [frame.schema[c].is_numeric() for c in frame.columns]
+        self._fixed = next((i for i, c in enumerate(self._columns) if c not in FIXED), len(self._columns))
+        self._fixed_width = sum(w + GAP for w in self._widths[: self._fixed])
+        # x offsets: fixed columns from 0; the others from 0 of the part that scrolls
+        self._offsets = []
+        for i in range(len(self._widths)):
+            start = 0 if i in (0, self._fixed) else self._offsets[-1] + self._widths[i - 1] + GAP
+            self._offsets.append(start)
         self._apply_sort()
 
     def _apply_sort(self) -> None:
@@ -110,8 +147,8 @@ class EstimatesTable(ScrollView, can_focus=True):
             frame = frame.sort(self.sort_by, descending=self.descending, nulls_last=True, maintain_order=True)
         self.frame = frame
         self._values = [frame[c].to_list() for c in frame.columns]
-        total = (self._offsets[-1] + self._widths[-1]) if self._widths else 0
-        self.virtual_size = Size(total, HEADER + frame.height)
+        scrolling = (self._offsets[-1] + self._widths[-1]) if len(self._widths) > self._fixed else 0
+        self.virtual_size = Size(self._fixed_width + scrolling, HEADER + frame.height)
         self.row = min(self.row, max(frame.height - 1, 0))
         self.column = min(self.column, max(len(self._columns) - 1, 0))
         self._keep_cursor_visible()
@@ -128,14 +165,21 @@ class EstimatesTable(ScrollView, can_focus=True):
 
     # ---- rendering --------------------------------------------------------------------------------------------
 
-    def _line(self, texts: list[str], styles: list) -> Strip:
+    def _line(self, texts: list[str], styles: list, columns: range) -> Strip:
         segments = []
         gap = Segment(" " * GAP, styles[-1])
-        for i, (text, width, right) in enumerate(zip(texts, self._widths, self._right, strict=True)):
-            text = text[:width]
-            segments.append(Segment(text.rjust(width) if right else text.ljust(width), styles[i]))
+        for i in columns:
+            text, width = texts[i][: self._widths[i]], self._widths[i]
+            segments.append(Segment(text.rjust(width) if self._right[i] else text.ljust(width), styles[i]))
             segments.append(gap)
         return Strip(segments)
+
+    def _split(self, texts: list[str], styles: list, sx: int, width: int) -> Strip:
+        """The fixed columns as they are, then the others scrolled by ``sx``."""
+        n = len(self._columns)
+        fixed = self._line(texts, styles, range(self._fixed))
+        rest = self._line(texts, styles, range(self._fixed, n)).crop(sx, sx + max(0, width - self._fixed_width))
+        return Strip.join([fixed, rest])
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -153,14 +197,14 @@ class EstimatesTable(ScrollView, can_focus=True):
             row = sy + y - HEADER
             if row >= self.frame.height:
                 return Strip.blank(width, base)
-            texts = [cell(values[row]) for values in self._values]
+            texts = [cell(values[row], spec) for values, spec in zip(self._values, self._specs, strict=True)]
             style = base
             if row == self.row:
                 style = base + self.get_component_rich_style("table--cursor")
             styles = [style] * (len(texts) + 1)
             if row == self.row:
                 styles[self.column] = base + self.get_component_rich_style("table--cell-cursor")
-        return self._line(texts, styles).crop(sx, sx + width).extend_cell_length(width, base)
+        return self._split(texts, styles, sx, width).crop(0, width).extend_cell_length(width, base)
 
     # ---- cursor -----------------------------------------------------------------------------------------------
 
@@ -176,10 +220,13 @@ class EstimatesTable(ScrollView, can_focus=True):
         if not self._columns:
             return
         region = self.scrollable_content_region
-        x0 = self._offsets[self.column]
-        scroll_to_cursor(
-            self, x0, x0 + self._widths[self.column], self.row, region.width, max(1, region.height - HEADER)
-        )
+        if self.column < self._fixed:  # always on screen: scroll only vertically
+            x0, x1 = self.scroll_offset.x, self.scroll_offset.x
+        else:
+            x0 = self._offsets[self.column]
+            x1 = x0 + self._widths[self.column]
+        width = max(1, region.width - self._fixed_width)
+        scroll_to_cursor(self, x0, x1, self.row, width, max(1, region.height - HEADER))
 
     def on_resize(self) -> None:
         self._keep_cursor_visible()
@@ -218,8 +265,13 @@ class EstimatesTable(ScrollView, can_focus=True):
         if offset is None or not self._columns:
             return
         sx, sy = self.scroll_offset
-        x = sx + offset.x
-        column = max(i for i, start in enumerate(self._offsets) if start <= x) if x >= 0 else 0
+        if offset.x < self._fixed_width:
+            starts = list(enumerate(self._offsets[: self._fixed]))
+            x = offset.x
+        else:
+            starts = list(enumerate(self._offsets))[self._fixed :]
+            x = sx + offset.x - self._fixed_width
+        column = max((i for i, start in starts if start <= x), default=0)
         if offset.y < HEADER:
             self.move_to(self.row, column)
             self.action_sort()
@@ -231,7 +283,7 @@ class EstimatesPane(Vertical):
     """The table plus a line saying what it shows; significant only by default, like `memtui export`."""
 
     BINDINGS = [
-        Binding("s", "toggle_significant", "Significant only", tooltip="Show only significant rows, or all"),
+        Binding("s", "toggle_significant", "n.s.", tooltip="Hide / show non-significant rows"),
         Binding("t", "next_scope", "Scope", tooltip="Profile / instantaneous / persistent / residual"),
     ]
 
@@ -257,13 +309,14 @@ class EstimatesPane(Vertical):
             self.table.set_frame(pl.DataFrame())
             info.update(message or "No estimate yet.")
             return
-        frame = export_frame(result, self.scope, self.significant_only)
+        frame = table_frame(export_frame(result, self.scope, self.significant_only))
         self.table.set_frame(frame)
         total = result.scope(self.scope).height
         which = "significant rows" if self.significant_only else "rows"
+        s = result.settings
         info.update(
-            f"{self.scope}: {frame.height} {which} of {total} │ "
-            "s all/significant · t scope · o sort by column · enter show in profile"
+            f"{self.scope}: {frame.height} {which} of {total} │ {clean(s.metric, 60)} · {s.estimator} · "
+            f"α {s.alpha:g} · {s.draws} draws · seed {s.seed}"
         )
 
     def watch_significant_only(self) -> None:

@@ -88,9 +88,40 @@ def duration(seconds) -> str:
     return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
-def progress_text(progress) -> str:
+def is_running(progress) -> bool:
+    return isinstance(progress, dict) and progress.get("state") in RUNNING
+
+
+def checkpoint_line(progress: dict, steps=None) -> str:
+    """The checkpoint being extracted, numbered as everywhere else in memtui: its place among the panel's
+    checkpoints ("checkpoint 24 of 41", like "23/41 ckpts" in the title); the job's own count only follows."""
+    k, total = _count(progress.get("k")), _count(progress.get("K"))
+    step = _count(progress.get("checkpoint"))
+    job = f"this job's {k} of {total}" if k is not None and total else ""
+    if step is not None and steps is not None and len(steps):
+        where = np.flatnonzero(np.asarray(steps) == step)
+        if where.size:
+            line = f"checkpoint {int(where[0]) + 1} of {len(steps)} (step {step})"
+            return f"{line} · {job}" if job else line
+    if job:
+        return f"job checkpoint {k} of {total}" + (f" (step {step})" if step is not None else "")
+    return ""
+
+
+def job_indicator(progress, done) -> str:
+    """The top bar's line while a job runs, on every pane: ``extracting 23/41 · ETA 12m``; empty otherwise."""
+    progress = _record(progress)
+    if not is_running(progress):
+        return ""
+    done = np.asarray(done, dtype=bool) if done is not None else np.zeros(0, dtype=bool)
+    eta = progress.get("eta_s")
+    text = f"extracting {int(done.sum())}/{done.size}"
+    return text + (f" · ETA {duration(eta)}" if _number(eta) is not None else "")
+
+
+def progress_text(progress, steps=None) -> str:
     """What the worker last published, in words (also what the tests read). Takes whatever the progress file held;
-    every string in it is cleaned, since it comes from a file."""
+    every string in it is cleaned, since it comes from a file. ``steps``: the panel's checkpoints, for numbering."""
     progress = _record(progress)
     if not progress:
         return "No extraction job has run on this panel."
@@ -99,15 +130,14 @@ def progress_text(progress) -> str:
     lines = [f"job {state}" + (f" · pid {pid}" if pid else "")]
     if isinstance(progress.get("model"), str) and progress["model"]:
         lines.append(f"model: {clean(progress['model'], 200)}")
-    k, total = _count(progress.get("k")), _count(progress.get("K"))
-    if k is not None and total:
-        step = _count(progress.get("checkpoint"))
-        lines.append(f"checkpoint {k} of {total}" + (f" (step {step})" if step is not None else ""))
+    where = checkpoint_line(progress, steps)
+    if where:
+        lines.append(where)
     done, n = _count(progress.get("instances_done")), _count(progress.get("instances_total"))
     if done is not None and n:
         lines.append(f"instances {done} / {n} in this checkpoint")
     tps = _number(progress.get("tokens_per_s"))
-    if tps:
+    if tps and is_running(progress):  # a dead or cancelled job's last rate and ETA say nothing any more
         rate = f"{tps:,.0f}" if tps < 1e12 else f"{tps:.3g}"
         lines.append(f"{rate} tokens/s · ETA {duration(progress.get('eta_s'))}")
     if progress.get("last_error"):
@@ -134,8 +164,8 @@ class ExtractionPane(VerticalScroll):
     """The launch form, the running job's progress, and cancel."""
 
     BINDINGS = [
-        Binding("ctrl+r", "launch", "Launch extraction", priority=True),
-        Binding("ctrl+t", "cancel_job", "Cancel job", priority=True),
+        Binding("ctrl+r", "launch", "Launch", priority=True, tooltip="Launch extraction with the form's settings"),
+        Binding("ctrl+t", "cancel_job", "Cancel job", priority=True, tooltip="Cancel the running job (asks first)"),
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
@@ -203,13 +233,31 @@ class ExtractionPane(VerticalScroll):
     def describe_panel(self, panel: Panel) -> None:
         self.panel = panel
         n, t = int(panel.done.sum()), panel.n_checkpoints
-        text = f"{clean(panel.path.name, 80) if panel.path else 'panel'}: {n} of {t} checkpoints extracted"
+        text = f"{clean(panel.path.name, 80) if panel.path else 'panel'}: {n}/{t} checkpoints extracted"
         if not panel.has_tokens:
             text += (
                 " · this panel stores no token ids, so it cannot be extracted into "
                 "(build one with token ids to extract a model)"
             )
         self.query_one("#extract-panel", Static).update(text)
+        self._update_buttons()
+
+    def launch_blocker(self) -> str:
+        """Why Launch cannot work now, in words; empty when it can."""
+        if not self.available:
+            return "Extraction is not available in this install."
+        if not self.panel.has_tokens:
+            return "This panel stores no token ids, so nothing can be extracted into it."
+        if self.running:
+            return "A job is already running on this panel; cancel it (ctrl+t) to start another."
+        return ""
+
+    def _update_buttons(self) -> None:
+        launch = self.query_one("#ex-launch", Button)
+        blocker = self.launch_blocker()
+        launch.disabled = bool(blocker)
+        launch.tooltip = blocker or None
+        self.query_one("#ex-cancel", Button).disabled = not self.running
 
     # ---- polling ------------------------------------------------------------------------------------------------
 
@@ -245,6 +293,7 @@ class ExtractionPane(VerticalScroll):
         self.available = event.available
         if not event.available:
             self.query_one("#ex-status", Static).update("Extraction is not available in this install.")
+            self._update_buttons()
             return
         self.show_progress(event.progress)
         if event.done is not None and not np.array_equal(event.done, self.panel.done):
@@ -253,7 +302,8 @@ class ExtractionPane(VerticalScroll):
     def show_progress(self, progress) -> None:
         progress = _record(progress)
         self.progress = progress
-        self.query_one("#ex-status", Static).update(progress_text(progress))
+        self.query_one("#ex-status", Static).update(progress_text(progress, self.panel.steps))
+        self._update_buttons()
         bar = self.query_one("#ex-bar", ProgressBar)
         record = progress or {}
         k, total = _count(record.get("k")), _count(record.get("K"))
@@ -266,7 +316,7 @@ class ExtractionPane(VerticalScroll):
 
     @property
     def running(self) -> bool:
-        return bool(self.progress and self.progress.get("state") in RUNNING)
+        return is_running(self.progress)
 
     @on(Choice.Changed, "#ex-mode")
     def _mode_changed(self, event: Choice.Changed) -> None:
@@ -285,8 +335,9 @@ class ExtractionPane(VerticalScroll):
 
     @on(Button.Pressed, "#ex-launch")
     def action_launch(self) -> None:
-        if not self.available:
-            self.error("Extraction is not available in this install.")
+        blocker = self.launch_blocker()
+        if blocker:  # ctrl+r and the palette reach here even while the button is disabled
+            self.error(blocker)
             return
         model = self.query_one("#ex-model", Input).value.strip()
         if not model:
@@ -370,9 +421,20 @@ class ExtractionPane(VerticalScroll):
 
     @on(Button.Pressed, "#ex-cancel")
     def action_cancel_job(self) -> None:
+        """Asks first: cancelling throws away the checkpoint in progress on every worker."""
         if not self.available:
             return
-        self._cancel(self.panel.path)
+        if not self.running:
+            self.error("no running job to cancel.")
+            return
+        from memtui.app.dialogs import ConfirmDialog
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._cancel(self.panel.path)
+
+        question = "Cancel the running extraction? Every worker stops; the checkpoint in progress is lost."
+        self.app.push_screen(ConfirmDialog(question, yes="Cancel job"), answer)
 
     @work(thread=True, group="extract-launch", exit_on_error=False)
     def _cancel(self, path: Path) -> None:

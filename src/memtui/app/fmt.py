@@ -28,14 +28,28 @@ def num(value, digits: int = 4, signed: bool = False) -> str:
     return text.replace("-", "−")
 
 
-def cell(value) -> str:
-    """A table cell: like the CSV but with floats at 5 significant digits and nulls blank."""
+def float_format(largest: float | None) -> str:
+    """One format for a whole column of floats, so its numbers align on the decimal point: four significant
+    digits for the column's largest magnitude (and as many decimals for every other row), or exponent form for
+    a column whose largest value is huge or tiny."""
+    if largest is None or not math.isfinite(largest) or largest == 0:
+        return ".4f"
+    if largest >= 1e5 or largest < 1e-3:
+        return ".3e"
+    return f".{min(6, max(1, 3 - math.floor(math.log10(largest))))}f"
+
+
+def cell(value, spec: str | None = None) -> str:
+    """A table cell: like the CSV but nulls blank and floats in the column's ``spec`` (5 significant digits
+    without one)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return "NaN" if math.isnan(value) else f"{value:.5g}"
+        if math.isnan(value):
+            return "NaN"
+        return format(value, spec) if spec else f"{value:.5g}"
     if isinstance(value, str):  # from the panel (a metric name): no control characters into the terminal
         return clean(value, 60)
     return str(value)

@@ -77,8 +77,8 @@ class Heatmap(ScrollView, can_focus=True):
         Binding("end,dollar_sign", "last_column", "Last checkpoint", show=False),
         Binding("pageup,ctrl+u", "page(-1)", "Page up", show=False),
         Binding("pagedown,ctrl+d", "page(1)", "Page down", show=False),
-        Binding("i", "diagonal", "c = g cell", tooltip="Jump to the cohort's instantaneous cell (c = g)"),
-        Binding("s", "cycle_mode", "Non-significant", tooltip="Dim / hide / show non-significant cells"),
+        Binding("i", "diagonal", "c=g", tooltip="Jump to the cohort's instantaneous cell (c = g)"),
+        Binding("s", "cycle_mode", "n.s.", tooltip="Dim / hide / show non-significant cells"),
         Binding("plus,equals_sign", "zoom(1)", "Wider", show=False),
         Binding("minus", "zoom(-1)", "Narrower", show=False),
     ]
@@ -136,7 +136,7 @@ class Heatmap(ScrollView, can_focus=True):
                 )
             self._labels = [short_step(s) for s in data.cohorts]
         self._recode()
-        self._keep_cursor_visible()
+        self.keep_cursor_visible()
         self._announce()
 
     def _recode(self) -> None:
@@ -167,12 +167,17 @@ class Heatmap(ScrollView, can_focus=True):
         self.virtual_size = Size(self._gutter + est.shape[1] * self.cell_width, HEADER + est.shape[0])
         self.refresh()
 
+    def notify_style_update(self) -> None:
+        """A new theme: the cached rows hold the old theme's base style."""
+        super().notify_style_update()
+        self._rows.clear()
+
     def watch_mode(self) -> None:
         self._recode()
 
     def watch_cell_width(self) -> None:
         self._recode()
-        self._keep_cursor_visible()
+        self.keep_cursor_visible()
 
     # ---- rendering --------------------------------------------------------------------------------------------
 
@@ -208,24 +213,30 @@ class Heatmap(ScrollView, can_focus=True):
         d = self.data
         cw = self.cell_width
         n = len(d.checkpoints)
+        width = n * cw
         labels = [short_step(s) for s in d.checkpoints]
         widest = max(len(s) for s in labels) + 1
         stride = max(1, -(-widest // cw))
-        width = n * cw
-        # the cursor column's label is always shown, highlighted; regular labels that would touch it give way
-        x0 = self.column * cw
-        x1 = min(width, max(x0 + cw, x0 + len(labels[self.column])))
+        # Placed in order of importance, each only where it keeps a space from those already placed: the cursor
+        # column's label (highlighted), the first and the last column (so the axis always says where it starts and
+        # ends), then evenly spaced ones. A label starts at its column, or ends at the edge when it would run over.
+        order = [self.column, 0, n - 1, *range(stride, n - 1, stride)]
+        taken: list[tuple[int, int]] = []
         chars = [" "] * width
-        for col in range(0, n, stride):
-            text = labels[col]
-            x = col * cw
-            if (x + len(text) < x0 or x > x1) and x + len(text) <= width:
-                chars[x : x + len(text)] = text
-        chars[x0:x1] = labels[self.column][: x1 - x0].ljust(x1 - x0)
-        line = "".join(chars)[:width]
+        x0 = x1 = 0
+        for col in dict.fromkeys(order):
+            text = labels[col][:width]
+            x = min(col * cw, width - len(text))
+            if any(x < b + 1 and a < x + len(text) + 1 for a, b in taken):
+                continue
+            taken.append((x, x + len(text)))
+            chars[x : x + len(text)] = text
+            if col == self.column:
+                x0, x1 = x, max(x + len(text), min(width, col * cw + cw))
+        line = "".join(chars)
         head = self.get_component_rich_style("heatmap--header")
         mark = self.get_component_rich_style("heatmap--label-cursor")
-        return Strip([Segment(line[:x0], head), Segment(line[x0:x1], mark), Segment(line[x1:], head)], n * cw)
+        return Strip([Segment(line[:x0], head), Segment(line[x0:x1], mark), Segment(line[x1:], head)], width)
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
@@ -273,14 +284,14 @@ class Heatmap(ScrollView, can_focus=True):
         if (row, column) == (self.row, self.column):
             return
         self.row, self.column = row, column
-        self._keep_cursor_visible()
+        self.keep_cursor_visible()
         self.refresh()
         self._announce()
 
     def _announce(self) -> None:
         self.post_message(self.CursorMoved(self, self.row, self.column))
 
-    def _keep_cursor_visible(self) -> None:
+    def keep_cursor_visible(self) -> None:
         if self.data is None:
             return
         region = self.scrollable_content_region
@@ -289,7 +300,7 @@ class Heatmap(ScrollView, can_focus=True):
         scroll_to_cursor(self, x0, x0 + self.cell_width, self.row, width, height)
 
     def on_resize(self) -> None:
-        self._keep_cursor_visible()
+        self.keep_cursor_visible()
 
     def action_move(self, rows: int, columns: int) -> None:
         self.move_to(self.row + rows, self.column + columns)

@@ -18,14 +18,15 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from memtui import cache
+from memtui.app import config
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable
-from memtui.app.extraction import POLL_S, ExtractionPane
+from memtui.app.extraction import POLL_S, ExtractionPane, job_indicator
 from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
 from memtui.app.prefetch import Prefetch, default_settings, metric_order
@@ -59,27 +60,61 @@ class PanelReloaded(Message):
         self.error = error
 
 
+class MainScreen(Screen):
+    """The panes and the keys that work on every pane. The screen owns these bindings (as posting's MainScreen
+    does), so a dialog pushed over it never sees them: q under a dialog cannot quit, m cannot change its result."""
+
+    # The same key does the same thing on every pane; descriptions are short so the footer keeps the important
+    # ones at 80 columns (the pane's own keys come first, then these).
+    BINDINGS = [
+        Binding("question_mark", "app.help", "Keys", tooltip="List every key"),
+        Binding("m", "app.next_metric(1)", "Metric", tooltip="Next metric: loglik, accuracy, rank, entropy"),
+        Binding("M", "app.next_metric(-1)", "Previous metric", show=False, tooltip="Previous metric"),
+        Binding("d", "app.toggle_estimator", "Estimator", tooltip="Next estimator: DiD, difference, extractable"),
+        Binding("o,comma", "app.settings", "Settings", tooltip="Band family, alpha, bootstrap draws, final checkpoint"),
+        Binding("e", "app.export", "Export", tooltip="Write estimates to CSV (asks before overwriting)"),
+        Binding(
+            "q", "app.request_quit", "Quit", tooltip="Quit (asks only if an estimate would be lost)"
+        ),  # last: the one the footer drops first
+        Binding("1", "app.pane('profile')", "Profile", show=False, tooltip="Profile pane"),
+        Binding("2", "app.pane('summaries')", "Summaries", show=False, tooltip="Summaries pane"),
+        Binding("3", "app.pane('estimates')", "Estimates", show=False, tooltip="Estimates pane"),
+        Binding("4", "app.pane('extraction')", "Extraction", show=False, tooltip="Extraction pane"),
+        Binding("r", "app.reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        app = self.app
+        with Horizontal(id="topbar"):
+            # markup off wherever text from the panel is shown: a metric named "[@click=app.quit]" stays words
+            yield Static("", id="title", markup=False)
+            yield Static("", id="job", markup=False)
+            yield Static("", id="busy-label", markup=False)
+            yield ProgressBar(total=1.0, show_eta=False, id="busy")
+        # The opening pane is fixed here, before anything mounts: set later (in on_mount), it raced the tab bar's own
+        # first activation, which could land afterwards and switch back to the first tab.
+        with TabbedContent(id="panes", initial=app._opening_pane()):
+            with TabPane("Profile 1", id="profile"):
+                yield ProfilePane(id="profile-pane")
+            with TabPane("Summaries 2", id="summaries"):
+                yield SummariesPane(id="summaries-pane")
+            with TabPane("Estimates 3", id="estimates"):
+                yield EstimatesPane(id="estimates-pane")
+            with TabPane("Extraction 4", id="extraction"):
+                yield ExtractionPane(app.panel, id="extraction-pane")
+        # the palette's key is in the help (?) and the top of the list: its slot goes to the panes' own keys
+        yield Footer(compact=True, show_command_palette=False)
+
+    def on_mount(self) -> None:
+        self.app.main_screen_ready()
+
+
 class MemtuiApp(App):
     """Browse a panel's memorisation profile; keyboard first, works in 80 x 24 and in 256 colours."""
 
     CSS_PATH = "app.tcss"
     TITLE = "memtui"
     ENABLE_COMMAND_PALETTE = True
-
-    BINDINGS = [
-        Binding("q", "request_quit", "Quit", tooltip="Quit (asks only if an estimate would be lost)"),
-        Binding("question_mark", "help", "Keys", tooltip="List every key"),
-        Binding("m", "next_metric(1)", "Metric", tooltip="Next metric: loglik, accuracy, rank, entropy"),
-        Binding("M", "next_metric(-1)", "Previous metric", show=False),
-        Binding("d", "toggle_estimator", "Estimator", tooltip="DiD / difference estimator"),
-        Binding("o,comma", "settings", "Settings", tooltip="Band family, alpha, bootstrap draws, final checkpoint"),
-        Binding("e", "export", "Export", tooltip="Write estimates to CSV"),
-        Binding("1", "pane('profile')", "Profile", show=False),
-        Binding("2", "pane('summaries')", "Summaries", show=False),
-        Binding("3", "pane('estimates')", "Estimates", show=False),
-        Binding("4", "pane('extraction')", "Extraction", show=False),
-        Binding("r", "reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
-    ]
 
     def __init__(
         self, panel: Panel, settings: Settings | None = None, *, prefetch: Prefetch | None = None, **kwargs
@@ -99,37 +134,50 @@ class MemtuiApp(App):
         self._stage = ""
         self.computing: Settings | None = None
         self._worker: Worker | None = None
-        self.timings: dict[str, float] = {}  # for the speed benchmark
+        self.preferences = config.load()
+        if self.preferences.theme in self.available_themes:
+            self.theme = self.preferences.theme
+        if not self.preferences.animations:
+            self.animation_level = "none"
 
     # ---- layout -------------------------------------------------------------------------------------------------
 
-    def compose(self) -> ComposeResult:
-        with Horizontal(id="topbar"):
-            # markup off wherever text from the panel is shown: a metric named "[@click=app.quit]" stays words
-            yield Static("", id="title", markup=False)
-            yield Static("", id="busy-label", markup=False)
-            yield ProgressBar(total=1.0, show_eta=False, id="busy")
-        # The opening pane is fixed here, before anything mounts: set later (in on_mount), it raced the tab bar's own
-        # first activation, which could land afterwards and switch back to the first tab.
-        with TabbedContent(id="panes", initial=self._opening_pane()):
-            with TabPane("Profile 1", id="profile"):
-                yield ProfilePane(id="profile-pane")
-            with TabPane("Summaries 2", id="summaries"):
-                yield SummariesPane(id="summaries-pane")
-            with TabPane("Estimates 3", id="estimates"):
-                yield EstimatesPane(id="estimates-pane")
-            with TabPane("Extraction 4", id="extraction"):
-                yield ExtractionPane(self.panel, id="extraction-pane")
-        yield Footer()
+    def get_default_screen(self) -> Screen:
+        return MainScreen(id="main")
 
     def _opening_pane(self) -> str:
         """Nothing to estimate yet: open where the user can start extraction."""
         return "profile" if self.panel.done.any() else "extraction"
 
     def on_mount(self) -> None:
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
+
+    def main_screen_ready(self) -> None:
+        """The panes exist (the main screen mounts after the app): show the opening estimate."""
         self.query_one("#busy", ProgressBar).display = False
+        self.query_one("#job", Static).display = False
         self._focus_pane(self._opening_pane())
         self.request_estimate()
+
+    # ---- preferences --------------------------------------------------------------------------------------------
+
+    def _remember_theme(self, theme) -> None:
+        self._save_preferences(dataclasses.replace(self.preferences, theme=theme.name))
+
+    def action_toggle_animations(self) -> None:
+        on = not self.preferences.animations
+        self.animation_level = "full" if on else "none"
+        self._save_preferences(dataclasses.replace(self.preferences, animations=on))
+        self.notify(f"Animations {'on' if on else 'off'}.", timeout=3)
+
+    def _save_preferences(self, preferences: config.Preferences) -> None:
+        if preferences == self.preferences:
+            return
+        self.preferences = preferences
+        try:
+            config.save(preferences)
+        except (OSError, MemtuiError) as exc:  # preferences are a comfort: say it once, keep working
+            self.notify(clean(exc), title="Preferences not saved", severity="warning", markup=False)
 
     @property
     def active_pane(self) -> str:
@@ -254,7 +302,6 @@ class MemtuiApp(App):
         self.result = result
         self.message = clean(message)  # error messages quote panel contents (metric names, attributes)
         self._refresh_pane(self.active_pane)
-        self.timings.setdefault("first_result", time.perf_counter())
 
     def _refresh_pane(self, name: str) -> None:
         if name in ("profile", "summaries", "estimates"):
@@ -280,8 +327,9 @@ class MemtuiApp(App):
         }.get(name)
         if target is not None:
             self.query_one(target).focus()
-        else:
-            self.query_one("#ex-launch").focus()
+        else:  # keys keep working on the pane (no text field takes them); a disabled Launch cannot take the focus
+            launch = self.query_one("#ex-launch")
+            (self.query_one(ExtractionPane) if launch.disabled else launch).focus()
 
     # ---- settings changes ---------------------------------------------------------------------------------------
 
@@ -389,14 +437,6 @@ class MemtuiApp(App):
 
     # ---- quitting -----------------------------------------------------------------------------------------------
 
-    # keys of the main screen do nothing under a dialog (q there must not quit, m must not change its result)
-    _MAIN_ACTIONS = frozenset(
-        {"request_quit", "next_metric", "toggle_estimator", "settings", "export", "pane", "help", "reload"}
-    )
-
-    def check_action(self, action: str, parameters: tuple) -> bool | None:
-        return not (isinstance(self.screen, ModalScreen) and action in self._MAIN_ACTIONS)
-
     def action_request_quit(self) -> None:
         if self.computing is None:
             self.exit(0)
@@ -418,7 +458,9 @@ class MemtuiApp(App):
     # ---- command palette ----------------------------------------------------------------------------------------
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":  # Textual's own key panel: ours (below) lists every key, by pane
+                yield command
         for metric in self.metrics:
             # the palette reads titles as markup
             yield SystemCommand(
@@ -446,6 +488,12 @@ class MemtuiApp(App):
         yield SystemCommand("Launch extraction", "Start extraction with the form's settings", self._launch)
         yield SystemCommand("Cancel extraction", "Stop the running extraction job", self._cancel_job)
         yield SystemCommand("Reload panel", "Re-read the panel file", self.action_reload)
+        yield SystemCommand(
+            "Path plot: show / hide", "Give the heatmap the path plot's rows", self.query_one(ProfilePane).toggle_plot
+        )
+        yield SystemCommand(
+            "Animations: on / off", "The tab underline slide (remembered)", self.action_toggle_animations
+        )
         yield SystemCommand("Keys", "List every key", self.action_help)
 
     def _launch(self) -> None:
@@ -454,6 +502,17 @@ class MemtuiApp(App):
 
     def _cancel_job(self) -> None:
         self.query_one(ExtractionPane).action_cancel_job()
+
+    # ---- the running extraction, on every pane ------------------------------------------------------------------
+
+    @on(ExtractionPane.Status)
+    def _job_status(self, event: ExtractionPane.Status) -> None:
+        """Handled after the pane's own handler (the message bubbles up to here), so its progress is current."""
+        done = event.done if event.done is not None else self.panel.done
+        text = job_indicator(self.query_one(ExtractionPane).progress, done)
+        job = self.query_one("#job", Static)
+        job.update(text)
+        job.display = bool(text)
 
 
 def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -468,12 +527,18 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
         return out + list(extra)
 
     return [
-        ("Everywhere", keys(MemtuiApp.BINDINGS, [("ctrl+p", "command palette"), ("ctrl+q", "quit at once")])),
-        ("Profile (heatmap)", keys(Heatmap.BINDINGS, [("click", "move the cursor to a cell")])),
-        ("Summaries", [("↑ ↓, pgup pgdn, home end", "scroll")]),
+        ("Everywhere", keys(MainScreen.BINDINGS, [("ctrl+p", "command palette"), ("ctrl+q", "quit at once")])),
+        ("Profile (heatmap)", keys(Heatmap.BINDINGS + ProfilePane.BINDINGS, [("click", "move the cursor to a cell")])),
+        ("Summaries", [("↑ ↓, pgup, pgdn", "scroll"), ("home, end", "top, bottom")]),
         ("Estimates (table)", keys(EstimatesTable.BINDINGS) + keys(EstimatesPane.BINDINGS)),
-        ("Extraction", keys(ExtractionPane.BINDINGS, [("tab / shift+tab", "next / previous field")])),
-        ("Dialogs", keys(Choice.BINDINGS, [("enter", "apply / write"), ("escape", "cancel")])),
+        ("Extraction", keys(ExtractionPane.BINDINGS, [("tab, shift+tab", "next / previous field")])),
+        (
+            "Dialogs",
+            keys(
+                Choice.BINDINGS,
+                [("tab, shift+tab", "next / previous field"), ("enter", "apply / write"), ("escape", "cancel")],
+            ),
+        ),  # fmt: skip
     ]
 
 
@@ -484,6 +549,7 @@ _KEY_NAMES = {
     "plus": "+",
     "minus": "-",
     "comma": ",",
+    "greater_than_sign": ">",
     "pageup": "pgup",
     "pagedown": "pgdn",
 }

@@ -1,19 +1,32 @@
 """Estimate-with-band line plots drawn by plotext inside textual-plotext widgets.
 
 plotext's log axes break on redraw, so everything here is linear; ticks are placed by hand with compact step labels.
+Every colour comes from the app's theme (axes and labels through textual-plotext's "auto" theme, the lines from the
+theme's variables below), so a light theme gets dark lines and readable ticks.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from textual.color import Color
 from textual_plotext import PlotextPlot
 
 from memtui.app.fmt import short_step
 
-LINE = 208  # estimate: the warm end of the heatmap ramp
-BAND = 244  # simultaneous band
-ZERO = 240
-MARK = 39  # treatment step / cursor column
+# which theme variable draws what (the summaries pane's plots share these)
+LINE = "accent"  # the estimate
+BAND = "foreground-muted"  # the simultaneous band
+ZERO = "foreground-darken-3"
+MARK = "secondary"  # treatment step / c = g
+
+
+def theme_colour(app, name: str) -> tuple[int, int, int]:
+    """An RGB triple plotext can draw, from the app's current theme (a 256-colour terminal maps it down)."""
+    value = app.theme_variables.get(name) or app.theme_variables.get("foreground") or "#888888"
+    colour = Color.parse(value)
+    if colour.a < 1:  # plotext has no alpha: blend onto the background as the terminal would show it
+        colour = Color.parse(app.theme_variables.get("background", "#000000")) + colour
+    return colour.rgb
 
 
 class BandPlot(PlotextPlot):
@@ -31,8 +44,13 @@ class BandPlot(PlotextPlot):
         super().__init__(**kwargs)
         self._version = 0
         self._built: tuple | None = None
+        self._shown: tuple | None = None  # the last show() call, replayed in a new theme's colours
+        self._shown_theme = ""
 
     def render(self):
+        if self._shown is not None and self._shown_theme != self.app.theme:
+            args, kwargs = self._shown
+            self.show(*args, **kwargs)
         key = (self._version, self.size, self.app.theme, self.theme)
         if self._built is None or self._built[0] != key:
             self._built = (key, super().render())
@@ -50,6 +68,9 @@ class BandPlot(PlotextPlot):
         marks: tuple = (),
         steps: bool = True,
     ) -> None:
+        self._shown = ((x, estimate, low, high), dict(title=title, xlabel=xlabel, marks=marks, steps=steps))
+        self._shown_theme = self.app.theme
+        line, band, zero, mark = (theme_colour(self.app, name) for name in (LINE, BAND, ZERO, MARK))
         self._version += 1
         plt = self.plt
         plt.clear_figure()
@@ -65,11 +86,11 @@ class BandPlot(PlotextPlot):
         for band in (low, high):
             b = np.asarray(band, dtype=float)[ok]
             if np.isfinite(b).all():
-                plt.plot(x, b.tolist(), color=BAND, marker="braille")
-        plt.plot(x, np.asarray(estimate, dtype=float)[ok].tolist(), color=LINE, marker="braille")
-        plt.hline(0, color=ZERO)
+                plt.plot(x, b.tolist(), color=band, marker="braille")
+        plt.plot(x, np.asarray(estimate, dtype=float)[ok].tolist(), color=line, marker="braille")
+        plt.hline(0, color=zero)
         for value in marks:
-            plt.vline(float(value), color=MARK)
+            plt.vline(float(value), color=mark)
         plt.xticks(*_ticks(x, steps))
         if xlabel:
             plt.xlabel(xlabel)

@@ -7,6 +7,7 @@ import time
 import numpy as np
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Container, Vertical
 from textual.widgets import Static
 
@@ -24,12 +25,36 @@ _COLUMNS = ("std_error", "band_low", "band_high", "n_treated", "n_control")
 
 
 class Legend(Static):
-    """The colour ramp with its scale, and what the hatched and dimmed cells mean."""
+    """The colour ramp with its scale, and what the hatched, dimmed and blank cells mean; on one line, dropping
+    the unit (it is in the title) and then shortening the blank column's note when the line is narrow."""
 
-    def show(self, scale: float | None, mode: str, unit: str) -> None:
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._args: tuple = (None, "dim", "", "")
+
+    def show(self, scale: float | None, mode: str, unit: str, base: str = "") -> None:
+        self._args = (scale, mode, unit, base)
+        self._draw()
+
+    def on_resize(self) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        scale, mode, unit, base = self._args
         if scale is None:
             self.update("")
             return
+        width = self.size.width - 2 if self.size.width > 2 else 10_000
+        # the first checkpoint is every cohort's base period (varying base): that column has no estimate
+        notes = [f"blank c={base}: base period, no estimate", f"blank c={base}: base"] if base else [""]
+        for show_unit, note in [(True, notes[0]), (False, notes[0]), *((False, n) for n in notes[1:])]:
+            text = self._text(scale, mode, unit if show_unit else "τ", note)
+            if text.cell_len <= width:
+                break
+        self.update(text)
+
+    @staticmethod
+    def _text(scale: float, mode: str, unit: str, note: str) -> Text:
         text = Text()
         text.append(f"{num(-scale, 3)} ", style="dim")
         for index in palette.RAMP:
@@ -40,7 +65,9 @@ class Legend(Static):
         text.append(f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
         text.append(palette.HATCH * 2, style=f"{_hex(palette.PRE_FG)} on {_hex(palette.PRE_BG)}")
         text.append(" c<g", style="dim")
-        self.update(text)
+        if note:
+            text.append(f"  {note}", style="dim")
+        return text
 
 
 def notes_line(result: EstimateResult | None) -> str:
@@ -51,12 +78,32 @@ def notes_line(result: EstimateResult | None) -> str:
     return f"⚠ {clean(result.notes[0], 200)}{more} · all notes: Summaries (2)"
 
 
+def _fit(variants: list[str], width: int | None) -> str:
+    """The first (fullest) variant that fits ``width`` cells; the shortest, cut with an ellipsis, if none does."""
+    if width is None:
+        return variants[0]
+    for text in variants:
+        if len(text) <= width:
+            return text
+    return variants[-1][: max(0, width - 1)] + "…"
+
+
+def _base_label(result: EstimateResult) -> str:
+    """The first checkpoint, when its column has no estimate at all (the base period of a varying base)."""
+    est = result.matrix("estimate")
+    if est.shape[1] and not np.isfinite(est[:, 0]).any():
+        return short_step(int(result.checkpoints[0]))
+    return ""
+
+
 def _hex(index: int) -> str:
     return "#{:02x}{:02x}{:02x}".format(*palette.xterm_rgb(index))
 
 
 class ProfilePane(Vertical):
     """Heatmap of tau(g, c); the cursor's cell is described below it and its cohort's path plotted."""
+
+    BINDINGS = [Binding("p", "toggle_plot", "Plot", tooltip="Hide / show the path plot (the heatmap takes its rows)")]
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -67,6 +114,8 @@ class ProfilePane(Vertical):
         self._scale = 1.0
         self._plotted_at = 0.0
         self._plot_timer = None
+        self._base = ""
+        self.plot_hidden = False  # p: the heatmap takes the path plot's rows
 
     def compose(self) -> ComposeResult:
         # markup off: messages quote the panel (metric names, attributes) and must show as written
@@ -82,6 +131,14 @@ class ProfilePane(Vertical):
         self._layout()
         if self.result is not None:
             self._describe(self.heatmap.row, self.heatmap.column)
+
+    def action_toggle_plot(self) -> None:
+        self.toggle_plot()
+
+    def toggle_plot(self) -> None:
+        self.plot_hidden = not self.plot_hidden
+        self.query_one(BandPlot).display = self.result is not None and not self.plot_hidden
+        self.heatmap.call_after_refresh(self.heatmap.keep_cursor_visible)
 
     def _layout(self) -> None:
         """Path plot beside the heatmap when the matrix leaves room for it, else below (paper-size profiles)."""
@@ -110,7 +167,7 @@ class ProfilePane(Vertical):
             self.query_one("#cell-info", Static).update("")
             self.query_one(BandPlot).display = False
             return
-        self.query_one(BandPlot).display = True
+        self.query_one(BandPlot).display = not self.plot_hidden
         est = result.matrix("estimate")
         sig = result.matrix("significant") == 1
         self._mats = {"estimate": est, **{name: result.matrix(name) for name in _COLUMNS}}
@@ -120,7 +177,8 @@ class ProfilePane(Vertical):
         self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
         self._layout()
         self._scale = scale
-        self.query_one(Legend).show(scale, self.heatmap.mode, self._unit)
+        self._base = _base_label(result)
+        self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base)
 
     def on_heatmap_cursor_moved(self, event: Heatmap.CursorMoved) -> None:
         self._describe(event.row, event.column)
@@ -132,38 +190,46 @@ class ProfilePane(Vertical):
 
     def refresh_legend(self) -> None:
         if self.result is not None:
-            self.query_one(Legend).show(self._scale, self.heatmap.mode, self._unit)
+            self.query_one(Legend).show(self._scale, self.heatmap.mode, self._unit, self._base)
 
-    def cell_text(self, row: int, column: int) -> str:
-        """The status line for one cell (also what the tests read)."""
+    def cell_text(self, row: int, column: int, width: int | None = None) -> str:
+        """The status line for one cell (also what the tests read), on one line of ``width`` cells: the full
+        wording when it fits, else shorter forms that drop first the counts' words, then the counts, then the
+        standard error; the cell's place and its τ always stay."""
         r = self.result
         if r is None or not len(r.cohorts):
             return ""
         g, c = int(r.cohorts[row]), int(r.checkpoints[column])
-        where = f"g {g}  c {c}  c−g {c - g}"
         m = self._mats
         tau = m["estimate"][row, column]
         if not np.isfinite(tau):
-            return f"{where} │ no estimate for this cell (base period or outside the window)"
+            variants = [
+                f"g {g}  c {c}  c−g {c - g} │ no estimate for this cell (base period or outside the window)",
+                f"g {g} c {c} c−g {c - g} │ no estimate (base period or outside the window)",
+                f"g {short_step(g)} c {short_step(c)} │ no estimate",
+            ]
+            return _fit(variants, width)
         sig = bool(self.heatmap.data.significant[row, column])
-        parts = [
-            where,
-            f"τ {num(tau, signed=True)}  SE {num(m['std_error'][row, column])}",
-            f"band [{num(m['band_low'][row, column], signed=True)}, {num(m['band_high'][row, column], signed=True)}]",
-            "significant" if sig else "not significant",
-            f"n {int(m['n_treated'][row, column])} treated / {int(m['n_control'][row, column])} control",
-        ]
-        if c < g:
-            parts.insert(1, "pre-treatment (placebo)")
-        return " │ ".join(parts)
+        placebo = ["pre-treatment (placebo)"] if c < g else []
+        se = f"SE {num(m['std_error'][row, column])}"
+        low, high = num(m["band_low"][row, column], signed=True), num(m["band_high"][row, column], signed=True)
+        nt, nc = int(m["n_treated"][row, column]), int(m["n_control"][row, column])
+        t = f"τ {num(tau, signed=True)}"
+        variants = [
+            " │ ".join([f"g {g}  c {c}  c−g {c - g}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
+                        "significant" if sig else "not significant", f"n {nt} treated / {nc} control"]),
+            " │ ".join([f"g {g} c {c} c−g {c - g}", *(["placebo"] if placebo else []), f"{t} {se}",
+                        f"band [{low}, {high}]", "sig." if sig else "n.s.", f"n {nt}/{nc}"]),
+            " │ ".join([f"g {g} c {c}", *(["placebo"] if placebo else []), f"{t} {se}", f"[{low}, {high}]",
+                        "sig." if sig else "n.s."]),
+            " │ ".join([f"g {short_step(g)} c {short_step(c)}", t, f"[{low}, {high}]", "sig." if sig else "n.s."]),
+        ]  # fmt: skip
+        return _fit(variants, width)
 
     def _describe(self, row: int, column: int) -> None:
         info = self.query_one("#cell-info", Static)
-        text = self.cell_text(row, column)
-        lines = 1 if len(text) <= max(1, info.size.width - 2) else 2
-        if info.styles.height is None or info.styles.height.value != lines:
-            info.styles.height = lines  # a layout only when the line count changes, not on every cursor move
-        info.update(text, layout=False)
+        width = info.size.width - 2 if info.size.width > 2 else None  # before the first layout: the full text
+        info.update(self.cell_text(row, column, width), layout=False)
 
     def _plot_row(self, row: int, column: int) -> None:
         """Replot the cursor row's path; while the cursor runs (key repeat) at most every PLOT_EVERY_S, plus once
