@@ -64,10 +64,13 @@ def register(sub) -> None:
         description="One pass over a corpus derived from the Unicode 3.2 database, checkpoints every few steps, "
         "then build and extract a panel. Runs as a detached job (closing the terminal does not stop it; its "
         "temporary files are removed when it ends) and follows its log, OUT.demo.log; ctrl-c stops following. "
-        "The full demo takes about 20-30 minutes on 2 cores (training ~6, extraction the rest); --small about 1.",
+        "The full demo takes a few minutes on 2 idle cores (much longer where other processes hold the cores); "
+        "--small about 1. --suite OUT_DIR trains four sizes on the same rows with Pythia's schedule shape, "
+        "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature.",
     )
-    p.add_argument("out", type=Path, nargs="?", default=Path("tiny-gptneox.h5"),
-                   help="panel to write [tiny-gptneox.h5]")  # fmt: skip
+    p.add_argument("out", type=Path, nargs="?", default=None,
+                   help="panel to write [tiny-gptneox.h5]; with --suite the folder [memtui-suite]")  # fmt: skip
+    p.add_argument("--suite", action="store_true", help="a family of model sizes, their panels and a findings report")
     p.add_argument("--small", action="store_true", help="the ~1 minute version used by the tests")
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
@@ -236,16 +239,26 @@ def cmd_build(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    if args.out is None:
+        args.out = Path("memtui-suite" if args.suite else "tiny-gptneox.h5")
     if args.foreground:
+        keep = args.keep is not None
+        if args.suite:
+            from .demo_suite import SuiteConfig, make_suite
+
+            cfg = SuiteConfig.small() if args.small else SuiteConfig()
+            report = make_suite(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force)
+            print(f"read {report}; open the suite with `memtui {args.out}/*.h5`")
+            return 0
         from .demo import DemoConfig, make_demo
 
         cfg = DemoConfig.small() if args.small else DemoConfig()
-        out = make_demo(args.out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force)
+        out = make_demo(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force)
         print(f"open it with `memtui {out}`; estimate with `memtui estimate {out}`")
         return 0
     from . import demo_job
 
-    job = demo_job.start(args.out, small=args.small, keep=args.keep, force=args.force)
+    job = demo_job.start(args.out, small=args.small, keep=args.keep, force=args.force, suite=args.suite)
     print(f"the demo runs in the background (pid {job.pid}); closing this terminal does not stop it. "
           f"Following {demo_job.log_path(args.out.resolve())} (ctrl-c stops following):", flush=True)  # fmt: skip
     return demo_job.follow(args.out, job, write=lambda line: print(line, flush=True))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -149,11 +150,26 @@ class DemoConfig:
     lr: float = 3e-3
     warmup: int = 16
     seed: int = 0
+    # "constant" (after the warm-up: what the single demo uses) or "cosine": Pythia's shape, linear warm-up then
+    # cosine decay to ``min_lr_ratio`` of the peak at the last step
+    schedule: str = "constant"
+    min_lr_ratio: float = 0.1
 
     @classmethod
     def small(cls) -> DemoConfig:
         """A < 1 minute version for tests."""
         return cls(hidden=64, layers=2, heads=4, intermediate=256, steps=96, every=8, k=2, m=8, n_validation=160)
+
+
+def lr_at(cfg: DemoConfig, step: int) -> float:
+    """The learning rate of training step ``step`` (1-based: the update that makes checkpoint ``step``)."""
+    warm = min(1.0, step / max(1, cfg.warmup))
+    if cfg.schedule == "constant" or step <= cfg.warmup:
+        return cfg.lr * warm
+    if cfg.schedule != "cosine":
+        raise ValueError(f"unknown schedule {cfg.schedule!r}")
+    progress = (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
 def make_model(cfg: DemoConfig):
@@ -196,7 +212,7 @@ def train(cfg: DemoConfig, rows: np.ndarray, out_dir: Path, log: Callable[[str],
     n_params = sum(p.numel() for p in model.parameters())
     log(f"training a {n_params / 1e6:.2f}M-parameter GPT-NeoX for {cfg.steps} steps of {cfg.batch} x {cfg.seq_len}")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_at(cfg, s + 1) / cfg.lr)  # s updates done so far
     saved = [0]
     model.save_pretrained(out_dir / "step0")
     data = torch.as_tensor(rows.astype(np.int64))

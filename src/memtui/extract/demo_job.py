@@ -26,15 +26,22 @@ def log_path(out: Path) -> Path:
     return out.with_name(out.name + ".demo.log")
 
 
-def start(out: Path, *, small: bool, keep: Path | None, force: bool) -> subprocess.Popen:
-    """Start the detached demo job (its own session: the terminal closing does not reach it)."""
+def start(out: Path, *, small: bool, keep: Path | None, force: bool, suite: bool = False) -> subprocess.Popen:
+    """Start the detached demo job (its own session: the terminal closing does not reach it); with ``suite``, OUT
+    is the suite's folder."""
     out = out.resolve()
-    if out.exists() and not force:
+    if suite:
+        from .demo_suite import SuiteConfig, check_out_dir
+
+        cfg = SuiteConfig.small() if small else SuiteConfig()
+        check_out_dir(out, [name for name, _, _ in cfg.models()], force)  # refused here, not in the log
+    elif out.exists() and not force:
         raise MemtuiError(f"{out} already exists; pass --force to overwrite it or choose another path.")
     if not out.parent.is_dir():
         raise MemtuiError(f"cannot write {out}: {out.parent} is not an existing folder.")
     cmd = [sys.executable, "-m", "memtui.extract.demo_job", str(out)]
     cmd += ["--small"] * small + ["--force"] * force + (["--keep", str(keep.resolve())] if keep else [])
+    cmd += ["--suite"] * suite
     fd = open_beside(log_path(out), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
@@ -77,15 +84,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--small", action="store_true")
     p.add_argument("--keep", type=Path, default=None)
     p.add_argument("--force", action="store_true")
+    p.add_argument("--suite", action="store_true")
     args = p.parse_args(argv)
 
     def log(msg: str) -> None:
         with contextlib.suppress(OSError):
             print(f"{time.strftime('%H:%M:%S')} {msg}", flush=True)
 
-    cfg = DemoConfig.small() if args.small else DemoConfig()
+    keep = args.keep is not None
     try:
-        out = make_demo(args.out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force, log=log)
+        if args.suite:
+            from .demo_suite import SuiteConfig, make_suite
+
+            cfg = SuiteConfig.small() if args.small else SuiteConfig()
+            report = make_suite(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force, log=log)
+            log(f"read {report}; open the suite with `memtui {args.out}/*.h5`")
+            return 0
+        cfg = DemoConfig.small() if args.small else DemoConfig()
+        out = make_demo(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force, log=log)
     except MemtuiError as exc:
         log(f"memtui: {exc}")
         return 2

@@ -1,7 +1,9 @@
 """The sample panels shipped inside the package, so `memtui` has something to open after a plain `pip install`.
 
 - ``synthetic``: a simulated panel with a known true memorisation profile (`memtui sample synthetic`);
-- ``tiny-gptneox``: a real tiny GPT-NeoX's profile, made on CPU by `memtui demo`.
+- ``tiny-gptneox``: a real tiny GPT-NeoX's profile, made on CPU by `memtui demo`;
+- ``suite-neox-41k`` ... ``suite-neox-858k``: a real suite, four sizes on the same instances, made by
+  `memtui demo --suite` (docs/findings.md is its report); open them together with `memtui` and the four files.
 
 Open one with ``memtui --sample NAME``; ``memtui`` alone opens ``synthetic``.
 """
@@ -16,7 +18,12 @@ from memtui.errors import MemtuiError
 SAMPLES = {
     "synthetic": "a simulated panel with a known true profile",
     "tiny-gptneox": "a real tiny GPT-NeoX trained and extracted on CPU by `memtui demo`",
+    **{
+        f"suite-neox-{size}": f"the {size}-parameter model of the suite made by `memtui demo --suite`"
+        for size in ("41k", "132k", "384k", "858k")
+    },
 }
+SUITE = [name for name in SAMPLES if name.startswith("suite-")]  # smallest first
 DEFAULT = "synthetic"
 
 
