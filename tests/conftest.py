@@ -18,6 +18,13 @@ def small_panel(tmp_path) -> Path:
     return write_synthetic(tmp_path / "small.h5", SMALL)
 
 
+@pytest.fixture(autouse=True)
+def _own_config(tmp_path_factory, monkeypatch):
+    """Every test reads and writes the workbench's preferences (the theme) in a folder of its own, never the user's:
+    a remembered light theme must not change what a test sees."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
 @pytest.fixture
 def cli(capsys):
     """Run `memtui ARGS...` in-process; returns (exit code, stdout, stderr)."""

@@ -34,12 +34,6 @@ SIZE = (100, 32)
 JOB_GROUPS = (*APP_GROUPS, "extract-launch")  # launching and cancelling a job run in workers of their own
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path_factory, monkeypatch):
-    """Each test reads and writes preferences (the theme) in a folder of its own, never the user's."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
-
-
 @pytest.fixture
 def panel_path(tmp_path):
     return write_synthetic(tmp_path / "panel.h5", SIM)

@@ -88,3 +88,51 @@ async def test_compare_pane_with_one_panel_says_how_to_open_a_suite(suite_paths)
         pane.show_settings(Settings(metric="loglik", draws=0))
         await pilot.pause()
         assert "memtui A.h5 B.h5" in str(pane.query_one("#compare-text").render())
+
+
+@run_async
+async def test_workbench_opens_a_suite_cycles_models_and_compares_them(suite_paths):
+    from memtui.app import open_app
+
+    app = open_app(list(reversed(suite_paths)))  # the suite's order, not the command line's, decides
+    names = [p.path.name for p in app.models]
+    assert names == sorted(names)  # no parameter counts recorded: by name
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot)
+        title = str(app.query_one("#title").render())
+        assert "model-a.h5 (1/3)" in title
+        first = app.result
+        await pilot.press("n")
+        await settle(pilot)
+        assert "model-b.h5 (2/3)" in str(app.query_one("#title").render())
+        alone = estimate(app.panel, app.settings)  # the pane shows model b's own estimate, with the same settings
+        assert app.result.settings == first.settings
+        np.testing.assert_allclose(app.result.matrix(), alone.matrix(), equal_nan=True)
+        await pilot.press("N", "N")
+        await settle(pilot)
+        assert "model-c.h5 (3/3)" in str(app.query_one("#title").render())
+        await pilot.press("5")
+        await settle(pilot, (*GROUPS, "estimate", "reload"))
+        assert app.active_pane == "compare"
+        pane = app.query_one(ComparePane)
+        assert pane.settings == app.settings
+        assert "3 models on loglik" in str(pane.query_one("#compare-text").render())
+        assert "Pearson correlation of the profiles" in str(pane.query_one("#compare-grid").render())
+        await pilot.press("m")  # the metric applies to every model: the Compare pane follows it
+        await settle(pilot, (*GROUPS, "estimate", "reload"))
+        assert pane.settings.metric == app.settings.metric != "loglik"
+        assert f"3 models on {app.settings.metric}" in str(pane.query_one("#compare-text").render())
+
+
+@run_async
+async def test_one_panel_has_no_suite_keys(suite_paths):
+    from memtui.app import open_app
+
+    app = open_app(suite_paths[0])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        assert app.suite is None and not app.query(ComparePane)
+        assert app.check_action("next_model", (1,)) is False
+        await pilot.press("5", "n")
+        await pilot.pause()
+        assert app.active_pane == "profile"

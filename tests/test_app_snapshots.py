@@ -18,12 +18,6 @@ from memtui.synthetic import Simulation, write_synthetic
 SIM = Simulation(n_cohorts=12, per_cohort=10, n_never=60, n_checkpoints=14, seed=5)
 
 
-@pytest.fixture(autouse=True)
-def _own_config(tmp_path_factory, monkeypatch):
-    """The user's remembered theme must not change the pictures."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
-
-
 @pytest.fixture
 def app(tmp_path) -> MemtuiApp:
     return MemtuiApp(read_panel(write_synthetic(tmp_path / "panel.h5", SIM)))

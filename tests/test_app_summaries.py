@@ -18,7 +18,7 @@ from memtui.plan import minimum_detectable_effect
 from memtui.synthetic import Simulation, write_synthetic
 
 SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
-GROUPS = (*APP_GROUPS, "summary-extras")
+GROUPS = APP_GROUPS
 
 
 @pytest.fixture
@@ -92,3 +92,22 @@ async def test_summaries_pane_fills_in_the_mde_and_the_estimators_from_its_own_w
         assert app.result.settings.metric != result.settings.metric
         mde = minimum_detectable_effect(panel, app.result.settings, result=app.result)
         assert f"Minimum detectable effect: {num(mde)}" in str(app.query_one("#summary-extras").render())
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "ticks", "labels"),
+    [
+        (-1.8, 1.5, [-2, -1, 0, 1, 2], ["−2", "−1", "0", "1", "2"]),
+        (0.02, 0.37, [0, 0.1, 0.2, 0.3, 0.4], ["0", "0.1", "0.2", "0.3", "0.4"]),
+        (0.0, 0.9, [0, 0.25, 0.5, 0.75, 1.0], ["0", "0.25", "0.50", "0.75", "1.00"]),
+        (-25, -3, [-30, -20, -10, 0], ["−30", "−20", "−10", "0"]),
+    ],
+)
+def test_plot_y_ticks_are_even_cover_the_data_and_include_zero(low, high, ticks, labels):
+    from memtui.app.plots import nice_ticks, tick_label
+
+    got = nice_ticks(low, high)
+    assert got == pytest.approx(ticks)
+    assert [tick_label(t, got) for t in got] == labels
+    steps = np.diff(got)
+    assert np.allclose(steps, steps[0]) and got[0] <= min(low, 0) and got[-1] >= max(high, 0)

@@ -25,7 +25,13 @@ IMPORT_PRESETS = ("pythia-stats", "pythia-tokens")
 def register(sub) -> None:
     """Add the panel and estimation subcommands to the `memtui` parser."""
     p = sub.add_parser("app", help="open the workbench on a panel (the default when no command is given)")
-    p.add_argument("panel", nargs="?", type=Path, help="panel file (default: the shipped synthetic sample)")
+    p.add_argument(
+        "panel",
+        nargs="*",
+        type=Path,
+        help="panel file (default: the shipped synthetic sample); several panels of the same instances, one per "
+        "model, open as a suite with a Compare pane",
+    )
     p.add_argument("--sample", choices=list(SAMPLES), help="open a sample shipped with memtui instead")
     p.set_defaults(func=cmd_app)
 
@@ -188,7 +194,9 @@ def cmd_app(args) -> int:
 
     if args.sample and args.panel:
         raise MemtuiError("give a panel or --sample, not both.")
-    return run_app(sample_path(args.sample) if args.sample else args.panel)
+    if args.sample:
+        return run_app(sample_path(args.sample))
+    return run_app(args.panel if len(args.panel) > 1 else (args.panel[0] if args.panel else None))
 
 
 def cmd_info(args) -> int:

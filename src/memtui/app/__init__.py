@@ -1,4 +1,5 @@
-"""The workbench: a keyboard-driven Textual app over one panel (``memtui`` / ``memtui PANEL``)."""
+"""The workbench: a keyboard-driven Textual app over one panel (``memtui`` / ``memtui PANEL``) or a suite of models
+(``memtui A.h5 B.h5 …``)."""
 
 from __future__ import annotations
 
@@ -9,32 +10,50 @@ from memtui.errors import MemtuiError
 from memtui.text import clean
 
 
-def open_app(path: Path | None = None):
-    """The App for ``path`` (None: the shipped sample), or a MemtuiError for a bad panel.
-
-    The opening estimate starts loading from the disk cache before Textual is imported, so the two overlap.
-    """
+def _read(path: Path):
     from memtui.panel import read_panel
-    from memtui.samples import default_panel
 
-    path = Path(path) if path is not None else default_panel()
     try:
-        panel = read_panel(path)
+        return read_panel(path)
     except MemtuiError:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes h5py raise is one line, not a traceback
         raise MemtuiError(
             f"{path} cannot be read ({type(exc).__name__}: {clean(exc, 160)}); it may be damaged."
         ) from None
+
+
+def open_app(path: Path | list[Path] | None = None):
+    """The App for ``path`` (None: the shipped sample; several: a suite, one model per panel), or a MemtuiError for a
+    bad panel or panels that do not form a suite.
+
+    The opening estimate starts loading from the disk cache before Textual is imported, so the two overlap.
+    """
+    from memtui.samples import default_panel
+
+    paths = [Path(p) for p in path] if isinstance(path, list | tuple) else [Path(path or default_panel())]
+    suite = None
+    if len(paths) > 1:
+        from memtui.suite import load_suite
+
+        try:
+            suite = load_suite(paths)
+        except MemtuiError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as for one panel
+            raise MemtuiError(f"the panels cannot be read ({type(exc).__name__}: {clean(exc, 160)}).") from None
+        paths = suite.paths  # the suite's order: by parameter count, else by name
+    models = [_read(p) for p in paths]
+    panel = models[0]
     from memtui.app.prefetch import Prefetch, default_settings
 
     prefetch = Prefetch(panel, default_settings(panel))
     from memtui.app.main import MemtuiApp
 
-    return MemtuiApp(panel, prefetch=prefetch)
+    return MemtuiApp(panel, prefetch=prefetch, models=models, suite=suite)
 
 
-def run_app(path: Path | None = None) -> int:
+def run_app(path: Path | list[Path] | None = None) -> int:
     """Run the workbench. A bad panel is one line on stderr and status 2, printed before the terminal is taken
     over, so it stays readable after exit."""
     try:

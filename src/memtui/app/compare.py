@@ -23,6 +23,7 @@ from textual_plotext import PlotextPlot
 
 from memtui.app.fmt import num, short_step
 from memtui.app.palette import RAMP, cube, levels, lightness
+from memtui.app.plots import nice_ticks, tick_label
 from memtui.errors import MemtuiError
 from memtui.estimate import Settings
 from memtui.text import clean
@@ -91,6 +92,12 @@ class OverlayPlot(PlotextPlot):
             plt.hline(0, color=ZERO)
             for value in marks:
                 plt.vline(float(value), color=ZERO)
+            values = [v for *_, est, low, high in series for v in (est, low, high)]
+            finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
+            finite = finite[np.isfinite(finite)]
+            ticks = nice_ticks(float(finite.min()), float(finite.max()))
+            plt.ylim(ticks[0], ticks[-1])
+            plt.yticks(ticks, [tick_label(t, ticks) for t in ticks])
             grid = sorted(set(xs))
             idx = sorted(set(np.linspace(0, len(grid) - 1, min(5, len(grid))).round().astype(int).tolist()))
             plt.xticks([grid[i] for i in idx], [short_step(grid[i]) for i in idx])

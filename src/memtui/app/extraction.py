@@ -231,7 +231,12 @@ class ExtractionPane(VerticalScroll):
             self._poll(self.panel.path)
 
     def describe_panel(self, panel: Panel) -> None:
+        """Show ``panel``: a re-read copy of the same file, or another model of a suite (then its job is followed)."""
+        moved = panel.path != self.panel.path
         self.panel = panel
+        if moved:
+            self.progress = None
+            self._poll(panel.path)  # exclusive: the previous model's poller stops
         n, t = int(panel.done.sum()), panel.n_checkpoints
         text = f"{clean(panel.path.name, 80) if panel.path else 'panel'}: {n}/{t} checkpoints extracted"
         if not panel.has_tokens:

@@ -1,4 +1,5 @@
-"""The workbench App: one panel, the current estimation settings, and the panes that show its estimate.
+"""The workbench App: one panel (or a suite of panels, one per model, shown one at a time and side by side on the
+Compare pane), the current estimation settings, and the panes that show its estimate.
 
 Estimates come from an in-memory dict per Settings, then the on-disk cache (read synchronously: a few ms), and only
 then a worker thread, which reports progress to the top bar and never blocks keys. Only the visible pane is redrawn
@@ -24,6 +25,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from memtui import cache
 from memtui.app import config
+from memtui.app.compare import ComparePane
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import POLL_S, ExtractionPane, job_indicator
@@ -37,8 +39,14 @@ from memtui.estimate import ESTIMATORS, EstimateResult, Settings
 from memtui.panel import METRIC_LABEL, Panel, read_panel
 from memtui.text import clean
 
-PANES = ("profile", "summaries", "estimates", "extraction")
-PANE_TITLES = {"profile": "Profile", "summaries": "Summaries", "estimates": "Estimates", "extraction": "Extraction"}
+PANES = ("profile", "summaries", "estimates", "extraction", "compare")
+PANE_TITLES = {
+    "profile": "Profile",
+    "summaries": "Summaries",
+    "estimates": "Estimates",
+    "extraction": "Extraction",
+    "compare": "Compare",
+}
 
 
 class _Cancelled(Exception):
@@ -80,6 +88,9 @@ class MainScreen(Screen):
         Binding("2", "app.pane('summaries')", "Summaries", show=False, tooltip="Summaries pane"),
         Binding("3", "app.pane('estimates')", "Estimates", show=False, tooltip="Estimates pane"),
         Binding("4", "app.pane('extraction')", "Extraction", show=False, tooltip="Extraction pane"),
+        Binding("5", "app.pane('compare')", "Compare", show=False, tooltip="Compare pane: every model of the suite"),
+        Binding("n", "app.next_model(1)", "Model", tooltip="Next model of the suite (the panes show one at a time)"),
+        Binding("N", "app.next_model(-1)", "Previous model", show=False, tooltip="Previous model of the suite"),
         Binding("r", "app.reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
     ]
 
@@ -102,6 +113,9 @@ class MainScreen(Screen):
                 yield EstimatesPane(id="estimates-pane")
             with TabPane("Extraction 4", id="extraction"):
                 yield ExtractionPane(app.panel, id="extraction-pane")
+            if app.suite is not None:
+                with TabPane("Compare 5", id="compare"):
+                    yield ComparePane(app.suite, id="compare-pane")
         # the palette's key is in the help (?) and the top of the list: its slot goes to the panes' own keys
         yield Footer(compact=True, show_command_palette=False)
 
@@ -117,10 +131,21 @@ class MemtuiApp(App):
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(
-        self, panel: Panel, settings: Settings | None = None, *, prefetch: Prefetch | None = None, **kwargs
+        self,
+        panel: Panel,
+        settings: Settings | None = None,
+        *,
+        prefetch: Prefetch | None = None,
+        models: list[Panel] | None = None,
+        suite=None,
+        **kwargs,
     ) -> None:
+        """``models``: every model's panel, in the suite's order (``panel`` is one of them); ``suite``: the same
+        panels on their common instances and checkpoints (``memtui.suite.load_suite``), for the Compare pane."""
         super().__init__(**kwargs)
         self.panel = panel
+        self.models = models or [panel]
+        self.suite = suite if len(self.models) > 1 else None
         self.metrics = metric_order(panel)
         self.settings = settings or default_settings(panel)
         self._prefetch = prefetch
@@ -190,6 +215,8 @@ class MemtuiApp(App):
         s = self.settings
         done, total = int(self.panel.done.sum()), self.panel.n_checkpoints
         name = clean(self.panel.path.name, 80) if self.panel.path else "panel"
+        if len(self.models) > 1:
+            name = f"{name} ({self._model_index() + 1}/{len(self.models)})"
         settings = f"α {s.alpha:g} · {s.draws} draws · {s.family}"
         self.query_one("#title", Static).update(
             f"{name} │ {clean(s.metric, 60)} · {s.estimator} │ {settings} │ {done}/{total} ckpts"
@@ -304,6 +331,8 @@ class MemtuiApp(App):
         self._refresh_pane(self.active_pane)
 
     def _refresh_pane(self, name: str) -> None:
+        if name == "compare":
+            self.query_one(ComparePane).show_settings(self.settings)
         if name in ("profile", "summaries", "estimates"):
             pane = self._pane_widget(name)
             if getattr(pane, "_shown", None) != (id(self.result), self.message):
@@ -324,6 +353,7 @@ class MemtuiApp(App):
             "profile": Heatmap,
             "summaries": SummariesPane,
             "estimates": EstimatesTable,
+            "compare": ComparePane,
         }.get(name)
         if target is not None:
             self.query_one(target).focus()
@@ -374,8 +404,28 @@ class MemtuiApp(App):
         self.push_screen(ExportDialog(self.result, self.panel.path or Path("panel"), scope), done)
 
     def action_pane(self, name: str) -> None:
+        if name == "compare" and self.suite is None:
+            self.notify("Compare needs a suite: `memtui A.h5 B.h5 …` opens several models.", markup=False)
+            return
         self.query_one(TabbedContent).active = name
         self._focus_pane(name)
+
+    def action_next_model(self, step: int = 1) -> None:
+        """Show the next model of the suite on the per-model panes; the settings carry over."""
+        if len(self.models) < 2:
+            self.notify("One panel is open: `memtui A.h5 B.h5 …` opens a suite of models.", markup=False)
+            return
+        self._show_panel(self.models[(self._model_index() + step) % len(self.models)])
+
+    def _model_index(self) -> int:
+        """Which model the panes show (by identity: panels hold arrays, so == cannot compare them)."""
+        return next(i for i, m in enumerate(self.models) if m is self.panel)
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """Keys for a suite stay out of the footer when one panel is open."""
+        if action == "next_model" or (action == "pane" and parameters == ("compare",)):
+            return len(self.models) > 1
+        return True
 
     @on(EstimatesTable.Open)
     def _open_cell(self, event: EstimatesTable.Open) -> None:
@@ -424,12 +474,17 @@ class MemtuiApp(App):
             self.set_timer(delay, self.query_one(ExtractionPane).recheck)
             return
         self._reload_error, self._reload_failures = "", 0
-        self.panel = event.panel
+        self.models[self._model_index()] = event.panel
+        self._show_panel(event.panel)
+
+    def _show_panel(self, panel: Panel) -> None:
+        """Make ``panel`` the one the per-model panes show (a re-read copy, or another model of the suite)."""
+        self.panel = panel
         self._generation += 1
         self._results.clear()
         self._errors.clear()
-        self.metrics = metric_order(event.panel)
-        self.query_one(ExtractionPane).describe_panel(event.panel)
+        self.metrics = metric_order(panel)
+        self.query_one(ExtractionPane).describe_panel(panel)
         if self.settings.metric not in self.metrics:
             self.settings = dataclasses.replace(self.settings, metric=self.metrics[0])
         self.computing = None

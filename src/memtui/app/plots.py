@@ -83,18 +83,47 @@ class BandPlot(PlotextPlot):
             self.refresh()
             return
         x = np.asarray(x, dtype=float)[ok].tolist()
-        for band in (low, high):
-            b = np.asarray(band, dtype=float)[ok]
+        shown = [np.asarray(estimate, dtype=float)[ok]]
+        for edge in (low, high):
+            b = np.asarray(edge, dtype=float)[ok]
             if np.isfinite(b).all():
                 plt.plot(x, b.tolist(), color=band, marker="braille")
-        plt.plot(x, np.asarray(estimate, dtype=float)[ok].tolist(), color=line, marker="braille")
+                shown.append(b)
+        plt.plot(x, shown[0].tolist(), color=line, marker="braille")
         plt.hline(0, color=zero)
         for value in marks:
             plt.vline(float(value), color=mark)
         plt.xticks(*_ticks(x, steps))
+        # even ticks that always include 0, on an axis that ends on ticks: the zero line sits on the row labelled 0
+        ticks = nice_ticks(float(min(v.min() for v in shown)), float(max(v.max() for v in shown)))
+        plt.ylim(ticks[0], ticks[-1])
+        plt.yticks(ticks, [tick_label(t, ticks) for t in ticks])
         if xlabel:
             plt.xlabel(xlabel)
         self.refresh()
+
+
+def nice_ticks(low: float, high: float, target: int = 4) -> list[float]:
+    """Evenly spaced ticks at 1, 2, 2.5 or 5 x 10^k that cover [low, high] and 0, about ``target`` intervals."""
+    low, high = min(low, 0.0), max(high, 0.0)
+    span = high - low
+    if not np.isfinite(span) or span <= 0:
+        return [-1.0, 0.0, 1.0] if span == 0 and low == 0 else [min(low, 0.0), 0.0, max(high, 0.0)]
+    raw = span / target
+    power = 10.0 ** np.floor(np.log10(raw))
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
+    first, last = np.floor(low / step + 1e-9), np.ceil(high / step - 1e-9)
+    return [round(float(k * step), 12) for k in np.arange(first, last + 1)]
+
+
+def tick_label(value: float, ticks: list[float]) -> str:
+    """One precision for every tick of an axis (enough decimals for its step), so the labels line up."""
+    step = abs(ticks[1] - ticks[0]) if len(ticks) > 1 else 1.0
+    decimals = max(0, -int(np.floor(np.log10(step) + 1e-9)))
+    if abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6:  # 2.5 x 10^k needs one more digit
+        decimals += 1
+    text = f"{value:.{decimals}f}"
+    return "0" if float(text) == 0 else text.replace("-", "−")
 
 
 def _ticks(x: list[float], steps: bool) -> tuple[list[float], list[str]]:

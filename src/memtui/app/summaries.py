@@ -112,24 +112,26 @@ class SummariesPane(VerticalScroll, can_focus=True):
             )
             self._compute_extras(getattr(self.app, "panel", None), result)
 
+        # which line is which: the plots cannot carry a legend without covering the data
+        key = f" · bright: estimate, grey: {1 - result.settings.alpha:.0%} band"
         inst = result.instantaneous.sort("cohort")
         self.query_one("#plot-instantaneous", BandPlot).show(
             inst["cohort"].to_numpy(),
             *_series(inst),
-            title="Instantaneous memorisation τ(g, g) by cohort g",
+            title=f"Instantaneous memorisation τ(g, g) by cohort g{key}",
         )
         pers = result.persistent.sort("event_time")
         self.query_one("#plot-persistent", BandPlot).show(
             pers["event_time"].to_numpy(),
             *_series(pers),
-            title="Persistent memorisation by c − g (left of the line: pre-treatment placebo)",
+            title=f"Persistent memorisation by c − g (left of the line: placebo){key}",
             marks=(0,),
         )
         res = result.residual.sort("cohort")
         self.query_one("#plot-residual", BandPlot).show(
             res["cohort"].to_numpy(),
             *_series(res),
-            title=f"Residual memorisation τ(g, {short_step(final)}) by cohort g at the final checkpoint",
+            title=f"Residual memorisation τ(g, {short_step(final)}) by cohort g{key}",
         )
 
     @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)

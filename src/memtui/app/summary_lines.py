@@ -14,10 +14,11 @@ from memtui.app.fmt import num, short_step
 from memtui.estimate import Comparison, EstimateResult
 
 ESTIMATOR_LABEL = {
-    "did": "did          causal: trained vs never-trained, change since the base",
-    "difference": "difference   trained − never-trained at c (no base)",
-    "extractable": "extractable  the cohort's level at c (counterfactual 0)",
+    "did": "did (causal, difference-in-differences)",
+    "difference": "difference (trained − never-trained at c)",
+    "extractable": "extractable (level at c, counterfactual 0)",
 }
+_LABEL_WIDTH = max(map(len, ESTIMATOR_LABEL.values())) + 2
 
 
 def _mean(frame: pl.DataFrame) -> float:
@@ -85,12 +86,12 @@ def mde_line(mde: float, result: EstimateResult, power: float = 0.8) -> str:
 def estimators_lines(comparison: Comparison) -> list[str]:
     """The three estimators' means side by side, and the ease term: how much of the naive estimate is not memory."""
     names = [n for n in ("did", "difference", "extractable") if n in comparison.results]
-    header = f"{'Estimators side by side (means)':<62}{'instant.':>10}{'persist.':>10}{'residual':>10}"
+    header = f"{'Estimators side by side (means)':<{_LABEL_WIDTH + 2}}{'instant.':>10}{'persist.':>10}{'residual':>10}"
     lines = [header]
     for name in names:
         m = scope_means(comparison.results[name])
         lines.append(
-            f"  {ESTIMATOR_LABEL[name]:<60}"
+            f"  {ESTIMATOR_LABEL[name]:<{_LABEL_WIDTH}}"
             + "".join(f"{num(m[k], 3, signed=True):>10}" for k in ("instantaneous", "persistent", "residual"))
         )
     ease = comparison.cells.filter(~pl.col("pre_treatment") & pl.col("ease_estimate").is_not_null())
