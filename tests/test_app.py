@@ -167,6 +167,9 @@ async def test_metric_and_estimator_switch_change_values_and_come_back_from_memo
         assert app.result.settings.estimator == "difference"
         assert status(app) != loglik_line
         await pilot.press("d")
+        await settle(pilot)
+        assert app.settings.estimator == "extractable" and app.result.settings.estimator == "extractable"
+        await pilot.press("d")  # and round to the causal estimate again, from memory
         assert app.settings.estimator == "did" and status(app) == loglik_line
 
 
@@ -460,7 +463,7 @@ async def test_help_lists_every_key_and_palette_offers_the_actions(panel_path):
         assert not isinstance(app.screen, HelpScreen)
 
         titles = [c.title for c in app.get_system_commands(app.screen)]
-        for expected in ("Metric: accuracy", "Estimator: DiD / difference", "Settings…", "Export CSV…",
+        for expected in ("Metric: accuracy", "Estimator: DiD / difference / extractable", "Settings…", "Export CSV…",
                          "Go to Summaries", "Launch extraction", "Cancel extraction"):  # fmt: skip
             assert expected in titles
         await pilot.press("ctrl+p")

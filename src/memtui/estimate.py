@@ -22,11 +22,10 @@ from memtui.results import SCOPES as SCOPES
 from memtui.results import SMALL_GROUP, EstimateResult, Progress, final_index, group_notes, result_frame, z_value
 from memtui.results import check_memory as check_memory  # re-exported: callers size a bootstrap before running it
 
-# The estimators the workbench's toggle cycles through (its tests pin the did <-> difference cycle) ...
-ESTIMATORS = ("did", "difference")
-# ... and every estimator Settings accepts: "extractable" is the naive one (its counterfactual is taken as zero),
-# shown beside the other two by `compare`
-ALL_ESTIMATORS = (*ESTIMATORS, "extractable")
+# Every estimator, in the order the workbench's `d` cycles them: the causal one, the paper's naive difference, and
+# "extractable" (the cohort's level, counterfactual taken as zero), shown beside the other two by `compare`
+ESTIMATORS = ("did", "difference", "extractable")
+ALL_ESTIMATORS = ESTIMATORS
 
 
 @dataclass(frozen=True)

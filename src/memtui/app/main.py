@@ -523,7 +523,7 @@ class MemtuiApp(App):
                 markup_literal(f"Show {clean(METRIC_LABEL.get(metric, metric), 60)}"),
                 lambda m=metric: self.action_metric(m),
             )
-        yield SystemCommand("Estimator: DiD / difference", "Switch the estimator", self.action_toggle_estimator)
+        yield SystemCommand("Estimator: DiD / difference / extractable", "Next estimator", self.action_toggle_estimator)
         yield SystemCommand("Settings…", "Band family, alpha, bootstrap draws, final checkpoint", self.action_settings)
         yield SystemCommand("Export CSV…", "Write estimates to a CSV file", self.action_export)
         yield SystemCommand(
