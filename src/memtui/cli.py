@@ -19,7 +19,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memtui import commands, plan
+    from memtui import commands, compare_cmd, plan
     from memtui.extract import commands as extract_commands
     from memtui.extract import fetch as fetch_command
 
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     extract_commands.register(sub)
     fetch_command.register(sub)
     plan.register(sub)
+    compare_cmd.register(sub)
     return parser
 
 

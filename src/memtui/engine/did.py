@@ -114,48 +114,97 @@ def bootstrap(
     progress: Callable[[float], None] | None = None,
 ) -> BootstrapDraws:
     """B multiplier-bootstrap draws of every cell: about B*N*T multiply-adds, chunked over draws to bound memory."""
-    g, t, b, p, own = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
+    return bootstrap_shared(
+        [lay], [est], draws=draws, seed=seed, multiplier=multiplier, chunk=chunk, progress=progress
+    )[0]
+
+
+def same_cells(a: Layout, b: Layout) -> bool:
+    """Whether two layouts have the same groups (sizes and treatment) and the same cells, so one multiplier per row
+    serves both (``bootstrap_shared``)."""
+    fields = ("group_start", "group_index", "cell_group", "cell_t", "cell_b", "cell_prefix", "cell_own")
+    return a.y.shape[1] == b.y.shape[1] and all(np.array_equal(getattr(a, f), getattr(b, f)) for f in fields)
+
+
+def bootstrap_shared(
+    lays: list[Layout],
+    ests: list[CellEstimates],
+    *,
+    draws: int,
+    seed: int,
+    multiplier: str = "rademacher",
+    chunk: int = 128,
+    progress: Callable[[float], None] | None = None,
+) -> list[BootstrapDraws]:
+    """``bootstrap`` of several layouts with the same groups and cells (``same_cells``: one panel's instances scored
+    by several models, or several metrics) at once. The multipliers are drawn once, as ``bootstrap`` draws them for
+    one layout, and each group's multiplier-weighted sums are one matrix product over every layout's columns side by
+    side; so each result is ``bootstrap`` of that layout alone with the same seed (up to float32 rounding where BLAS
+    blocks a wider product differently), and the draws of all layouts are joint (same multiplier per row)."""
+    first = lays[0]
+    if not all(same_cells(first, lay) for lay in lays[1:]):
+        raise ValueError("bootstrap_shared needs layouts with the same groups and cells")
+    g, t, b, p, own = first.cell_group, first.cell_t, first.cell_b, first.cell_prefix, first.cell_own
     f32 = np.float32  # the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
-    n = lay.group_n.astype(f32)
+    n = first.group_n.astype(f32)
     upto = int(p.max()) if len(p) else 1
-    n_c = est.n_control.astype(float)
-    inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]  # 0: no controls
+    n_jobs, width = len(lays), first.y.shape[1]
+    stride = n_jobs * width  # columns of one group's stacked sums: layout j's column c is j * width + c
     inv_nt = (1 / n[g])[:, None]
-    dm, dmu = est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]
     own_col = own[:, None]
-    width = lay.y.shape[1]
-    at_t, at_b = g * width + t, g * width + b  # rows of the flattened (group, column) sums
-    ctrl_t, ctrl_b = p * width + t, p * width + b
     rng = np.random.default_rng(seed)
-    out = np.empty((len(g), draws), dtype=f32)
-    group_w = np.empty((lay.n_groups, draws))
-    y = lay.y.astype(f32)
+    cells = [np.empty((len(g), draws), dtype=f32) for _ in lays]
+    group_w = np.empty((first.n_groups, draws))
+
+    def constants(est: CellEstimates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        n_c = est.n_control.astype(float)
+        inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]  # 0: no controls
+        return inv_nc, est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]
+
+    per_job = [constants(est) for est in ests]
+    if n_jobs == 1:
+        y = first.y.astype(f32)
+    else:
+        y = np.empty((first.n_units, stride), dtype=f32)
+        for j, lay in enumerate(lays):
+            y[:, j * width : (j + 1) * width] = lay.y
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        v = multipliers(rng, (lay.n_units, bc), multiplier, f32)
-        r = np.empty((lay.n_groups, width, bc), dtype=f32)
-        for k in range(lay.n_groups):
-            rows = lay.rows(k)
+        v = multipliers(rng, (first.n_units, bc), multiplier, f32)
+        r = np.empty((first.n_groups, stride, bc), dtype=f32)
+        for k in range(first.n_groups):
+            rows = first.rows(k)
             np.matmul(y[rows].T, v[rows], out=r[k])
-        w = np.add.reduceat(v, lay.group_start[:-1], axis=0)  # (G, bc)
+        w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
         group_w[:, start : start + bc] = w
         cum_r = _prefix_sums(r, upto).reshape(-1, bc)
         cum_w = _prefix_sums(w, upto)
         r = r.reshape(-1, bc)
-        d_own = np.take(r, at_t, axis=0) - np.take(r, at_b, axis=0)  # (cells, bc)
         w_own = np.take(w, g, axis=0)
-        treated = (d_own - w_own * dm) * inv_nt
-        ctrl = np.take(cum_r, ctrl_t, axis=0) - np.take(cum_r, ctrl_b, axis=0)
         ctrl_w = np.take(cum_w, p, axis=0)
         if own.any():
-            ctrl -= own_col * d_own
-            ctrl_w -= own_col * w_own
-        ctrl -= ctrl_w * dmu
-        ctrl *= inv_nc
-        np.subtract(treated, ctrl, out=out[:, start : start + bc])
+            ctrl_w = ctrl_w - own_col * w_own
+
+        def cell_draws(j: int, r=r, cum_r=cum_r, w_own=w_own, ctrl_w=ctrl_w, start=start, bc=bc) -> None:
+            inv_nc, dm, dmu = per_job[j]
+            col = j * width
+            d_own = np.take(r, g * stride + col + t, axis=0) - np.take(r, g * stride + col + b, axis=0)
+            treated = (d_own - w_own * dm) * inv_nt
+            ctrl = np.take(cum_r, p * stride + col + t, axis=0) - np.take(cum_r, p * stride + col + b, axis=0)
+            if own.any():
+                ctrl -= own_col * d_own
+            ctrl -= ctrl_w * dmu
+            ctrl *= inv_nc
+            np.subtract(treated, ctrl, out=cells[j][:, start : start + bc])
+
+        if n_jobs == 1:
+            cell_draws(0)
+        else:  # one layout per task: its temporaries stay in cache, and numpy releases the GIL
+            with ThreadPoolExecutor(min(n_jobs, os.cpu_count() or 1)) as pool:
+                list(pool.map(cell_draws, range(n_jobs)))
         if progress:
             progress((start + bc) / draws)
-    return BootstrapDraws(cells=out, group_w=group_w)
+    return [BootstrapDraws(cells=c, group_w=group_w) for c in cells]
 
 
 def se_floor(scale: float) -> float:
