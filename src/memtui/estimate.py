@@ -6,6 +6,7 @@ and -1 where lower is better (rank, entropy), so positive always means "does bet
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import ClassVar
@@ -140,6 +141,8 @@ class _Cells:
     ase: np.ndarray
     folded: np.ndarray
     small: np.ndarray
+    masks: dict[str, np.ndarray]  # the cell subsets with a band of their own
+    tmax: dict[str, np.ndarray]  # their sup-t laws (empty without a bootstrap)
 
     @classmethod
     def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> _Cells:
@@ -147,6 +150,17 @@ class _Cells:
         cohort_step, cell_step = steps[lay.group_index[lay.cell_group]], steps[lay.cell_t]
         floor = did.se_floor(lay.scale)
         ase = did.floored(est.se, floor)
+        se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
+        pre = lay.cell_pre
+        masks = {
+            "all": np.ones(len(pre), bool),
+            "post": ~pre,
+            "pre": pre,
+            "instantaneous": lay.cell_t == lay.group_index[lay.cell_group],
+            "residual": (lay.cell_t == final_index(steps, settings.final_step)) & ~pre,
+        }
+        # every band's sup-t law from one pass over the draws
+        tmax = dict(zip(masks, did.sup_t_many(boot.cells, se, list(masks.values())), strict=True)) if boot else {}
         return cls(
             settings=settings,
             lay=lay,
@@ -156,23 +170,25 @@ class _Cells:
             cohort_step=cohort_step,
             cell_step=cell_step,
             event=cell_step - cohort_step,
-            pre=lay.cell_pre,
+            pre=pre,
             floor=floor,
-            se=did.bootstrap_se(boot.cells, floor) if boot is not None else ase,
+            se=se,
             ase=ase,
             folded=lay.group_folded[lay.cell_group],
             small=(est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls),
+            masks=masks,
+            tmax=tmax,
         )
 
     @property
     def draws(self) -> np.ndarray | None:
         return self.boot.cells if self.boot is not None else None
 
-    def crit(self, mask: np.ndarray) -> float:
-        """Simultaneous critical value over the cells in ``mask`` (pointwise z without a bootstrap)."""
+    def crit(self, name: str) -> float:
+        """Simultaneous critical value over the cells ``masks[name]`` (pointwise z without a bootstrap)."""
         if self.draws is None:
             return z_value(self.settings.alpha)
-        return did.critical_value(did.sup_t(self.draws, self.se, mask), self.settings.alpha)
+        return did.critical_value(self.tmax[name], self.settings.alpha)
 
     def frame(self, scope: str, mask: np.ndarray, crit: np.ndarray) -> pl.DataFrame:
         e = self.est
@@ -194,9 +210,22 @@ class _Cells:
             small=self.small[mask],
         )
 
-    def subset(self, scope: str, mask: np.ndarray) -> pl.DataFrame:
-        """A scope made of some of the cells, with its own simultaneous band."""
-        return self.frame(scope, mask, np.full(mask.sum(), self.crit(mask)))
+    def subset(self, scope: str) -> pl.DataFrame:
+        """A scope made of some of the cells (``masks[scope]``), with its own simultaneous band."""
+        mask = self.masks[scope]
+        return self.frame(scope, mask, np.full(mask.sum(), self.crit(scope)))
+
+    @functools.cached_property
+    def aggregates(self):
+        """Persistent memorisation by event time and the overall average, in one pass over the draws: event times,
+        then point estimates, draws, analytic and bootstrap standard errors of each event time and, last, overall."""
+        events = np.unique(self.event)
+        members = [np.flatnonzero(self.event == e) for e in events]
+        every = [*members, np.flatnonzero(~self.pre)]
+        theta, draws = aggregate(self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every)
+        ase = did.floored(analytic_se(self.lay, self.est, every), self.floor)
+        se = did.bootstrap_se(draws, self.floor) if draws is not None else ase
+        return events, members, theta, draws, ase, se
 
 
 def _profile_crit(c: _Cells) -> np.ndarray:
@@ -204,21 +233,19 @@ def _profile_crit(c: _Cells) -> np.ndarray:
     pre = c.pre
     crit = np.empty(len(pre))
     if c.settings.family == "all":
-        crit[:] = c.crit(np.ones(len(pre), bool))
+        crit[:] = c.crit("all")
     else:
-        crit[~pre] = c.crit(~pre) if (~pre).any() else np.nan
-        crit[pre] = c.crit(pre) if pre.any() else np.nan
+        crit[~pre] = c.crit("post") if (~pre).any() else np.nan
+        crit[pre] = c.crit("pre") if pre.any() else np.nan
     return crit
 
 
 def _persistent(c: _Cells) -> pl.DataFrame:
     """Persistent memorisation: the cells averaged over cohorts at each event time e = c - g, with its own band."""
-    lay, est, settings = c.lay, c.est, c.settings
-    events = np.unique(c.event)
-    members = [np.flatnonzero(c.event == e) for e in events]
-    theta, agg_draws = aggregate(lay, est.att, c.draws, c.boot.group_w if c.boot else None, members)
-    agg_ase = did.floored(analytic_se(lay, est, members), c.floor)
-    agg_se = did.bootstrap_se(agg_draws, c.floor) if agg_draws is not None else agg_ase
+    est, settings = c.est, c.settings
+    events, members, theta, agg_draws, agg_ase, agg_se = c.aggregates
+    theta, agg_ase, agg_se = theta[:-1], agg_ase[:-1], agg_se[:-1]
+    agg_draws = agg_draws[:-1] if agg_draws is not None else None
     post_e = events >= 0
     fam = post_e if settings.family == "post" else np.ones(len(events), bool)
     crit_e = np.full(len(events), z_value(settings.alpha))
@@ -249,10 +276,9 @@ def _overall(c: _Cells) -> dict:
     """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval."""
     post_cells = np.flatnonzero(~c.pre)
     z = z_value(c.settings.alpha)
-    o_theta, o_draws = aggregate(c.lay, c.est.att, c.draws, c.boot.group_w if c.boot else None, [post_cells])
-    o_ase = float(did.floored(analytic_se(c.lay, c.est, [post_cells]), c.floor)[0])
-    o_se = float(did.bootstrap_se(o_draws, c.floor)[0]) if o_draws is not None else o_ase
-    o_tau = float(c.sign * o_theta[0])
+    *_, theta, _, ase, se = c.aggregates
+    o_ase, o_se = float(ase[-1]), float(se[-1])
+    o_tau = float(c.sign * theta[-1])
     return {
         "estimate": o_tau,
         "std_error": o_se,
@@ -276,17 +302,14 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
             "the outcome's standard deviation): no band, never marked significant"
         )
     crit = _profile_crit(c)
-    every = np.ones(len(c.pre), bool)
-    diagonal = lay.cell_t == lay.group_index[lay.cell_group]
-    final = final_index(lay.steps, settings.final_step)
     return EstimateResult(
         settings=settings,
-        cells=c.frame("profile", every, crit),
-        instantaneous=c.subset("instantaneous", diagonal),
+        cells=c.frame("profile", c.masks["all"], crit),
+        instantaneous=c.subset("instantaneous"),
         persistent=_persistent(c),
-        residual=c.subset("residual", (lay.cell_t == final) & ~c.pre),
+        residual=c.subset("residual"),
         overall=_overall(c),
-        pretrend=_pretrend(c.draws, c.se, est.att, c.pre, settings.alpha),
+        pretrend=_pretrend(c.draws, c.se, est.att, c.pre, settings.alpha, c.tmax.get("pre")),
         crit=float(crit[~c.pre][0]) if (~c.pre).any() else float("nan"),
         cohorts=np.unique(c.cohort_step),
         checkpoints=lay.steps,
@@ -294,7 +317,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     )
 
 
-def _pretrend(draws, se, att, pre, alpha) -> dict:
+def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> dict:
     """Joint sup-t test of the placebo cells c < g (no anticipation => all zero)."""
     out = {
         "n_cells": int(pre.sum()),
@@ -309,7 +332,7 @@ def _pretrend(draws, se, att, pre, alpha) -> dict:
     if not ok.any():
         return out
     stat = float(np.max(np.abs(att[ok]) / se[ok]))
-    tmax = did.sup_t(draws, se, ok)
+    tmax = did.sup_t(draws, se, ok) if tmax is None else tmax  # the same law: sup-t over the pre cells with an se
     crit = did.critical_value(tmax, alpha)
     out.update(
         sup_t=stat,

@@ -30,14 +30,9 @@ from memtui.errors import MemtuiError
 from memtui.estimate import Settings, estimate
 from memtui.panel import NEVER, Panel, read_panel
 from memtui.results import (
-    SMALL_GROUP,
     EstimateResult,
     Progress,
     check_memory,
-    final_index,
-    group_notes,
-    result_frame,
-    z_value,
 )
 from memtui.text import clean
 
@@ -435,158 +430,11 @@ def _shared_draws(batch: list[_Job], settings: Settings, progress=None) -> list[
     )
 
 
-def _iqr_se(draws: np.ndarray, floor: float, slab: int = 1024) -> np.ndarray:
-    """``did.bootstrap_se``, the same order statistics by a row sort (numpy's vectorised sort is several times faster
-    than a two-point partition)."""
-    nb = draws.shape[1]
-    k25, k75 = int(np.ceil(nb * 0.25)) - 1, int(np.ceil(nb * 0.75)) - 1
-    spread = np.empty(len(draws))
-    for start in range(0, len(draws), slab):
-        part = np.sort(draws[start : start + slab], axis=1)
-        spread[start : start + slab] = part[:, k75].astype(float) - part[:, k25]
-    return did.floored(spread / did._IQR_NORMAL, floor)  # noqa: SLF001 - the same constant as bootstrap_se
-
-
-class _SupT:
-    """``did.sup_t`` over several row subsets of one draws matrix, scaling the draws once."""
-
-    def __init__(self, draws: np.ndarray, se: np.ndarray):
-        self.ok = np.isfinite(se)
-        self.n_draws = draws.shape[1]
-        scale = np.zeros(len(se), dtype=draws.dtype)
-        scale[self.ok] = (1 / se[self.ok]).astype(draws.dtype)
-        self.t = np.abs(draws)
-        self.t *= scale[:, None]
-
-    def __call__(self, rows: np.ndarray | None) -> np.ndarray:
-        ok = self.ok if rows is None else rows & self.ok
-        if not ok.any():
-            return np.full(self.n_draws, np.nan)
-        return np.maximum.reduce(self.t, axis=0, where=ok[:, None], initial=0)
-
-
 def _assemble(job: _Job, boot: did.BootstrapDraws) -> EstimateResult:
-    """``memtui.estimate._assemble`` for one job of a suite, with the cells' standard errors, the sup-t maxima and the
-    aggregates computed in fewer passes over the draws; the same numbers (tests/test_suite.py holds them equal)."""
-    from memtui.engine.summaries import aggregate, analytic_se
+    """Every scope of one job's estimate: the very assembly ``memtui.estimate`` makes for a lone panel."""
+    from memtui.estimate import _assemble as assemble
 
-    panel, settings, lay, est = job.panel, job.settings, job.lay, job.est
-    sign = panel.sign(settings.metric)
-    steps = lay.steps
-    cohort_step = steps[lay.group_index[lay.cell_group]]
-    cell_step = steps[lay.cell_t]
-    event = cell_step - cohort_step
-    pre = lay.cell_pre
-    z = z_value(settings.alpha)
-    floor = did.se_floor(lay.scale)
-    cell_folded = lay.group_folded[lay.cell_group]
-    cell_small = (est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls)
-    notes = list(lay.notes) + group_notes(lay, est)
-
-    ase = did.floored(est.se, floor)
-    draws = boot.cells
-    se = _iqr_se(draws, floor)
-    sup = _SupT(draws, se)
-
-    def band_for(mask):
-        return did.critical_value(sup(mask), settings.alpha)
-
-    flat = ~np.isfinite(se)
-    if flat.any():
-        notes.append(
-            f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
-            "the outcome's standard deviation): no band, never marked significant"
-        )
-    crit = np.empty(len(pre))
-    pre_tmax = sup(pre) if pre.any() else None
-    if settings.family == "all":
-        crit[:] = band_for(np.ones(len(pre), bool))
-    else:
-        crit[~pre] = band_for(~pre) if (~pre).any() else np.nan
-        crit[pre] = did.critical_value(pre_tmax, settings.alpha) if pre.any() else np.nan
-    profile_crit = float(crit[~pre][0]) if (~pre).any() else float("nan")
-    common = {"sign": sign}
-    cells = result_frame(
-        settings, "profile", cohort=cohort_step, checkpoint=cell_step, event_time=event, att=est.att, se=se,
-        ase=ase, crit=crit, n_treated=est.n_treated, n_control=est.n_control, pre=pre, n_folded=cell_folded,
-        small=cell_small, **common,
-    )  # fmt: skip
-
-    def cell_subset(scope: str, mask: np.ndarray) -> pl.DataFrame:
-        return result_frame(
-            settings, scope, cohort=cohort_step[mask], checkpoint=cell_step[mask], event_time=event[mask],
-            att=est.att[mask], se=se[mask], ase=ase[mask], crit=np.full(mask.sum(), band_for(mask)),
-            n_treated=est.n_treated[mask], n_control=est.n_control[mask], pre=pre[mask], n_folded=cell_folded[mask],
-            small=cell_small[mask], **common,
-        )  # fmt: skip
-
-    a = lay.group_index[lay.cell_group]
-    instantaneous = cell_subset("instantaneous", lay.cell_t == a)
-    final = final_index(steps, settings.final_step)
-    residual = cell_subset("residual", (lay.cell_t == final) & ~pre)
-
-    # persistent by event time and the overall average: one pass over the draws for both
-    events = np.unique(event)
-    members = [np.flatnonzero(event == e) for e in events]
-    post_cells = np.flatnonzero(~pre)
-    theta_all, agg_all = aggregate(lay, est.att, draws, boot.group_w, [*members, post_cells])
-    # one call each, as estimate makes them: a block of one aggregate is a different BLAS product (last-bit rounding)
-    ase_all = did.floored(np.r_[analytic_se(lay, est, members), analytic_se(lay, est, [post_cells])], floor)
-    se_all = _iqr_se(agg_all, floor)
-    theta, agg_draws, agg_ase, agg_se = theta_all[:-1], agg_all[:-1], ase_all[:-1], se_all[:-1]
-    post_e = events >= 0
-    fam = post_e if settings.family == "post" else np.ones(len(events), bool)
-    crit_e = np.full(len(events), z)
-    crit_e[fam] = did.critical_value(did.sup_t(agg_draws, agg_se, fam), settings.alpha)
-    if settings.family == "post" and (~post_e).any():
-        crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws, agg_se, ~post_e), settings.alpha)
-    persistent = result_frame(
-        settings, "persistent", cohort=[None] * len(events), checkpoint=[None] * len(events), event_time=events,
-        att=theta, se=agg_se, ase=agg_ase, crit=crit_e, n_treated=[int(est.n_treated[m].sum()) for m in members],
-        n_control=[int(est.n_control[m].max()) for m in members], pre=events < 0,
-        n_folded=[int(cell_folded[m].sum()) for m in members], small=[bool(cell_small[m].any()) for m in members],
-        **common,
-    )  # fmt: skip
-
-    o_ase, o_se = float(ase_all[-1]), float(se_all[-1])
-    o_tau = float(sign * theta_all[-1])
-    overall = {
-        "estimate": o_tau,
-        "std_error": o_se,
-        "analytic_se": o_ase,
-        "ci_low": o_tau - z * o_se,
-        "ci_high": o_tau + z * o_se,
-        "significant": bool(abs(o_tau) > z * o_se),
-        "n_cells": len(post_cells),
-        "small_group": bool(cell_small[post_cells].any()),
-    }
-    pretrend = _pretrend_from(pre_tmax, se, est.att, pre, settings.alpha)
-    return EstimateResult(
-        settings=settings, cells=cells, instantaneous=instantaneous, persistent=persistent, residual=residual,
-        overall=overall, pretrend=pretrend, crit=profile_crit, cohorts=np.unique(cohort_step), checkpoints=steps,
-        notes=notes,
-    )  # fmt: skip
-
-
-def _pretrend_from(tmax: np.ndarray | None, se: np.ndarray, att: np.ndarray, pre: np.ndarray, alpha: float) -> dict:
-    """``estimate._pretrend`` (joint sup-t test of the placebo cells) from their sup-t maxima already taken."""
-    out = {"n_cells": int(pre.sum()), "n_significant": 0, "sup_t": float("nan"), "p_value": float("nan"),
-           "crit": float("nan")}  # fmt: skip
-    ok = pre & np.isfinite(se)
-    if tmax is None or not ok.any():
-        return out
-    stat = float(np.max(np.abs(att[ok]) / se[ok]))
-    crit = did.critical_value(tmax, alpha)
-    out.update(
-        sup_t=stat,
-        p_value=float(np.mean(tmax >= stat)),
-        crit=crit,
-        n_significant=int(np.sum(np.abs(att[ok]) / se[ok] > crit)),
-    )
-    return out
-
-
-# --- correlations -----------------------------------------------------------------------------------------------
+    return assemble(job.panel, job.settings, job.lay, job.est, boot)
 
 
 @dataclass

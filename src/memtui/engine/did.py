@@ -269,10 +269,11 @@ def bootstrap_se(draws: np.ndarray, floor: float = SE_FLOOR_REL) -> np.ndarray:
     k25, k75 = int(np.ceil(nb * 0.25)) - 1, int(np.ceil(nb * 0.75)) - 1
 
     def iqr(start: int) -> np.ndarray:
-        part = np.partition(draws[start : start + _SLAB], [k25, k75], axis=1)
+        # the same order statistics as a two-point partition; numpy's vectorised row sort is several times faster
+        part = np.sort(draws[start : start + _SLAB], axis=1)
         return part[:, k75].astype(float) - part[:, k25]
 
-    # partition releases the GIL: row slabs on every core
+    # sort releases the GIL: row slabs on every core
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB)))) if len(draws) else np.empty(0)
     return floored(spread / _IQR_NORMAL, floor)
@@ -280,18 +281,33 @@ def bootstrap_se(draws: np.ndarray, floor: float = SE_FLOOR_REL) -> np.ndarray:
 
 def sup_t(draws: np.ndarray, se: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """Per draw, the largest |draw / se| over ``rows`` (all by default) with a usable se: the sup-t statistic's law."""
-    ok = np.isfinite(se) if rows is None else rows & np.isfinite(se)
-    if not ok.any():
-        return np.full(draws.shape[1], np.nan)
-    idx = np.flatnonzero(ok)
-    tmax = np.zeros(draws.shape[1], dtype=draws.dtype)
-    scale = (1 / se[idx]).astype(draws.dtype)[:, None]
-    for start in range(0, len(idx), _SLAB):  # in slabs: never a full cells x B temporary
-        part = draws[idx[start : start + _SLAB]]  # a copy: abs and scale in place, one slab at a time
-        np.abs(part, out=part)
-        part *= scale[start : start + _SLAB]
-        np.maximum(tmax, part.max(axis=0), out=tmax)
-    return tmax
+    return sup_t_many(draws, se, [np.ones(len(se), bool) if rows is None else rows])[0]
+
+
+def sup_t_many(draws: np.ndarray, se: np.ndarray, masks: list[np.ndarray]) -> list[np.ndarray]:
+    """``sup_t`` over several row subsets of the same draws in one pass (an estimate's bands need five or so).
+
+    Rows are grouped by which subsets hold them; each group's maximum is taken once, over contiguous slabs scaled in
+    place (never a full cells x B temporary), and each subset's law is the maximum over its groups."""
+    usable = np.isfinite(se)
+    masks = [np.asarray(m, bool) & usable for m in masks]
+    out = [np.zeros(draws.shape[1], dtype=draws.dtype) if m.any() else np.full(draws.shape[1], np.nan) for m in masks]
+    member = np.zeros(len(se), dtype=np.int64)  # bit i set: the row is in subset i
+    for i, mask in enumerate(masks):
+        member |= mask.astype(np.int64) << i
+    for label in np.unique(member[member > 0]):
+        idx = np.flatnonzero(member == label)
+        tmax = np.zeros(draws.shape[1], dtype=draws.dtype)
+        scale = (1 / se[idx]).astype(draws.dtype)[:, None]
+        for start in range(0, len(idx), _SLAB):
+            part = draws[idx[start : start + _SLAB]]  # a copy: abs and scale in place, one slab at a time
+            np.abs(part, out=part)
+            part *= scale[start : start + _SLAB]
+            np.maximum(tmax, part.max(axis=0), out=tmax)
+        for i, law in enumerate(out):
+            if label >> i & 1:
+                np.maximum(law, tmax, out=law)
+    return out
 
 
 def critical_value(tmax: np.ndarray, alpha: float) -> float:
