@@ -136,3 +136,19 @@ async def test_one_panel_has_no_suite_keys(suite_paths):
         await pilot.press("5", "n")
         await pilot.pause()
         assert app.active_pane == "profile"
+
+
+@run_async
+async def test_the_shipped_suite_opens_with_sample_suite_and_compares_four_models():
+    from memtui.app import open_app
+    from memtui.samples import sample_paths
+
+    app = open_app(sample_paths("suite"))
+    assert [p.n_parameters for p in app.models] == sorted(p.n_parameters for p in app.models)
+    async with app.run_test(size=(120, 50)) as pilot:
+        await settle(pilot)
+        await pilot.press("5")
+        await settle(pilot, (*GROUPS, "estimate", "reload"))
+        text = str(app.query_one("#compare-text").render())
+        assert "4 models on loglik" in text and "neox-858k" in text and "parameters" in text
+        assert "Pearson correlation of the profiles" in str(app.query_one("#compare-grid").render())

@@ -158,3 +158,22 @@ def test_subprocess_user_run(models, tmp_path):
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.startswith("memtui: ") and bad.stderr.count("\n") == 1
+
+
+def test_compare_on_the_shipped_suite_orders_by_recorded_size_and_matches_the_api(cli, tmp_path):
+    """The suite `memtui demo --suite` made and memtui ships: models ordered by the parameter count extraction
+    recorded, and the printed correlations are the API's."""
+    from memtui.samples import SUITE, sample_path
+
+    paths = [sample_path(n) for n in reversed(SUITE)]  # largest first on the command line
+    code, out, err = cli("compare", *paths, "-B", "200", "-o", tmp_path / "suite.csv")
+    assert code == 0, err
+    table = pl.read_csv(tmp_path / "suite.csv")
+    sizes = table["parameters"].to_list()
+    assert sizes == sorted(sizes) and sizes[-1] >= 10 * sizes[0]
+    assert table["model"].to_list() == [f"neox-{s}" for s in ("41k", "132k", "384k", "858k")]
+    suite = load_suite(paths)
+    corr = correlations(estimate_suite(suite, Settings(draws=200)), "loglik")
+    pairs = pl.read_csv(tmp_path / "suite-correlations.csv").filter(pl.col("method") == "pearson")
+    got = pairs.filter((pl.col("model_a") == "neox-41k") & (pl.col("model_b") == "neox-858k"))["correlation"][0]
+    assert got == pytest.approx(corr.pearson[0, 3], rel=1e-9)

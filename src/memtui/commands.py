@@ -12,7 +12,7 @@ import numpy as np
 
 from memtui.errors import MemtuiError
 from memtui.files import refuse_existing
-from memtui.samples import SAMPLES
+from memtui.samples import SAMPLES, SUITE_NAME
 from memtui.text import clean
 
 # Panel attributes `info` shows first, in this order; any other attribute follows.
@@ -32,7 +32,11 @@ def register(sub) -> None:
         help="panel file (default: the shipped synthetic sample); several panels of the same instances, one per "
         "model, open as a suite with a Compare pane",
     )
-    p.add_argument("--sample", choices=list(SAMPLES), help="open a sample shipped with memtui instead")
+    p.add_argument(
+        "--sample",
+        choices=[*SAMPLES, SUITE_NAME],
+        help=f"open a sample shipped with memtui instead ('{SUITE_NAME}': the four models of the shipped suite)",
+    )
     p.set_defaults(func=cmd_app)
 
     p = sub.add_parser("info", help="describe a panel: shape, metrics, cohorts, completed checkpoints, provenance")
@@ -190,12 +194,13 @@ def _estimate(args):
 
 def cmd_app(args) -> int:
     from memtui.app import run_app
-    from memtui.samples import sample_path
+    from memtui.samples import sample_paths
 
     if args.sample and args.panel:
         raise MemtuiError("give a panel or --sample, not both.")
     if args.sample:
-        return run_app(sample_path(args.sample))
+        paths = sample_paths(args.sample)
+        return run_app(paths if len(paths) > 1 else paths[0])
     return run_app(args.panel if len(args.panel) > 1 else (args.panel[0] if args.panel else None))
 
 

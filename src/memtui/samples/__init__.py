@@ -3,7 +3,7 @@
 - ``synthetic``: a simulated panel with a known true memorisation profile (`memtui sample synthetic`);
 - ``tiny-gptneox``: a real tiny GPT-NeoX's profile, made on CPU by `memtui demo`;
 - ``suite-neox-41k`` ... ``suite-neox-858k``: a real suite, four sizes on the same instances, made by
-  `memtui demo --suite` (docs/findings.md is its report); open them together with `memtui` and the four files.
+  `memtui demo --suite` (docs/findings.md is its report); ``memtui --sample suite`` opens the four together.
 
 Open one with ``memtui --sample NAME``; ``memtui`` alone opens ``synthetic``.
 """
@@ -24,7 +24,13 @@ SAMPLES = {
     },
 }
 SUITE = [name for name in SAMPLES if name.startswith("suite-")]  # smallest first
+SUITE_NAME = "suite"  # `memtui --sample suite`: every model of the shipped suite at once
 DEFAULT = "synthetic"
+
+
+def sample_paths(name: str) -> list[Path]:
+    """The files of sample ``name``: one, or the whole shipped suite for ``suite``."""
+    return [sample_path(n) for n in SUITE] if name == SUITE_NAME else [sample_path(name)]
 
 
 def sample_path(name: str = DEFAULT) -> Path:
