@@ -188,3 +188,18 @@ def test_settings_cannot_be_invalid_however_made():
         with pytest.raises(MemtuiError, match=next(iter(change))):
             dataclasses.replace(good, **change)
     assert Settings.CHOICES["estimator"] == ("did", "difference", "extractable")
+
+
+def test_a_final_step_between_checkpoints_is_said_not_silently_moved(small_panel):
+    from memtui.estimate import Settings, estimate
+    from memtui.panel import read_panel
+
+    panel = read_panel(small_panel)
+    steps = panel.done_steps
+    between = int((steps[-2] + steps[-1]) // 2)
+    res = estimate(panel, Settings(draws=0, final_step=between))
+    assert set(res.residual["checkpoint"]) == {int(steps[-2])}
+    assert any(f"final step {between} is not a completed checkpoint" in n and f"read at {steps[-2]}" in n
+               for n in res.notes)  # fmt: skip
+    exact = estimate(panel, Settings(draws=0, final_step=int(steps[-2])))
+    assert not any("final step" in n for n in exact.notes)

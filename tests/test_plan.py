@@ -18,12 +18,13 @@ from memtui.estimate import Settings, estimate, z_value
 from memtui.panel import NEVER, Panel, create_panel
 from memtui.plan import (
     PYTHIA_ROW,
+    VALIDATION_MODES,
     minimum_detectable_effect,
     pilot_variances,
     plan_sizes,
-    register,
     validation_ratio,
 )
+from memtui.plan_cmd import register
 from memtui.synthetic import Simulation, simulate, write_synthetic
 
 PHI = NormalDist().cdf
@@ -391,3 +392,23 @@ def test_planned_size_detects_the_effect_with_the_planned_power(make, true_varia
     )
     assert abs(shares.mean() - planned) < 3.5 * mc_error + 0.01
     assert abs(shares.mean() - row.power) < 3.5 * mc_error + 0.03  # the plan itself, the pilot's error included
+
+
+def test_the_command_module_spells_the_plans_constants_alike():
+    """plan_cmd repeats two constants so that building the parser imports no numerics: they must not drift."""
+    import memtui.plan_cmd as cmd
+
+    assert cmd.PYTHIA_ROW == PYTHIA_ROW and cmd.VALIDATION_MODES == VALIDATION_MODES
+
+
+def test_building_the_parser_imports_no_numerics():
+    """Every `memtui` start builds the whole parser: it must not pay for scipy, polars or the estimation modules."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, memtui.cli; memtui.cli.build_parser(); "
+        "print(','.join(m for m in ('scipy', 'polars', 'memtui.plan', 'memtui.estimate', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == ""

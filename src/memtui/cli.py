@@ -11,15 +11,38 @@ from memtui.errors import MemtuiError
 from memtui.text import clean
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's default in its help (``[default: 2049]``) unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            not action.option_strings
+            or default is None
+            or isinstance(default, bool)
+            or default in (argparse.SUPPRESS, "", [])
+            or "[" in text
+            or "%(default)" in text
+        ):
+            return text
+        return f"{text} [default: %(default)s]"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (``memtui: ...``, exit 2) like every other error, not the usage text."""
+    """argparse, but a usage error is one line (``memtui: ...``, exit 2) like every other error, not the usage text;
+    and every option's help shows its default."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"memtui: {clean(message)} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from memtui import commands, compare_cmd, plan
+    from memtui import commands, compare_cmd, plan_cmd
     from memtui.extract import commands as extract_commands
     from memtui.extract import fetch as fetch_command
 
@@ -32,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.register(sub)
     extract_commands.register(sub)
     fetch_command.register(sub)
-    plan.register(sub)
+    plan_cmd.register(sub)
     compare_cmd.register(sub)
     return parser
 

@@ -51,9 +51,20 @@ def register(sub) -> None:
     p = sub.add_parser("export", help="write estimates to CSV (significant ones by default)")
     p.add_argument("panel", type=Path)
     p.add_argument("-o", "--output", type=Path, required=True, help="CSV file to write")
-    p.add_argument("--scope", default="profile", choices=["profile", "instantaneous", "persistent", "residual"])
+    p.add_argument(
+        "--scope",
+        default="profile",
+        choices=["profile", "instantaneous", "persistent", "residual"],
+        help="which estimates: every (g, c) cell, the diagonal c = g, by c - g, or at the final checkpoint",
+    )
     sig = p.add_mutually_exclusive_group()
-    sig.add_argument("--significant-only", dest="significant_only", action="store_true", default=True)
+    sig.add_argument(
+        "--significant-only",
+        dest="significant_only",
+        action="store_true",
+        default=True,
+        help="only estimates whose simultaneous band excludes 0 (the default)",
+    )
     sig.add_argument("--all", dest="significant_only", action="store_false", help="also non-significant estimates")
     add_settings_args(p)
     p.set_defaults(func=cmd_export)
@@ -105,14 +116,14 @@ def register(sub) -> None:
     p = sub.add_parser("sample", help="make a sample panel")
     kinds = p.add_subparsers(dest="kind", required=True, metavar="KIND")
     s = kinds.add_parser("synthetic", help="a simulated panel with a known true memorisation profile")
-    s.add_argument("panel", type=Path)
-    s.add_argument("--cohorts", type=_count, default=20)
-    s.add_argument("--per-cohort", type=_count, default=20)
+    s.add_argument("panel", type=Path, help="panel file to create (.h5)")
+    s.add_argument("--cohorts", type=_count, default=20, help="treated cohorts (one per checkpoint after the first)")
+    s.add_argument("--per-cohort", type=_count, default=20, help="instances per cohort")
     s.add_argument("--never", type=_count, default=200, help="never-treated (validation) instances")
-    s.add_argument("--checkpoints", type=_count, default=21)
+    s.add_argument("--checkpoints", type=_count, default=21, help="checkpoints, 1000 steps apart from step 0")
     s.add_argument("--effect", type=float, default=1.0, help="scale of the true effect (0 = no memorisation)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--force", action="store_true")
+    s.add_argument("--seed", type=int, default=0, help="random seed of the simulation")
+    s.add_argument("--force", action="store_true", help="overwrite an existing panel")
     s.set_defaults(func=cmd_sample_synthetic)
 
 
@@ -132,18 +143,50 @@ def _count(text: str) -> int:
 
 
 def add_settings_args(p: argparse.ArgumentParser) -> None:
+    from memtui.choices import SETTING_CHOICES as CHOICES  # the allowed values, once (and no polars at start-up)
+
     g = p.add_argument_group("estimation")
     g.add_argument("-m", "--metric", help="metric to estimate [loglik, else the first metric with values]")
-    g.add_argument("--estimator", default="did", choices=["did", "difference", "extractable"])
-    g.add_argument("--base-period", default="varying", choices=["varying", "universal"])
-    g.add_argument("--control-group", default="never_treated", choices=["never_treated", "not_yet_treated"])
+    g.add_argument(
+        "--estimator",
+        default="did",
+        choices=list(CHOICES["estimator"]),
+        help="did: difference-in-differences (causal); difference: trained - never-trained at c; extractable: the "
+        "cohort's level at c, counterfactual taken as 0",
+    )
+    g.add_argument(
+        "--base-period",
+        default="varying",
+        choices=list(CHOICES["base_period"]),
+        help="pre-treatment cells against the checkpoint before c (varying) or before g (universal)",
+    )
+    g.add_argument(
+        "--control-group",
+        default="never_treated",
+        choices=list(CHOICES["control_group"]),
+        help="controls: validation instances only, or also instances not trained on yet",
+    )
     g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only) [1000]")
-    g.add_argument("--multiplier", default="rademacher", choices=["rademacher", "mammen"])
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--alpha", type=float, default=0.05)
-    g.add_argument("--family", default="post", choices=["post", "all"], help="cells sharing the simultaneous band")
-    g.add_argument("--final-step", type=int, help="checkpoint for residual memorisation [last completed]")
-    g.add_argument("--engine", default="memtui", choices=["memtui", "differences"])
+    g.add_argument("--multiplier", default="rademacher", choices=list(CHOICES["multiplier"]), help="bootstrap weights")
+    g.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws")
+    g.add_argument("--alpha", type=float, default=0.05, help="1 - alpha is the bands' simultaneous coverage")
+    g.add_argument(
+        "--family",
+        default="post",
+        choices=list(CHOICES["family"]),
+        help="cells sharing one simultaneous band: post-treatment ones (placebo cells their own) or all",
+    )
+    g.add_argument(
+        "--final-step",
+        type=int,
+        help="checkpoint for residual memorisation: the last completed one at or before it [last completed]",
+    )
+    g.add_argument(
+        "--engine",
+        default="memtui",
+        choices=list(CHOICES["engine"]),
+        help="memtui's engine, or the differences library (the paper's pipeline; slow, a cross-check)",
+    )
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from memtui.errors import MemtuiError
 from memtui.text import clean
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 def register(sub) -> None:
@@ -189,6 +191,8 @@ def _estimators(args, out: Path | None) -> int:
 
 
 def _estimator_lines(panel, comp) -> list[str]:
+    import polars as pl
+
     s = comp.settings
     lines = [
         f"{clean(panel.path)}: {clean(s.metric, 40)}, the three estimators side by side (controls "

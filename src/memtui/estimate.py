@@ -14,6 +14,7 @@ from typing import ClassVar
 import numpy as np
 import polars as pl
 
+from memtui.choices import ESTIMATORS, SETTING_CHOICES
 from memtui.engine import did
 from memtui.engine.layout import build_layout
 from memtui.engine.summaries import aggregate, analytic_se
@@ -23,9 +24,6 @@ from memtui.results import SCOPES as SCOPES
 from memtui.results import SMALL_GROUP, EstimateResult, Progress, final_index, group_notes, result_frame, z_value
 from memtui.results import check_memory as check_memory  # re-exported: callers size a bootstrap before running it
 
-# Every estimator, in the order the workbench's `d` cycles them: the causal one, the paper's naive difference, and
-# "extractable" (the cohort's level, counterfactual taken as zero), shown beside the other two by `compare`
-ESTIMATORS = ("did", "difference", "extractable")
 ALL_ESTIMATORS = ESTIMATORS
 
 
@@ -46,14 +44,7 @@ class Settings:
     engine: str = "memtui"  # or "differences" (the paper's pipeline; slow)
 
     # the allowed values of every categorical setting: the CLI's choices and the settings dialog read them here
-    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {
-        "estimator": ALL_ESTIMATORS,
-        "base_period": ("varying", "universal"),
-        "control_group": ("never_treated", "not_yet_treated"),
-        "multiplier": ("rademacher", "mammen"),
-        "family": ("post", "all"),
-        "engine": ("memtui", "differences"),
-    }
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = SETTING_CHOICES
 
     def __post_init__(self) -> None:
         """A Settings cannot be invalid: every construction (and ``dataclasses.replace``) checks it."""
@@ -300,6 +291,13 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         notes.append(
             f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
             "the outcome's standard deviation): no band, never marked significant"
+        )
+    final = settings.final_step
+    if final is not None and final not in lay.steps:  # the documented rule, said where it applies
+        read_at = int(lay.steps[final_index(lay.steps, final)])
+        notes.append(
+            f"final step {final} is not a completed checkpoint: residual memorisation is read at {read_at}, the last "
+            "completed checkpoint before it"
         )
     crit = _profile_crit(c)
     return EstimateResult(
