@@ -61,6 +61,14 @@ class EstimateProgress(Message):
         self.stage = stage
 
 
+class EstimateReady(Message):
+    """The estimate worker's outcome for ``settings``: the result, or the one-line reason there is none."""
+
+    def __init__(self, settings: Settings, generation: int, result: EstimateResult | None, error: str = "") -> None:
+        super().__init__()
+        self.settings, self.generation, self.result, self.error = settings, generation, result, error
+
+
 class PanelReloaded(Message):
     def __init__(self, panel: Panel | None, error: str = "") -> None:
         super().__init__()
@@ -267,43 +275,37 @@ class MemtuiApp(App):
                 self.post_message(EstimateProgress(settings, fraction, stage))
 
         try:
-            return settings, generation, cache.cached_estimate(panel, settings, progress)
+            self.post_message(EstimateReady(settings, generation, cache.cached_estimate(panel, settings, progress)))
         except _Cancelled:
-            return None
+            return
         except MemtuiError as exc:
-            return settings, generation, str(exc)
+            self.post_message(EstimateReady(settings, generation, None, str(exc)))
 
     def on_estimate_progress(self, event: EstimateProgress) -> None:
         if event.settings == self.computing:
             self._show_busy(event.fraction, event.stage)
 
     @on(Worker.StateChanged)
-    def _worker_changed(self, event: Worker.StateChanged) -> None:
-        if event.worker.group != "estimate" or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR):
+    def _worker_failed(self, event: Worker.StateChanged) -> None:
+        """A bug in estimation, not a bad panel (those arrive as EstimateReady): say so instead of crashing."""
+        if event.worker.group != "estimate" or event.state != WorkerState.ERROR or event.worker is not self._worker:
             return
-        if event.state == WorkerState.ERROR:  # a bug, not a bad panel: say so instead of crashing the app
-            if event.worker is not self._worker:
-                return
-            self.computing = None
-            self._hide_busy()
-            self._set_result(None, f"estimation failed: {type(event.worker.error).__name__}: {event.worker.error}")
+        self.computing = None
+        self._hide_busy()
+        self._set_result(None, f"estimation failed: {type(event.worker.error).__name__}: {event.worker.error}")
+
+    @on(EstimateReady)
+    def _estimate_ready(self, event: EstimateReady) -> None:
+        if event.generation != self._generation:  # computed on a panel re-read (or another model) since
             return
-        if event.worker.result is None:
-            return
-        settings, generation, outcome = event.worker.result
-        if generation != self._generation:
-            return
-        if isinstance(outcome, str):
-            self._errors[settings] = outcome
+        if event.result is None:
+            self._errors[event.settings] = event.error
         else:
-            self._results[settings] = outcome
-        if settings == self.settings:
+            self._results[event.settings] = event.result
+        if event.settings == self.settings:
             self.computing = None
             self._hide_busy()
-            if isinstance(outcome, str):
-                self._set_result(None, outcome)
-            else:
-                self._set_result(outcome)
+            self._set_result(event.result, event.error)
 
     def _show_busy(self, fraction: float, stage: str) -> None:
         self.query_one("#panes").add_class("-stale")  # the panes still show the previous estimate, dimmed
