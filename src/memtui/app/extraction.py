@@ -29,7 +29,7 @@ from memtui.text import clean
 
 POLL_S = 0.5
 START_DELAY_S = 0.5
-RUNNING = ("running", "starting")
+RUNNING = ("running",)  # the job states that mean workers are at it (progress.STATES)
 
 
 def load_jobs() -> ModuleType | None:
