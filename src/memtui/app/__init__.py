@@ -10,7 +10,8 @@ from memtui.errors import MemtuiError
 from memtui.text import clean
 
 
-def _read(path: Path):
+def read_for_app(path: Path):
+    """``read_panel``, with whatever a damaged file makes h5py raise turned into one line."""
     from memtui.panel import read_panel
 
     try:
@@ -43,7 +44,7 @@ def open_app(path: Path | list[Path] | None = None):
         except Exception as exc:  # noqa: BLE001 - as for one panel
             raise MemtuiError(f"the panels cannot be read ({type(exc).__name__}: {clean(exc, 160)}).") from None
         paths = suite.paths  # the suite's order: by parameter count, else by name
-    models = [_read(p) for p in paths]
+    models = [read_for_app(p) for p in paths]
     panel = models[0]
     from memtui.app.prefetch import Prefetch, default_settings
 
@@ -64,4 +65,4 @@ def run_app(path: Path | list[Path] | None = None) -> int:
     return int(app.run() or 0)
 
 
-__all__ = ["open_app", "run_app"]
+__all__ = ["open_app", "read_for_app", "run_app"]

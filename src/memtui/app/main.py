@@ -100,6 +100,7 @@ class MainScreen(Screen):
         Binding("n", "app.next_model(1)", "Model", tooltip="Next model of the suite (the panes show one at a time)"),
         Binding("N", "app.next_model(-1)", "Previous model", show=False, tooltip="Previous model of the suite"),
         Binding("r", "app.reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
+        Binding("ctrl+o", "app.open_panel", "Open panel", show=False, tooltip="Pick another panel file"),
     ]
 
     def compose(self) -> ComposeResult:
@@ -441,6 +442,22 @@ class MemtuiApp(App):
         column = int(np.searchsorted(result.checkpoints, event.checkpoint))
         self.query_one(Heatmap).move_to(row, column)
 
+    def action_open_panel(self) -> None:
+        """Browse another panel: it replaces what is open (a suite becomes that one panel)."""
+        from memtui.app.open_dialog import OpenPanelDialog
+
+        def done(panel: Panel | None) -> None:
+            if panel is None:
+                return
+            self.models, self.suite = [panel], None
+            panes = self.query_one(TabbedContent)
+            if panes.query("#compare"):
+                panes.remove_pane("compare")
+            self._show_panel(panel)
+            self.notify(f"Opened {clean(panel.path, 200)}", markup=False, timeout=4)
+
+        self.push_screen(OpenPanelDialog(self.panel.path or Path.cwd()), done)
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen(key_sections(self)))
 
@@ -545,6 +562,7 @@ class MemtuiApp(App):
         yield SystemCommand("Launch extraction", "Start extraction with the form's settings", self._launch)
         yield SystemCommand("Cancel extraction", "Stop the running extraction job", self._cancel_job)
         yield SystemCommand("Reload panel", "Re-read the panel file", self.action_reload)
+        yield SystemCommand("Open panel…", "Pick another panel file to browse", self.action_open_panel)
         yield SystemCommand(
             "Path plot: show / hide", "Give the heatmap the path plot's rows", self.query_one(ProfilePane).toggle_plot
         )

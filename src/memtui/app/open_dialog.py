@@ -1,0 +1,89 @@
+"""The "Open panel…" dialog (as toolong's and harlequin's file pickers): a tree of the folders and panel files under
+the current panel's folder, and a path field; the chosen file is read in a thread, so a large or damaged panel never
+freezes the app, and a file that is not a panel is a one-line message in the dialog."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DirectoryTree, Footer, Input, Static
+
+from memtui.errors import MemtuiError
+from memtui.panel import Panel
+from memtui.text import clean
+
+PANEL_SUFFIXES = (".h5", ".hdf5")
+
+
+# folders memtui keeps beside a panel (the estimate cache, extraction's work folder): not places to look for panels
+PANEL_COMPANIONS = (".memtui-cache", ".work")
+
+
+class PanelTree(DirectoryTree):
+    """Folders and panel files only; hidden entries and memtui's own folders beside a panel left out."""
+
+    def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
+        def shown(p: Path) -> bool:
+            if p.name.startswith("."):
+                return False
+            if p.is_dir():
+                return not p.name.endswith(PANEL_COMPANIONS)
+            return p.suffix.lower() in PANEL_SUFFIXES
+
+        return [p for p in paths if shown(p)]
+
+
+class OpenPanelDialog(ModalScreen[Panel | None]):
+    """Pick a panel file; dismisses with the panel read, or None."""
+
+    BINDINGS = [
+        Binding("enter", "open", "Open", tooltip="Open the path in the field"),
+        Binding("escape", "cancel", "Cancel", tooltip="Close without opening"),
+    ]
+
+    def __init__(self, start: Path) -> None:
+        super().__init__()
+        self.start = start if start.is_dir() else start.parent
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="dialog", classes="dialog open-dialog") as box:
+            box.border_title = "Open panel"
+            yield PanelTree(self.start, id="open-tree")
+            yield Input(str(self.start) + "/", id="open-path", placeholder="path to a panel (.h5)")
+            yield Static("", id="open-error", classes="error", markup=False)
+        yield Footer(compact=True)
+
+    @on(DirectoryTree.FileSelected)
+    def _file_chosen(self, event: DirectoryTree.FileSelected) -> None:
+        self.query_one("#open-path", Input).value = str(event.path)
+        self.action_open()
+
+    @on(DirectoryTree.DirectorySelected)
+    def _folder_chosen(self, event: DirectoryTree.DirectorySelected) -> None:
+        self.query_one("#open-path", Input).value = str(event.path) + "/"
+
+    @on(Input.Submitted)
+    def action_open(self) -> None:
+        path = Path(self.query_one("#open-path", Input).value.strip() or ".").expanduser()
+        self.query_one("#open-error", Static).update(f"reading {clean(path.name, 80)}…")
+        self._read(path)
+
+    @work(thread=True, exclusive=True, group="open-panel", exit_on_error=False)
+    def _read(self, path: Path) -> None:
+        from memtui.app import read_for_app
+
+        try:
+            panel = read_for_app(path)
+        except MemtuiError as exc:
+            self.app.call_from_thread(self.query_one("#open-error", Static).update, clean(exc))
+            return
+        self.app.call_from_thread(self.dismiss, panel)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
