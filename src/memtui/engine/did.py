@@ -172,9 +172,18 @@ def bootstrap_shared(
         bc = min(chunk, draws - start)
         v = multipliers(rng, (first.n_units, bc), multiplier, f32)
         r = np.empty((first.n_groups, stride, bc), dtype=f32)
-        for k in range(first.n_groups):
-            rows = first.rows(k)
-            np.matmul(y[rows].T, v[rows], out=r[k])
+
+        def group_sums(ks: range, r=r, v=v) -> None:
+            for k in ks:
+                rows = first.rows(k)
+                np.matmul(y[rows].T, v[rows], out=r[k])
+
+        if n_jobs == 1:  # one layout: BLAS threads the products itself
+            group_sums(range(first.n_groups))
+        else:  # a suite runs BLAS on one thread (see memtui.suite): the groups' products in a thread per core
+            cores = min(os.cpu_count() or 1, first.n_groups)
+            with ThreadPoolExecutor(cores) as pool:
+                list(pool.map(group_sums, [range(i, first.n_groups, cores) for i in range(cores)]))
         w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
         group_w[:, start : start + bc] = w
         cum_r = _prefix_sums(r, upto).reshape(-1, bc)

@@ -50,7 +50,9 @@ def aggregate(
     rows = np.concatenate([np.full(len(cells), a) for a, cells in enumerate(members)])
     cols = np.concatenate(members)
     shape = (len(members), len(att))
-    weights = sparse.csr_array((np.concatenate(w_vals), (rows, cols)), shape=shape)
+    # in the draws' own float32: scipy would otherwise upcast every slab of cell draws to float64 (a copy per slab);
+    # the draws carry Monte-Carlo error of ~1/sqrt(B), far above float32 rounding of a weighted sum
+    weights = sparse.csr_array((np.concatenate(w_vals).astype(draws.dtype), (rows, cols)), shape=shape)
     by_group = sparse.csr_array(
         (np.concatenate(u_vals), (rows, lay.cell_group[cols])), shape=(len(members), lay.n_groups)
     )
