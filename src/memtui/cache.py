@@ -22,6 +22,7 @@ from memtui.errors import MemtuiError
 from memtui.estimate import SCOPES, EstimateResult, Progress, Settings, estimate, result_frame
 from memtui.files import atomic_write
 from memtui.panel import Panel
+from memtui.results import Overall, Pretrend
 from memtui.text import clean
 
 # what an entry's JSON holds, and the types each value must have
@@ -82,6 +83,10 @@ def _read(base: Path, settings: Settings) -> EstimateResult:
         raise ValueError("notes are not text")
     if not (_numbers(meta["overall"], _OVERALL) and _numbers(meta["pretrend"], _PRETREND)):
         raise ValueError("summaries are not numbers")
+    try:
+        overall, pretrend = Overall(**meta["overall"]), Pretrend(**meta["pretrend"])
+    except TypeError:  # fields this version does not know, or lacks: written by another version
+        raise ValueError("summaries of another shape") from None
     if not all(isinstance(v, int) for v in meta["cohorts"] + meta["checkpoints"]):
         raise ValueError("steps are not integers")
     frames = pl.read_parquet(base.with_suffix(".parquet"))
@@ -94,8 +99,8 @@ def _read(base: Path, settings: Settings) -> EstimateResult:
         instantaneous=parts["instantaneous"],
         persistent=parts["persistent"],
         residual=parts["residual"],
-        overall=meta["overall"],
-        pretrend=meta["pretrend"],
+        overall=overall,
+        pretrend=pretrend,
         crit=float(meta["crit"]),
         cohorts=np.array(meta["cohorts"], dtype=np.int64),
         checkpoints=np.array(meta["checkpoints"], dtype=np.int64),
@@ -120,8 +125,8 @@ def store(panel: Panel, result: EstimateResult) -> str | None:
     if panel.path is None:
         return None
     meta = {
-        "overall": result.overall,
-        "pretrend": result.pretrend,
+        "overall": result.overall.as_dict(),
+        "pretrend": result.pretrend.as_dict(),
         "crit": result.crit,
         "cohorts": result.cohorts.tolist(),
         "checkpoints": result.checkpoints.tolist(),

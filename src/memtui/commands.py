@@ -343,15 +343,13 @@ def cmd_estimate(args) -> int:
         for r in shown:
             print("               ..." if r is None else f"    c-g={r['event_time']:<9}{_fmt_row(r)}")
     o = res.overall
-    print(f"overall        average post-treatment {o['estimate']:.4g} (se {_num(o['std_error'], '.3g')})"
-          f"{', significant' if o['significant'] else ''}")  # fmt: skip
+    print(f"overall        average post-treatment {o.estimate:.4g} (se {_num(o.std_error, '.3g')})"
+          f"{', significant' if o.significant else ''}")  # fmt: skip
     pt = res.pretrend
-    if pt["n_cells"] and s.draws:
-        verdict = (
-            "no evidence of pre-trends" if pt["p_value"] >= s.alpha else "pre-trends detected: check parallel trends"
-        )
-        print(f"pre-trend      {pt['n_cells']} placebo cells (c < g): sup-t {pt['sup_t']:.3f}, "
-              f"p = {pt['p_value']:.3f}, {pt['n_significant']} significant; {verdict}")  # fmt: skip
+    if pt.n_cells and s.draws:
+        verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
+        print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "
+              f"p = {pt.p_value:.3f}, {pt.n_significant} significant; {verdict}")  # fmt: skip
     for note in _notes(res):
         print(f"note           {note}")
     return 0

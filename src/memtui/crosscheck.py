@@ -51,6 +51,8 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     from memtui.results import (
         SMALL_GROUP,
         EstimateResult,
+        Overall,
+        Pretrend,
         check_memory,
         final_index,
         group_notes,
@@ -139,15 +141,15 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     )
     o = simple.iloc[0]
     o_tau = float(sign * o["ATT"])
-    overall = {
-        "estimate": o_tau,
-        "std_error": float(o["std_error"]),
-        "ci_low": o_tau - z * float(o["std_error"]),
-        "ci_high": o_tau + z * float(o["std_error"]),
-        "significant": bool(abs(o_tau) > z * float(o["std_error"])),
-        "n_cells": int((~pre).sum()),
-        "small_group": bool(small[~pre].any()),
-    }
+    overall = Overall(
+        estimate=o_tau,
+        std_error=float(o["std_error"]),
+        ci_low=o_tau - z * float(o["std_error"]),
+        ci_high=o_tau + z * float(o["std_error"]),
+        significant=bool(abs(o_tau) > z * float(o["std_error"])),
+        n_cells=int((~pre).sum()),
+        small_group=bool(small[~pre].any()),
+    )
     pre_sig = int(profile.filter(profile["pre_treatment"])["significant"].sum())
     report(1.0, "done")
     return EstimateResult(
@@ -157,13 +159,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
         persistent=persistent,
         residual=frame_of("residual", (time == final) & ~pre),
         overall=overall,
-        pretrend={
-            "n_cells": int(pre.sum()),
-            "n_significant": pre_sig,
-            "sup_t": np.nan,
-            "p_value": np.nan,
-            "crit": float(crit[0]) if len(crit) else np.nan,
-        },  # fmt: skip
+        pretrend=Pretrend(n_cells=int(pre.sum()), n_significant=pre_sig, crit=float(crit[0]) if len(crit) else np.nan),
         crit=float(crit[0]) if len(crit) else np.nan,
         cohorts=np.unique(cohort),
         checkpoints=panel.done_steps,

@@ -21,7 +21,17 @@ from memtui.engine.summaries import aggregate, analytic_se
 from memtui.errors import MemtuiError
 from memtui.panel import NEVER, Panel
 from memtui.results import SCOPES as SCOPES
-from memtui.results import SMALL_GROUP, EstimateResult, Progress, final_index, group_notes, result_frame, z_value
+from memtui.results import (
+    SMALL_GROUP,
+    EstimateResult,
+    Overall,
+    Pretrend,
+    Progress,
+    final_index,
+    group_notes,
+    result_frame,
+    z_value,
+)
 from memtui.results import check_memory as check_memory  # re-exported: callers size a bootstrap before running it
 
 ALL_ESTIMATORS = ESTIMATORS
@@ -263,23 +273,23 @@ def _persistent(c: _Cells) -> pl.DataFrame:
     )
 
 
-def _overall(c: _Cells) -> dict:
+def _overall(c: _Cells) -> Overall:
     """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval."""
     post_cells = np.flatnonzero(~c.pre)
     z = z_value(c.settings.alpha)
     *_, theta, _, ase, se = c.aggregates
     o_ase, o_se = float(ase[-1]), float(se[-1])
     o_tau = float(c.sign * theta[-1])
-    return {
-        "estimate": o_tau,
-        "std_error": o_se,
-        "analytic_se": o_ase,
-        "ci_low": o_tau - z * o_se,
-        "ci_high": o_tau + z * o_se,
-        "significant": bool(abs(o_tau) > z * o_se),
-        "n_cells": len(post_cells),
-        "small_group": bool(c.small[post_cells].any()),
-    }
+    return Overall(
+        estimate=o_tau,
+        std_error=o_se,
+        analytic_se=o_ase,
+        ci_low=o_tau - z * o_se,
+        ci_high=o_tau + z * o_se,
+        significant=bool(abs(o_tau) > z * o_se),
+        n_cells=len(post_cells),
+        small_group=bool(c.small[post_cells].any()),
+    )
 
 
 def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> EstimateResult:
@@ -315,30 +325,24 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     )
 
 
-def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> dict:
+def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> Pretrend:
     """Joint sup-t test of the placebo cells c < g (no anticipation => all zero)."""
-    out = {
-        "n_cells": int(pre.sum()),
-        "n_significant": 0,
-        "sup_t": float("nan"),
-        "p_value": float("nan"),
-        "crit": float("nan"),
-    }
+    none = Pretrend(n_cells=int(pre.sum()))
     if draws is None or not pre.any():
-        return out
+        return none
     ok = pre & np.isfinite(se)
     if not ok.any():
-        return out
+        return none
     stat = float(np.max(np.abs(att[ok]) / se[ok]))
     tmax = did.sup_t(draws, se, ok) if tmax is None else tmax  # the same law: sup-t over the pre cells with an se
     crit = did.critical_value(tmax, alpha)
-    out.update(
+    return Pretrend(
+        n_cells=int(pre.sum()),
         sup_t=stat,
         p_value=float(np.mean(tmax >= stat)),
         crit=crit,
         n_significant=int(np.sum(np.abs(att[ok]) / se[ok] > crit)),
     )
-    return out
 
 
 @dataclass

@@ -5,7 +5,7 @@ without importing each other."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
@@ -30,6 +30,56 @@ def z_value(alpha: float) -> float:
     return NormalDist().inv_cdf(1 - alpha / 2)
 
 
+class _Record:
+    """A typed summary that still reads like the dict it replaced (``o["estimate"]``, ``o.get(...)``), so the
+    CSV, the cache and older callers need no change."""
+
+    def __getitem__(self, key: str):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key) if key in self.keys() else default
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self))
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Overall(_Record):
+    """The average post-treatment effect (R did's "simple" aggregation) with its pointwise interval."""
+
+    estimate: float
+    std_error: float
+    ci_low: float
+    ci_high: float
+    significant: bool
+    n_cells: int
+    small_group: bool = False
+    analytic_se: float = float("nan")  # the influence-function SE (NaN where the engine gives none)
+
+
+@dataclass(frozen=True)
+class Pretrend(_Record):
+    """The joint sup-t test of the placebo cells (c < g): no anticipation means they are all zero."""
+
+    n_cells: int
+    n_significant: int = 0
+    sup_t: float = float("nan")
+    p_value: float = float("nan")
+    crit: float = float("nan")
+
+
 @dataclass
 class EstimateResult:
     settings: Settings
@@ -37,8 +87,8 @@ class EstimateResult:
     instantaneous: pl.DataFrame
     persistent: pl.DataFrame
     residual: pl.DataFrame
-    overall: dict
-    pretrend: dict
+    overall: Overall
+    pretrend: Pretrend
     crit: float  # simultaneous critical value of the profile's band family
     cohorts: np.ndarray  # cohort steps (rows of the profile)
     checkpoints: np.ndarray  # completed checkpoint steps (columns)

@@ -338,7 +338,7 @@ def _entry(panel, settings):
 
 def _same(a, b):
     assert a.cells.equals(b.cells) and a.persistent.equals(b.persistent)
-    assert json.dumps(a.overall, sort_keys=True) == json.dumps(b.overall, sort_keys=True)
+    assert json.dumps(a.overall.as_dict(), sort_keys=True) == json.dumps(b.overall.as_dict(), sort_keys=True)
 
 
 def test_cache_folder_blocked_by_a_file_is_a_note(small_panel):

@@ -27,29 +27,29 @@ from memtui.text import clean
 def overall_text(result: EstimateResult) -> str:
     o = result.overall
     level = f"{100 * (1 - result.settings.alpha):g}%"
-    verdict = "significant" if o.get("significant") else "not significant"
+    verdict = "significant" if o.significant else "not significant"
     return (
-        f"Overall: average memorisation over the {o.get('n_cells', '?')} post-treatment cells is "
-        f"{num(o['estimate'], signed=True)} (SE {num(o['std_error'])}; {level} CI {num(o['ci_low'], signed=True)} "
-        f"to {num(o['ci_high'], signed=True)}), {verdict}."
+        f"Overall: average memorisation over the {o.n_cells} post-treatment cells is "
+        f"{num(o.estimate, signed=True)} (SE {num(o.std_error)}; {level} CI {num(o.ci_low, signed=True)} "
+        f"to {num(o.ci_high, signed=True)}), {verdict}."
     )
 
 
 def pretrend_text(result: EstimateResult) -> str:
     p = result.pretrend
-    if not p.get("n_cells"):
+    if not p.n_cells:
         return "Pre-trend check: no pre-treatment (c < g) cells in this panel, so parallel trends cannot be checked."
-    if p.get("p_value") is None or not math.isfinite(p["p_value"]):
+    if not math.isfinite(p.p_value):
         return "Pre-trend check: needs the bootstrap; set draws > 0 in the settings (o)."
     level = f"{100 * (1 - result.settings.alpha):g}%"
     verdict = (
         "no evidence against parallel trends."
-        if p["n_significant"] == 0 and p["p_value"] >= result.settings.alpha
+        if p.n_significant == 0 and p.p_value >= result.settings.alpha
         else "evidence of pre-trends: read the profile with care."
     )
     return (
-        f"Pre-trend check: {p['n_significant']} of {p['n_cells']} pre-treatment (placebo) cells differ from zero "
-        f"at the simultaneous {level} level (sup-t {num(p['sup_t'], 3)}, p = {num(p['p_value'], 2)}); {verdict}"
+        f"Pre-trend check: {p.n_significant} of {p.n_cells} pre-treatment (placebo) cells differ from zero "
+        f"at the simultaneous {level} level (sup-t {num(p.sup_t, 3)}, p = {num(p.p_value, 2)}); {verdict}"
     )
 
 
