@@ -30,6 +30,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from memtui.files import refuse_existing
 from memtui.panel import text_attr
 
 VOCAB = 256
@@ -251,10 +252,7 @@ def make_demo(
 
     cfg = cfg or DemoConfig()
     out = Path(out)
-    if out.exists() and not overwrite:
-        from memtui.errors import MemtuiError
-
-        raise MemtuiError(f"{out} already exists; pass --force to overwrite it or choose another path.")
+    refuse_existing(out, overwrite)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="memtui-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()

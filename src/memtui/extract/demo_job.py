@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from memtui.errors import MemtuiError
+from memtui.files import refuse_existing
 from memtui.text import clean
 
 from .locking import open_beside
@@ -35,8 +36,8 @@ def start(out: Path, *, small: bool, keep: Path | None, force: bool, suite: bool
 
         cfg = SuiteConfig.small() if small else SuiteConfig()
         check_out_dir(out, [name for name, _, _ in cfg.models()], force)  # refused here, not in the log
-    elif out.exists() and not force:
-        raise MemtuiError(f"{out} already exists; pass --force to overwrite it or choose another path.")
+    else:
+        refuse_existing(out, force)
     if not out.parent.is_dir():
         raise MemtuiError(f"cannot write {out}: {out.parent} is not an existing folder.")
     cmd = [sys.executable, "-m", "memtui.extract.demo_job", str(out)]
