@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtui.errors import MemtuiError
-from memtui.text import clean
+from memtui.text import clean, compact_count
 
 if TYPE_CHECKING:
     import polars as pl
@@ -106,12 +106,7 @@ def _suite(args, out: Path | None) -> int:
 
 
 def _params(n) -> str:
-    if n is None:
-        return "?"
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(n)
+    return "?" if n is None else compact_count(n)
 
 
 def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:

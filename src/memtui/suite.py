@@ -48,13 +48,15 @@ class Suite:
 
     ``panels`` share ``ids``, ``treatment`` and ``steps`` (restricted to what every file has, in the first file's
     instance order, completed checkpoints only); ``notes`` say what was left out; ``parameters`` is each model's
-    parameter count, None where its panel does not record it."""
+    parameter count, None where its panel does not record it; ``originals`` are the panels as read, unrestricted (what
+    the workbench shows one model at a time)."""
 
     names: list[str]
     panels: list[Panel]
     notes: list[str] = field(default_factory=list)
     parameters: list[int | None] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
+    originals: list[Panel] = field(default_factory=list)
 
     def panel(self, name: str) -> Panel:
         return self.panels[self.names.index(name)]
@@ -201,6 +203,7 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
         notes=notes,
         parameters=[params[i] for i in order],
         paths=[paths[i] for i in order],
+        originals=[panels[i] for i in order],
     )
 
 

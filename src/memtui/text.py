@@ -22,3 +22,11 @@ def clean(value: object, limit: int | None = 400) -> str:
     if limit is not None and len(text) > limit:
         text = text[: limit - 1] + "…"
     return text
+
+
+def compact_count(n: float) -> str:
+    """A count in three significant digits with k, M or B: 858880 -> '859k' (model sizes in tables and titles)."""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return str(n)

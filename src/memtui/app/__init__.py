@@ -43,8 +43,8 @@ def open_app(path: Path | list[Path] | None = None):
             raise
         except Exception as exc:  # noqa: BLE001 - as for one panel
             raise MemtuiError(f"the panels cannot be read ({type(exc).__name__}: {clean(exc, 160)}).") from None
-        paths = suite.paths  # the suite's order: by parameter count, else by name
-    models = [read_for_app(p) for p in paths]
+    # a suite has read its panels already (in its order: by parameter count, else by name)
+    models = suite.originals if suite is not None else [read_for_app(p) for p in paths]
     panel = models[0]
     from memtui.app.prefetch import Prefetch, default_settings
 

@@ -21,12 +21,12 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
-from memtui.app.fmt import num, short_step
+from memtui.app.fmt import num
 from memtui.app.palette import RAMP, cube, levels, lightness
-from memtui.app.plots import nice_ticks, tick_label
+from memtui.app.plots import set_y_axis, x_ticks
 from memtui.errors import MemtuiError
 from memtui.estimate import Settings
-from memtui.text import clean
+from memtui.text import clean, compact_count
 
 # one 256-colour index per model, distinct in hue and readable on dark and light backgrounds
 MODEL_COLOURS = (208, 39, 170, 71, 196, 178, 37, 99)
@@ -35,15 +35,6 @@ ZERO = 244
 
 def model_colour(index: int) -> int:
     return MODEL_COLOURS[index % len(MODEL_COLOURS)]
-
-
-def _params(n: int | None) -> str:
-    if not n:
-        return ""
-    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if n >= size:
-            return f"{n / size:.3g}{unit}"
-    return str(n)
 
 
 class OverlayPlot(PlotextPlot):
@@ -92,15 +83,8 @@ class OverlayPlot(PlotextPlot):
             plt.hline(0, color=ZERO)
             for value in marks:
                 plt.vline(float(value), color=ZERO)
-            values = [v for *_, est, low, high in series for v in (est, low, high)]
-            finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
-            finite = finite[np.isfinite(finite)]
-            ticks = nice_ticks(float(finite.min()), float(finite.max()))
-            plt.ylim(ticks[0], ticks[-1])
-            plt.yticks(ticks, [tick_label(t, ticks) for t in ticks])
-            grid = sorted(set(xs))
-            idx = sorted(set(np.linspace(0, len(grid) - 1, min(5, len(grid))).round().astype(int).tolist()))
-            plt.xticks([grid[i] for i in idx], [short_step(grid[i]) for i in idx])
+            set_y_axis(plt, [v for *_, est, low, high in series for v in (est, low, high)])
+            plt.xticks(*x_ticks(xs))
         self.refresh()
 
 
@@ -215,7 +199,7 @@ class ComparePane(VerticalScroll, can_focus=True):
         for i, (name, params) in enumerate(zip(names, sr.suite.parameters, strict=True)):
             res = sr.results[name][metric]
             inst = res.instantaneous["estimate"].mean() if res.instantaneous.height else float("nan")
-            size = f" ({_params(params)} parameters)" if params else ""
+            size = f" ({compact_count(params)} parameters)" if params else ""
             lines.append(f"  {i + 1} {clean(name, 40)}{size}: mean instantaneous {num(inst, signed=True)}, overall "
                          f"{num(res.overall['estimate'], signed=True)}")  # fmt: skip
         lines += [f"⚠ {clean(n)}" for n in (*sr.suite.notes, *sr.notes)]

@@ -94,13 +94,25 @@ class BandPlot(PlotextPlot):
         for value in marks:
             plt.vline(float(value), color=mark)
         plt.xticks(*_ticks(x, steps))
-        # even ticks that always include 0, on an axis that ends on ticks: the zero line sits on the row labelled 0
-        ticks = nice_ticks(float(min(v.min() for v in shown)), float(max(v.max() for v in shown)))
-        plt.ylim(ticks[0], ticks[-1])
-        plt.yticks(ticks, [tick_label(t, ticks) for t in ticks])
+        set_y_axis(plt, shown)
         if xlabel:
             plt.xlabel(xlabel)
         self.refresh()
+
+
+def set_y_axis(plt, values: list[np.ndarray]) -> None:
+    """Even ticks that always include 0, on an axis that ends on ticks, over the finite ``values``: the zero line
+    sits on the row labelled 0."""
+    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
+    finite = finite[np.isfinite(finite)]
+    ticks = nice_ticks(float(finite.min()), float(finite.max()))
+    plt.ylim(ticks[0], ticks[-1])
+    plt.yticks(ticks, [tick_label(t, ticks) for t in ticks])
+
+
+def x_ticks(x: list[float], steps: bool = True) -> tuple[list[float], list[str]]:
+    """Up to five evenly spread ticks at the distinct data points, labelled like the heatmap's axes."""
+    return _ticks(sorted(set(x)), steps)
 
 
 def nice_ticks(low: float, high: float, target: int = 4) -> list[float]:
