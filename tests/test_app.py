@@ -15,20 +15,22 @@ from app_pilot import APP_GROUPS, HANG_S, Inbox, run_async, settle
 from textual.command import CommandPalette
 from textual.widgets import Input, TabbedContent
 
-from memtui.app import open_app, run_app
+from memtui.app import open_app, palette, run_app
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable, table_frame
 from memtui.app.extraction import ExtractionPane, job_indicator, progress_text
 from memtui.app.fmt import short_step
 from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
 from memtui.app.main import MemtuiApp, PanelReloaded, key_sections
-from memtui.app.palette import RAMP, levels, robust_scale, xterm_rgb
+from memtui.app.palette import DARK, LIGHT, levels, robust_scale, xterm_rgb
+from memtui.app.profile import Legend
 from memtui.cache import cached_estimate
 from memtui.estimate import Settings
 from memtui.export import export_frame
 from memtui.panel import NEVER, PanelWriter, create_panel, read_panel
 from memtui.synthetic import Simulation, simulate, write_synthetic
 
+RAMP = DARK.ramp
 SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
 SIZE = (100, 32)
 JOB_GROUPS = (*APP_GROUPS, "extract-launch")  # launching and cancelling a job run in workers of their own
@@ -55,7 +57,7 @@ def make_app(path, **kwargs) -> MemtuiApp:
 
 
 def test_palette_is_256_colour_cube_entries_symmetric_around_zero():
-    for index in RAMP:
+    for index in (*DARK.ramp, *LIGHT.ramp):
         assert 16 <= index <= 231
         r, g, b = xterm_rgb(index)
         assert all(v in (0, 95, 135, 175, 215, 255) for v in (r, g, b))
@@ -773,8 +775,26 @@ def test_palette_survives_the_256_colour_downgrade():
 
     from memtui.app import palette
 
-    for index in (*palette.RAMP, palette.HIDDEN_BG, palette.PRE_BG, palette.PRE_FG):
-        assert palette.cube(index).downgrade(ColorSystem.EIGHT_BIT).number == index
+    for scheme in (palette.DARK, palette.LIGHT):
+        for index in scheme.colours():
+            number = palette.cube(index).downgrade(ColorSystem.EIGHT_BIT).number
+            if index in scheme.ramp:
+                assert number == index
+            else:  # a grey may land on the grey ramp's neighbour: no more than one step (10) off
+                assert max(abs(a - b) for a, b in zip(xterm_rgb(number), xterm_rgb(index), strict=True)) <= 10
+
+
+def test_each_palette_moves_away_from_its_background():
+    """Dark themes: |tau| = 0 is near-black and larger effects are lighter; light themes the other way round, so
+    small effects never stand out against the background and the greys sit just off it."""
+    from memtui.app.palette import lightness
+
+    for scheme, sign in ((DARK, 1), (LIGHT, -1)):
+        for ramp in (scheme.warm, scheme.cool):
+            steps = np.diff([lightness(i) for i in ramp]) * sign
+            assert (steps > 0).all(), (scheme, ramp)
+        near_zero = [lightness(i) for i in (scheme.warm[0], scheme.cool[0], scheme.hidden_bg, scheme.pre_bg)]
+        assert all(v < 25 for v in near_zero) if sign > 0 else all(v > 80 for v in near_zero)
 
 
 @run_async
@@ -886,9 +906,35 @@ async def test_every_pane_has_the_same_main_keys_visible_at_80_columns(panel_pat
         assert app.screen.query_one("Footer").region.height == 1
         await pilot.press("o")
         assert isinstance(app.screen, SettingsDialog)  # o is Settings on the Estimates pane too
-        assert _footer_keys(app.screen) == ["esc"] or "esc" in _footer_keys(app.screen)  # the dialog's own keys
-        assert "m" not in _footer_keys(app.screen)
+        assert "esc" in _footer_keys(app.screen) and "m" not in _footer_keys(app.screen)  # the dialog's own keys
         await pilot.press("escape")
+
+
+@run_async
+async def test_a_dialog_footer_names_enter_whichever_field_has_the_focus(panel_path):
+    """Textual's Input hides its enter binding: a focused text field once left only `esc` in a dialog's footer."""
+    from memtui.app.open_dialog import OpenPanelDialog
+
+    app = make_app(panel_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for key, dialog, fields in (
+            ("o", SettingsDialog, ("#set-estimator", "#set-alpha", "#set-draws", "#set-seed")),
+            ("e", ExportDialog, ("#export-path", "#export-scope")),
+            ("ctrl+o", OpenPanelDialog, ("#open-path",)),
+        ):
+            await pilot.press(key)
+            await pilot.pause()
+            assert isinstance(app.screen, dialog)
+            for field in fields:
+                app.screen.query_one(field).focus()
+                await pilot.pause()
+                shown = _footer_keys(app.screen)
+                assert "⏎" in shown and "esc" in shown, (dialog.__name__, field, shown)  # ⏎: how the footer shows enter
+                enter = next(b for b in app.screen.active_bindings.values() if b.binding.key == "enter")
+                assert enter.binding.description in ("Apply", "Write", "Open"), (field, enter)
+            await pilot.press("escape")
+            await pilot.pause()
 
 
 @run_async
@@ -1042,6 +1088,22 @@ async def test_theme_is_taken_from_the_theme_and_remembered(panel_path, tmp_path
             text, ground = Color.from_rich_color(style.color), Color.from_rich_color(style.bgcolor)
             assert text.brightness < 0.5 < ground.brightness, style
         assert heatmap.background_colors[1] == Color.parse(app.theme_variables["background"])
+        # the cells: the light palette (pale near zero), in the matrix and in the legend under it
+        light = {palette.cube(i) for i in palette.LIGHT.colours()} | {heatmap.rich_style.bgcolor}
+        drawn = {seg.style.bgcolor for row in range(3) for seg in heatmap._row_strip(row)._segments}
+        assert drawn <= light and len(drawn) > 2, drawn
+        legend = app.query_one(Legend)
+        legend_colours = {seg.style.bgcolor for seg in legend.render_line(0)._segments if seg.style} - {
+            legend.rich_style.bgcolor,
+            None,
+        }
+        assert legend_colours and legend_colours <= light, legend_colours
+        app.theme = "textual-dark"  # and back: the dark palette again
+        await pilot.pause()
+        assert heatmap.scheme is palette.DARK
+        app.theme = "textual-light"
+        await pilot.pause()
+        assert heatmap.scheme is palette.LIGHT
     assert config.load().theme == "textual-light"
     assert (tmp_path / "cfg" / "memtui" / "config.json").is_file()
     again = make_app(panel_path)

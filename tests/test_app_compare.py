@@ -8,6 +8,7 @@ import pytest
 from app_pilot import run_async, settle
 from textual.app import App
 
+from memtui.app import palette
 from memtui.app.compare import ComparePane, OverlayPlot, correlation_grid
 from memtui.estimate import Settings, estimate
 from memtui.suite import load_suite
@@ -45,6 +46,21 @@ def test_correlation_grid_shows_every_pair_and_its_interval():
     assert text.count("+0.80") == 2 and text.count("+1.00") == 2
     assert "1–2 [0.7, 0.85]" in text
     assert "small" in text and "large" in text
+
+
+@pytest.mark.parametrize("scheme", [palette.DARK, palette.LIGHT], ids=["dark", "light"])
+def test_correlation_grid_cells_are_readable_on_either_palette(scheme):
+    """Each cell's figure is black on a light colour and white on a dark one (it was black on every colour)."""
+    m = np.array([[1.0, 0.05, -0.9], [0.05, 1.0, 0.5], [-0.9, 0.5, 1.0]])
+    text = correlation_grid(["a", "b", "c"], m, m - 0.1, m + 0.1, "Pearson", scheme)
+    cells = [span.style for span in text.spans if getattr(span.style, "bgcolor", None) is not None]
+    assert len(cells) == 9
+    ramp = {palette.cube(i): i for i in scheme.ramp}
+    for style in cells:
+        index = ramp[style.bgcolor]  # every cell on the scheme's ramp
+        want = palette.cube(16) if palette.lightness(index) > 60 else palette.cube(231)
+        assert style.color == want, (index, style)
+    assert len({style.color for style in cells}) == 2  # both kinds occur in this grid
 
 
 @run_async

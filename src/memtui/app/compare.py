@@ -21,8 +21,8 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
+from memtui.app import palette
 from memtui.app.fmt import num
-from memtui.app.palette import RAMP, cube, levels, lightness
 from memtui.app.plots import set_y_axis, x_ticks
 from memtui.errors import MemtuiError
 from memtui.estimate import Settings
@@ -88,13 +88,20 @@ class OverlayPlot(PlotextPlot):
         self.refresh()
 
 
-def correlation_grid(names: list[str], matrix: np.ndarray, low: np.ndarray, high: np.ndarray, title: str) -> Text:
-    """A k × k grid of correlations, each cell coloured on the heatmap's ramp (so +1 is the warmest), with the
-    bootstrap interval of each pair listed under it for the pairs that fit."""
+def correlation_grid(
+    names: list[str],
+    matrix: np.ndarray,
+    low: np.ndarray,
+    high: np.ndarray,
+    title: str,
+    scheme: palette.Scheme = palette.DARK,
+) -> Text:
+    """A k × k grid of correlations, each cell coloured on the heatmap's ramp (so +1 is the strongest warm colour),
+    with the bootstrap interval of each pair listed under it for the pairs that fit."""
     width = max(6, *(len(clean(n, 24)) for n in names))
     text = Text(f"{title}\n", style="bold")
     text.append(" " * (width + 1) + "".join(f"{i + 1:>7}" for i in range(len(names))) + "\n")
-    lv = levels(np.nan_to_num(matrix, nan=0.0), 1.0)
+    lv = palette.levels(np.nan_to_num(matrix, nan=0.0), 1.0)
     for i, name in enumerate(names):
         text.append(f"{i + 1} {clean(name, 24):<{width}}")
         for j in range(len(names)):
@@ -102,10 +109,9 @@ def correlation_grid(names: list[str], matrix: np.ndarray, low: np.ndarray, high
             if not math.isfinite(value):
                 text.append(f"{'—':>7}")
                 continue
-            bg = RAMP[int(lv[i, j])]
-            fg = "black" if lightness(bg) > 0.5 else "white"
+            bg = scheme.ramp[int(lv[i, j])]
             text.append(" ")
-            text.append(f"{value:+.2f} ", style=Style(color=fg, bgcolor=cube(bg)))
+            text.append(f"{value:+.2f} ", style=Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg)))
         text.append("\n")
     pairs = [
         f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]"
@@ -140,6 +146,15 @@ class ComparePane(VerticalScroll, can_focus=True):
         yield OverlayPlot(id="compare-persistent", classes="compare-plot")
         yield OverlayPlot(id="compare-residual", classes="compare-plot")
         yield Static("", id="compare-grid", markup=False)
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def _theme_changed(self, _theme) -> None:
+        """The grid's cells are coloured on the heatmap's palette, which differs between dark and light themes."""
+        ready = self._ready.get(self.settings) if self.settings is not None else None
+        if ready is not None and not ready.error:
+            self._show_grid(ready)
 
     def show_settings(self, settings: Settings) -> None:
         """Show the suite for ``settings``: at once when estimated before, else estimate it in the background."""
@@ -224,12 +239,15 @@ class ComparePane(VerticalScroll, can_focus=True):
         self.query_one("#compare-residual", OverlayPlot).overlay(
             series(lambda r: r.residual, "cohort"), title="Residual memorisation by cohort g at the final checkpoint"
         )
-        c = ready.pearson
-        grid = correlation_grid(
-            names, c.pearson, c.pearson_low, c.pearson_high, f"Pearson correlation of the profiles ({c.n_cells} cells)"
-        )
+        self._show_grid(ready)
+
+    def _show_grid(self, ready: Ready) -> None:
+        c, names = ready.pearson, ready.suite_result.names
+        scheme = palette.scheme(self.app.current_theme.dark)
+        title = f"Pearson correlation of the profiles ({c.n_cells} cells)"
+        grid = correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, title, scheme)
         grid.append("\n")
-        grid.append_text(correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Spearman"))
+        grid.append_text(correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Spearman", scheme))
         self.query_one("#compare-grid", Static).update(grid)
 
 

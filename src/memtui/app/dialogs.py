@@ -72,6 +72,16 @@ class Choice(Widget, can_focus=True):
         self.action_step(1)
 
 
+# Textual's Input binds enter (submit) with show=False, so while a field has the focus the footer showed only esc.
+# A dialog's fields rebind it under the dialog's own name for it; submitting runs the same action as the key would.
+class ApplyField(Input):
+    BINDINGS = [Binding("enter", "submit", "Apply", tooltip="Apply the settings (checked first)")]
+
+
+class WriteField(Input):
+    BINDINGS = [Binding("enter", "submit", "Write", tooltip="Write the CSV (asks first if the file exists)")]
+
+
 def _row(label: str, widget: Widget) -> Horizontal:
     return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
@@ -97,7 +107,7 @@ class ExportDialog(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog") as box:
             box.border_title = "Export estimates to CSV"
-            yield _row("path", Input(self.default_path(self.scope), id="export-path"))
+            yield _row("path", WriteField(self.default_path(self.scope), id="export-path"))
             yield _row("scope", Choice([(s, s) for s in SCOPES], self.scope, id="export-scope"))
             yield _row("rows", Checkbox("significant only", True, id="export-significant"))
             yield Static("", id="export-error", classes="error", markup=False)
@@ -167,15 +177,15 @@ class SettingsDialog(ModalScreen[Settings | None]):
             yield _row(
                 "band family", Choice([("post (c ≥ g)", "post"), ("all cells", "all")], s.family, id="set-family")
             )
-            yield _row("alpha", Input(f"{s.alpha:g}", id="set-alpha"))
-            yield _row("bootstrap draws", Input(str(s.draws), id="set-draws"))
+            yield _row("alpha", ApplyField(f"{s.alpha:g}", id="set-alpha"))
+            yield _row("bootstrap draws", ApplyField(str(s.draws), id="set-draws"))
             yield _row("final checkpoint", Choice(finals, s.final_step, id="set-final"))
             yield _row(
                 "control group",
                 Choice([(c, c) for c in ("never_treated", "not_yet_treated")], s.control_group, id="set-control"),
             )
             yield _row("base period", Choice([(b, b) for b in ("varying", "universal")], s.base_period, id="set-base"))
-            yield _row("seed", Input(str(s.seed), id="set-seed"))
+            yield _row("seed", ApplyField(str(s.seed), id="set-seed"))
             yield Static("", id="settings-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply")

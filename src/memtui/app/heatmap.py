@@ -48,16 +48,16 @@ class HeatmapData:
         return self.checkpoints[None, :] < self.cohorts[:, None]
 
 
-def _cell_table() -> tuple[list[Style | None], list[str], list[int | None]]:
+def _cell_table(scheme: palette.Scheme) -> tuple[list[Style | None], list[str], list[int | None]]:
     """Style, glyph and ramp level (for the cursor colour) per cell code."""
     styles: list[Style | None] = [None]
     glyphs, lv = [" "], [None]
     for make, glyph in ((palette.solid, " "), (palette.dimmed, palette.DIM_GLYPH), (palette.pre, palette.HATCH)):
         for level in range(_N):
-            styles.append(make(level))
+            styles.append(make(scheme, level))
             glyphs.append(glyph)
             lv.append(level if make is palette.solid else None)
-    styles += [palette.hidden(), palette.pre()]
+    styles += [palette.hidden(scheme), palette.pre(scheme)]
     glyphs += [" ", palette.HATCH]
     lv += [None, None]
     return styles, glyphs, lv
@@ -109,7 +109,8 @@ class Heatmap(ScrollView, can_focus=True):
         self.row = 0
         self.column = 0
         self._codes = np.zeros((0, 0), dtype=np.int64)
-        self._styles, self._glyphs, self._levels = _cell_table()
+        self.scheme = palette.DARK
+        self._styles, self._glyphs, self._levels = _cell_table(self.scheme)
         self._rows: dict[int, Strip] = {}
         self._labels: list[str] = []
         self._gutter = 6
@@ -167,10 +168,22 @@ class Heatmap(ScrollView, can_focus=True):
         self.virtual_size = Size(self._gutter + est.shape[1] * self.cell_width, HEADER + est.shape[0])
         self.refresh()
 
+    def on_mount(self) -> None:
+        self._follow_theme()
+
     def notify_style_update(self) -> None:
-        """A new theme: the cached rows hold the old theme's base style."""
+        """A new theme: the cached rows hold the old theme's base style, and maybe the other palette."""
         super().notify_style_update()
+        self._follow_theme()
         self._rows.clear()
+
+    def _follow_theme(self) -> None:
+        scheme = palette.scheme(self.app.current_theme.dark)
+        if scheme is not self.scheme:
+            self.scheme = scheme
+            self._styles, self._glyphs, self._levels = _cell_table(scheme)
+            self._rows.clear()
+            self.refresh()
 
     def watch_mode(self) -> None:
         self._recode()
@@ -199,7 +212,8 @@ class Heatmap(ScrollView, can_focus=True):
                 if cursor > start:
                     segments.append(Segment(glyph * (cursor - start), style))
                 mark = "[" + " " * (cw - 2) + "]" if cw >= 2 else "◆"
-                segments.append(Segment(mark, style + Style(color=palette.cursor_fg(self._levels[code]), bold=True)))
+                mark_colour = palette.cursor_fg(self.scheme, self._levels[code])
+                segments.append(Segment(mark, style + Style(color=mark_colour, bold=True)))
                 if end > cursor + 1:
                     segments.append(Segment(glyph * (end - cursor - 1), style))
             else:

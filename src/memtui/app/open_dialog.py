@@ -39,6 +39,12 @@ class PanelTree(DirectoryTree):
         return [p for p in paths if shown(p)]
 
 
+class OpenField(Input):
+    """The path field: enter opens, and the footer says so (Textual's Input hides its enter binding)."""
+
+    BINDINGS = [Binding("enter", "submit", "Open", tooltip="Open the path in the field")]
+
+
 class OpenPanelDialog(ModalScreen[Panel | None]):
     """Pick a panel file; dismisses with the panel read, or None."""
 
@@ -55,7 +61,7 @@ class OpenPanelDialog(ModalScreen[Panel | None]):
         with Vertical(id="dialog", classes="dialog open-dialog") as box:
             box.border_title = "Open panel"
             yield PanelTree(self.start, id="open-tree")
-            yield Input(str(self.start) + "/", id="open-path", placeholder="path to a panel (.h5)")
+            yield OpenField(str(self.start) + "/", id="open-path", placeholder="path to a panel (.h5)")
             yield Static("", id="open-error", classes="error", markup=False)
         yield Footer(compact=True)
 

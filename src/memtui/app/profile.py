@@ -39,6 +39,12 @@ class Legend(Static):
     def on_resize(self) -> None:
         self._draw()
 
+    def notify_style_update(self) -> None:
+        """A new theme may bring the other palette (dark or light)."""
+        super().notify_style_update()
+        if self.is_mounted:
+            self._draw()
+
     def _draw(self) -> None:
         scale, mode, unit, base = self._args
         if scale is None:
@@ -47,23 +53,25 @@ class Legend(Static):
         width = self.size.width - 2 if self.size.width > 2 else 10_000
         # the first checkpoint is every cohort's base period (varying base): that column has no estimate
         notes = [f"blank c={base}: base period, no estimate", f"blank c={base}: base"] if base else [""]
+        scheme = palette.scheme(self.app.current_theme.dark)
         for show_unit, note in [(True, notes[0]), (False, notes[0]), *((False, n) for n in notes[1:])]:
-            text = self._text(scale, mode, unit if show_unit else "τ", note)
+            text = self._text(scheme, scale, mode, unit if show_unit else "τ", note)
             if text.cell_len <= width:
                 break
         self.update(text)
 
     @staticmethod
-    def _text(scale: float, mode: str, unit: str, note: str) -> Text:
+    def _text(scheme: palette.Scheme, scale: float, mode: str, unit: str, note: str) -> Text:
+        hexed = palette.hex_colour
         text = Text()
         text.append(f"{num(-scale, 3)} ", style="dim")
-        for index in palette.RAMP:
-            text.append(" ", style=f"on {_hex(index)}")
+        for index in scheme.ramp:
+            text.append(" ", style=f"on {hexed(index)}")
         text.append(f" {num(scale, 3, signed=True)} {unit}", style="dim")
         text.append("  ")
-        text.append(palette.DIM_GLYPH * 2, style=f"{_hex(palette.WARM[4])} on {_hex(palette.HIDDEN_BG)}")
+        text.append(palette.DIM_GLYPH * 2, style=f"{hexed(scheme.warm[4])} on {hexed(scheme.hidden_bg)}")
         text.append(f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
-        text.append(palette.HATCH * 2, style=f"{_hex(palette.PRE_FG)} on {_hex(palette.PRE_BG)}")
+        text.append(palette.HATCH * 2, style=f"{hexed(scheme.pre_fg)} on {hexed(scheme.pre_bg)}")
         text.append(" c<g", style="dim")
         if note:
             text.append(f"  {note}", style="dim")
@@ -94,10 +102,6 @@ def _base_label(result: EstimateResult) -> str:
     if est.shape[1] and not np.isfinite(est[:, 0]).any():
         return short_step(int(result.checkpoints[0]))
     return ""
-
-
-def _hex(index: int) -> str:
-    return "#{:02x}{:02x}{:02x}".format(*palette.xterm_rgb(index))
 
 
 class ProfilePane(Vertical):
