@@ -271,6 +271,9 @@ def test_a_disk_that_fills_up_mid_run_keeps_every_committed_checkpoint(small_fs,
     for m in METRICS:
         np.testing.assert_array_equal(now.metrics[m][:, 0], reference.metrics[m][:, 0])
     assert jobs.read_progress(panel)["state"] in ("failed", "running", "stale")  # its last record may be unwritten
+    # the failed unit's claim is released: a rerun from this same process (whose pid lives on, so the claim would
+    # never look dead) takes it at once instead of waiting out the stale limit (three minutes by default)
+    assert not list(WorkDir(panel).claims.glob("*.claim"))
     (where / ".filler").unlink()
     assert run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
     _same_as_reference(panel, reference)

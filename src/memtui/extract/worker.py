@@ -22,6 +22,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -251,7 +252,7 @@ def run(
         progress = WorkerProgress(work, me, on_update)
         progress.publish(force=True, model=options.model)
         try:
-            state = _work(panel_path, options, requested, work, me, progress, stop, log)
+            state = _work(_Context(panel_path, options, work, me, progress, stop, log), requested)
         except BaseException as exc:
             msg = str(exc) if isinstance(exc, MemtuiError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, Exception):  # ctrl-c, or submitit exiting a task it has just requeued
@@ -333,98 +334,158 @@ class _Scorer:
         return cols
 
 
-def _work(panel_path, options, requested, work, me, progress, stop, log) -> str:
-    panel = read_panel(panel_path)
-    tokens, lengths = read_tokens(panel_path)
-    lengths = lengths.astype(np.int64)
-    source = Source.open(options.model, options.revision_template)
+@dataclass(frozen=True)
+class _Context:
+    """What every step of one worker's run needs: the panel, the options and how the run reports and stops."""
+
+    panel_path: Path
+    options: ExtractOptions
+    work: WorkDir
+    me: Owner
+    progress: WorkerProgress
+    stop: threading.Event
+    log: Callable[[str], None]
+
+    def should_stop(self) -> bool:
+        """Read between batches: the stop event (signals, the app) or the panel's cancel flag (`memtui cancel`)."""
+        return self.stop.is_set() or cancel_flag(self.panel_path).exists()
+
+
+def _work(ctx: _Context, requested: list[int] | None) -> str:
+    panel = read_panel(ctx.panel_path)
+    source = Source.open(ctx.options.model, ctx.options.revision_template)
     steps = plan_steps(panel.steps, panel.done, requested, source)
-    units = plan_units(steps, panel.steps, panel.n_instances, options.split)
-    flag = cancel_flag(panel_path)
-    should_stop = lambda: stop.is_set() or flag.exists()  # noqa: E731 - read between batches
-    progress.publish(force=True, model=options.model, K=len(units), instances_total=panel.n_instances,
-                     checkpoints_done=int(panel.done.sum()), checkpoints_total=panel.n_checkpoints)  # fmt: skip
+    units = plan_units(steps, panel.steps, panel.n_instances, ctx.options.split)
+    ctx.progress.publish(force=True, model=ctx.options.model, K=len(units), instances_total=panel.n_instances,
+                         checkpoints_done=int(panel.done.sum()), checkpoints_total=panel.n_checkpoints)  # fmt: skip
     if not units:
-        commit_ready(panel_path, work, me, log)
-        log(f"{panel_path}: nothing to do, every requested checkpoint is already extracted")
-        progress.publish(force=True, state="done", k=0, eta_s=0)
+        commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
+        ctx.log(f"{ctx.panel_path}: nothing to do, every requested checkpoint is already extracted")
+        ctx.progress.publish(force=True, state="done", k=0, eta_s=0)
         return "done"
-    metrics, kl = options.metrics_for(panel_path, panel)
-    scorer = _Scorer(options, tokens, lengths, panel_path, log, metrics, kl)
-    progress.publish(force=True, device=str(scorer.dev), dtype=str(scorer.body_dtype).replace("torch.", ""))
-    log(f"worker {me.id}: {len(units)} unit(s) of {options.model} for {panel_path} on {scorer.dev} "
-        f"({scorer.body_dtype}), {panel.n_instances} instances")  # fmt: skip
-    loader = Loader(source)
-    heartbeat = Heartbeat(work, me, progress)
-    known_hashes = {h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d}
-    done_units, done_tokens, t_start = 0, 0, time.time()
-    unit_tokens = {u.name: int(lengths[u.lo : u.hi].sum()) for u in units}
-    try:
-        while not should_stop():
-            commit_ready(panel_path, work, me, log)
-            _, done = read_done(panel_path)
-            pending = [u for u in units if not done[u.index] and not work.has_part(u)]
-            if not pending:
-                break
-            unit = next((u for u in pending if work.try_claim(u, me)), None)
-            if unit is None:  # every pending unit is held by a live worker: wait, and take over any that dies
-                progress.publish(unit=None, state="running", checkpoint=None)
-                stop.wait(min(2.0, heartbeat_s()))
-                continue
-            heartbeat.hold(unit)
-            after = [u for u in pending if u is not unit and u.step != unit.step and not work.claimed_by_live(u, me)]
-            loaded = loader.get(unit.step)
-            loader.prefetch(after[0].step if after else None)
-            scorer.load(loaded)
-            _warn_duplicate(loaded, known_hashes, progress, log)
-            progress.publish(force=True, unit=unit.name, checkpoint=unit.step, k=done_units + 1, instances_done=0,
-                             batch_size=scorer.bs)  # fmt: skip
+    return _Pass(ctx, panel, source, units).run()
 
-            def on_batch(i, tokens_in_batch, unit=unit, pending=pending):
-                nonlocal done_tokens
-                done_tokens += tokens_in_batch
-                rate = done_tokens / max(time.time() - t_start, 1e-9)
-                left = sum(unit_tokens[u.name] for u in pending if u is not unit) + unit_tokens[unit.name]
-                progress.publish(instances_done=unit.lo + i, tokens_per_s=rate, eta_s=left / rate, batch_size=scorer.bs)
 
-            cols = scorer.score(unit, lambda: should_stop() or heartbeat.lost.is_set(), on_batch)
+class _Pass:
+    """The loop over a panel's pending units: commit what is ready, claim a unit, score it, write its part; until no
+    unit is left or the run is stopped. A claimed unit is released however its scoring ends, a failure included, so
+    the next run (even from this process, whose pid still lives) takes it at once instead of after ``stale_s``."""
+
+    def __init__(self, ctx: _Context, panel, source: Source, units: list[Unit]) -> None:
+        self.ctx, self.source, self.units = ctx, source, units
+        tokens, lengths = read_tokens(ctx.panel_path)
+        lengths = lengths.astype(np.int64)
+        self.metrics, kl = ctx.options.metrics_for(ctx.panel_path, panel)
+        self.scorer = _Scorer(ctx.options, tokens, lengths, ctx.panel_path, ctx.log, self.metrics, kl)
+        self.unit_tokens = {u.name: int(lengths[u.lo : u.hi].sum()) for u in units}
+        self.known_hashes = {
+            h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d
+        }
+        self.n_instances = panel.n_instances
+        self.done_units, self.done_tokens, self.t_start = 0, 0, time.time()
+
+    def run(self) -> str:
+        ctx, scorer = self.ctx, self.scorer
+        ctx.progress.publish(force=True, device=str(scorer.dev), dtype=str(scorer.body_dtype).replace("torch.", ""))
+        ctx.log(f"worker {ctx.me.id}: {len(self.units)} unit(s) of {ctx.options.model} for {ctx.panel_path} on "
+                f"{scorer.dev} ({scorer.body_dtype}), {self.n_instances} instances")  # fmt: skip
+        self.loader = Loader(self.source)
+        self.heartbeat = Heartbeat(ctx.work, ctx.me, ctx.progress)
+        try:
+            while not ctx.should_stop():
+                pending = self._pending()
+                if not pending:
+                    break
+                unit = next((u for u in pending if ctx.work.try_claim(u, ctx.me)), None)
+                if unit is None:  # every pending unit is held by a live worker: wait, and take over any that dies
+                    ctx.progress.publish(unit=None, state="running", checkpoint=None)
+                    ctx.stop.wait(min(2.0, heartbeat_s()))
+                    continue
+                if not self._unit(unit, pending):
+                    break
+            committed = commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
+        finally:
+            self.heartbeat.close()
+            self.loader.close()
+        return self._finish(committed)
+
+    def _pending(self) -> list[Unit]:
+        """Units with neither a committed column nor a written part, after committing what is ready."""
+        ctx = self.ctx
+        commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
+        _, done = read_done(ctx.panel_path)
+        return [u for u in self.units if not done[u.index] and not ctx.work.has_part(u)]
+
+    def _unit(self, unit: Unit, pending: list[Unit]) -> bool:
+        """Score the claimed ``unit`` and write its part; False when the run is to end (it was stopped)."""
+        ctx = self.ctx
+        self.heartbeat.hold(unit)
+        try:
+            after = [
+                u for u in pending if u is not unit and u.step != unit.step and not ctx.work.claimed_by_live(u, ctx.me)
+            ]
+            loaded = self.loader.get(unit.step)
+            self.loader.prefetch(after[0].step if after else None)
+            self.scorer.load(loaded)
+            _warn_duplicate(loaded, self.known_hashes, ctx.progress, ctx.log)
+            ctx.progress.publish(force=True, unit=unit.name, checkpoint=unit.step, k=self.done_units + 1,
+                                 instances_done=0, batch_size=self.scorer.bs)  # fmt: skip
+            lost = self.heartbeat.lost
+            cols = self.scorer.score(unit, lambda: ctx.should_stop() or lost.is_set(), self._on_batch(unit, pending))
             del loaded.model
             if cols is None:
-                work.release(unit, me)
-                if heartbeat.lost.is_set() and not should_stop():
-                    log(f"unit {unit.name} was taken over by another worker (this one looked stale); moving on")
-                    continue
-                break
-            meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": options.model,
-                    "parameters": loaded.parameters, "config": loaded.config, "worker": me.id}  # fmt: skip
-            try:
-                work.write_part(unit, cols, meta)
-            except WriteError as exc:
-                raise MemtuiError(
-                    f"{exc} Every committed checkpoint is intact: free space and rerun to resume."
-                ) from None
-            work.release(unit, me)
-            heartbeat.hold(None)
-            done_units += 1
-            rate = done_tokens / max(time.time() - t_start, 1e-9)
-            shown = metrics[0]  # loglik, where the panel has it
-            log(f"[{done_units}] {unit.name} done ({rate:,.0f} tokens/s); mean {shown} {np.nanmean(cols[shown]):.2f}")
-        committed = commit_ready(panel_path, work, me, log)
-    finally:
-        heartbeat.close()
-        loader.close()
-    _, done = read_done(panel_path)
-    progress.publish(force=True, unit=None, checkpoints_done=int(done.sum()))
-    if should_stop():
-        progress.publish(force=True, state="cancelled", last_error=None, eta_s=None)
-        log("cancelled; rerun the same command to resume from the first unfinished unit")
-        return "cancelled"
-    missing = [u.step for u in units if not done[u.index]]
-    if missing:  # finished by us, but another committer holds the lease right now: it folds them
-        log(f"{len(set(missing))} checkpoint(s) scored and waiting for the committer; last commit here: {committed}")
-    progress.publish(force=True, state="done", eta_s=0)
-    log(f"done: {done_units} unit(s) in {time.time() - t_start:,.0f} s")
-    return "done"
+                taken = lost.is_set() and not ctx.should_stop()
+                if taken:
+                    ctx.log(f"unit {unit.name} was taken over by another worker (this one looked stale); moving on")
+                return taken
+            self._write(unit, cols, loaded)
+        finally:
+            ctx.work.release(unit, ctx.me)
+            self.heartbeat.hold(None)
+        self.done_units += 1
+        shown = self.metrics[0]  # loglik, where the panel has it
+        ctx.log(f"[{self.done_units}] {unit.name} done ({self._rate():,.0f} tokens/s); mean {shown} "
+                f"{np.nanmean(cols[shown]):.2f}")  # fmt: skip
+        return True
+
+    def _on_batch(self, unit: Unit, pending: list[Unit]) -> Callable[[int, int], None]:
+        left_after = sum(self.unit_tokens[u.name] for u in pending if u is not unit)
+
+        def on_batch(i: int, tokens_in_batch: int) -> None:
+            self.done_tokens += tokens_in_batch
+            rate = self._rate()
+            left = left_after + self.unit_tokens[unit.name]
+            self.ctx.progress.publish(instances_done=unit.lo + i, tokens_per_s=rate, eta_s=left / rate,
+                                      batch_size=self.scorer.bs)  # fmt: skip
+
+        return on_batch
+
+    def _rate(self) -> float:
+        return self.done_tokens / max(time.time() - self.t_start, 1e-9)
+
+    def _write(self, unit: Unit, cols: dict[str, np.ndarray], loaded: Loaded) -> None:
+        meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": self.ctx.options.model,
+                "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id}  # fmt: skip
+        try:
+            self.ctx.work.write_part(unit, cols, meta)
+        except WriteError as exc:
+            raise MemtuiError(f"{exc} Every committed checkpoint is intact: free space and rerun to resume.") from None
+
+    def _finish(self, committed) -> str:
+        ctx = self.ctx
+        _, done = read_done(ctx.panel_path)
+        ctx.progress.publish(force=True, unit=None, checkpoints_done=int(done.sum()))
+        if ctx.should_stop():
+            ctx.progress.publish(force=True, state="cancelled", last_error=None, eta_s=None)
+            ctx.log("cancelled; rerun the same command to resume from the first unfinished unit")
+            return "cancelled"
+        missing = [u.step for u in self.units if not done[u.index]]
+        if missing:  # finished by us, but another committer holds the lease right now: it folds them
+            ctx.log(f"{len(set(missing))} checkpoint(s) scored and waiting for the committer; last commit here: "
+                    f"{committed}")  # fmt: skip
+        ctx.progress.publish(force=True, state="done", eta_s=0)
+        ctx.log(f"done: {self.done_units} unit(s) in {time.time() - self.t_start:,.0f} s")
+        return "done"
 
 
 def _warn_duplicate(loaded: Loaded, known_hashes: dict, progress: WorkerProgress, log) -> None:
