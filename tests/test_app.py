@@ -78,6 +78,25 @@ def test_short_step():
 
 
 @run_async
+async def test_the_heap_is_frozen_once_the_first_estimate_shows_and_released_on_exit(panel_path):
+    """Keys answer without a full garbage collection walking Textual's and the panel's objects; an app that ends
+    gives them back (the tests run hundreds of apps in one process)."""
+    import gc
+
+    assert gc.get_freeze_count() == 0
+    app = make_app(panel_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        assert app.result is not None and gc.get_freeze_count() > 10_000
+        frozen = gc.get_freeze_count()
+        await pilot.press("m")  # later estimates freeze nothing more
+        await settle(pilot)
+        assert gc.get_freeze_count() <= frozen  # (frozen objects still go when their last reference does)
+    assert gc.get_freeze_count() == 0
+
+
+@run_async
 async def test_open_move_cursor_and_read_status_line(panel_path):
     app = make_app(panel_path)
     async with app.run_test(size=(160, 40)) as pilot:  # wide: the status line's full wording
