@@ -16,6 +16,8 @@ then each from a fresh App in this process (imports done once beforehand):
 - every key (``--keys``): each of the app's keys (panes, metric, estimator, significance, plot, scope, sort, the
   dialogs opened and closed), from the press until the app is idle and every animation has finished, with the tab
   underline animation on and off (the ``Animations`` palette command)
+- dialogs (``--dialogs``): ``o`` and ``e`` to the first frame, with the heap frozen once the first estimate shows (as
+  the app does) against the baseline of an unfrozen heap, runs interleaved
 
 Headless means no terminal I/O: a real terminal adds the time to write the changed lines (small at 120 x 40).
 """
@@ -178,13 +180,17 @@ async def _every_key(path: Path, animations: bool) -> dict[str, list[float]]:
     return out
 
 
-async def _every_key_painted(path: Path) -> dict[str, list[float]]:
+async def _every_key_painted(
+    path: Path, keys: list[tuple[str, str | None]] = EVERY_KEY, freeze: bool = True
+) -> dict[str, list[float]]:
     """Seconds from each key reaching the app until the first frame drawn after the key's action ran: what a user
     sees answer (the pilot's own idle waits, which ``_every_key`` includes, left out). Frames are caught where
     Textual hands a rendered update to the driver (``App._display``), actions where every binding runs one
     (``App.run_action``); animations off, estimates cached."""
     app = MemtuiApp(read_panel(path))
     app.animation_level = "none"
+    if not freeze:  # the baseline: the garbage collector walks the whole heap, as before the app froze it
+        app._freeze_heap = lambda: None  # noqa: SLF001
     frames: list[float] = []
     acted: list[float] = []
     display, run_action = app._display, app.run_action  # noqa: SLF001 - the one place every frame passes
@@ -204,7 +210,7 @@ async def _every_key_painted(path: Path) -> dict[str, list[float]]:
         heatmap = app.query_one(Heatmap)
         await _until(lambda: heatmap.painted_at is not None)
         await pilot.pause(1.5)
-        for key, pane in EVERY_KEY:
+        for key, pane in keys:
             if pane is not None and app.active_pane != pane:
                 await pilot.press({"profile": "1", "estimates": "3"}[pane])
                 await pilot.pause(0.3)
@@ -246,6 +252,23 @@ def _print_every_key(path: Path, repeats: int) -> None:
         print(f"    slowest: {worst * 1000:.0f} ms")
 
 
+def _print_dialogs(path: Path, repeats: int) -> None:
+    """The dialogs' keys, first frame after the key, with the heap frozen (as the app runs) and without (the
+    baseline), runs interleaved in this process."""
+    keys = [("o", None), ("escape", None), ("e", None), ("escape", None)]
+    merged: dict[bool, dict[str, list[float]]] = {True: {}, False: {}}
+    for _ in range(repeats):
+        for freeze in (False, True):
+            for label, values in asyncio.run(_every_key_painted(path, keys, freeze)).items():
+                merged[freeze].setdefault(label, []).extend(values)
+    print(f"  dialog keys, first frame after the key, median / max of {repeats} runs each, interleaved:")
+    for label in ("o", "e"):
+        (base, new) = (merged[f][label] for f in (False, True))
+        print(f"    {label}: heap frozen {statistics.median(new) * 1000:.0f} / {max(new) * 1000:.0f} ms, not frozen "
+              f"{statistics.median(base) * 1000:.0f} / {max(base) * 1000:.0f} ms "
+              f"(median ratio {statistics.median(base) / statistics.median(new):.2f}x)")  # fmt: skip
+
+
 def _send_key(app: MemtuiApp, key: str) -> None:
     """What ``Pilot.press`` does minus its wait for the whole process to go idle, which a computing worker thread
     never lets happen (the pilot would then add up to 2 s per key that a user never sees)."""
@@ -260,9 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--workdir", type=Path, help="keep panels and caches here (default: a temporary folder)")
     parser.add_argument("--keys", action="store_true", help="only the every-key latencies (a 40-cohort panel)")
+    parser.add_argument("--dialogs", action="store_true", help="only the dialog keys, heap frozen or not (40 cohorts)")
     args = parser.parse_args(argv)
     shapes = ["first-epoch", "full"] if args.shape == "both" else [args.shape]
-    if args.keys and args.shape == "both":
+    if (args.keys or args.dialogs) and args.shape == "both":
         shapes = ["keys"]
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="memtui-app-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -281,6 +305,9 @@ def main(argv: list[str] | None = None) -> int:
             cached_estimate(panel, Settings(estimator=estimator))
         print(f"\n{shape}: {n:,} instances x {t} checkpoints, {sim.n_cohorts} cohorts "
               f"(estimates cached: {time.perf_counter() - t0:.1f} s)")  # fmt: skip
+        if args.dialogs:
+            _print_dialogs(path, args.repeats)
+            continue
         if args.keys:
             _print_every_key(path, args.repeats)
             continue
