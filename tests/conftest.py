@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,22 @@ def _own_config(tmp_path_factory, monkeypatch):
     """Every test reads and writes the workbench's preferences (the theme) in a folder of its own, never the user's:
     a remembered light theme must not change what a test sees."""
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """Code that installs signal handlers (the extraction worker in the foreground) must put them back: a test that
+    leaves one changed fails here, and the handlers are restored so the tests after it see Python's own (ctrl-c as
+    KeyboardInterrupt is what the fetch and worker tests rely on)."""
+    before = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+    yield
+    changed = {sig.name: signal.getsignal(sig) for sig in _SIGNALS if signal.getsignal(sig) is not before[sig]}
+    for sig in _SIGNALS:
+        signal.signal(sig, before[sig])
+    assert not changed, f"the test left signal handlers changed: {changed}"
 
 
 @pytest.fixture
