@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import signal
 import socket
 import threading
 import time
@@ -321,7 +322,16 @@ def test_a_server_that_is_not_a_hub_is_one_line(hf_env, revisions, capsys, monke
     assert f"memtui: step0: {hub.url} does not answer like the Hugging Face hub" in err
 
 
-def test_ctrl_c_stops_the_downloads_and_leaves_no_partial_file(hf_env, revisions, capsys, monkeypatch):
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-c raises KeyboardInterrupt, as in a terminal. A shell's background job (`make test &`, some CI runners)
+    starts Python with SIGINT ignored, and then `_thread.interrupt_main` does nothing at all."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_stops_the_downloads_and_leaves_no_partial_file(hf_env, revisions, capsys, monkeypatch, ctrl_c_raises):
     monkeypatch.setattr(constants, "DOWNLOAD_CHUNK_SIZE", 1024)
     with FakeHub(REPO, revisions, slow=0.02) as hub:  # about 2 s per weights file
         monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -330,6 +340,7 @@ def test_ctrl_c_stops_the_downloads_and_leaves_no_partial_file(hf_env, revisions
             return sum(r.method == "GET" and r.path.endswith("/model.safetensors") for r in hub.requests)
 
         ended = threading.Event()  # the fetch returned: a late interrupt would hit whatever pytest runs next
+        fired = []  # the SIGINT handler in force when the interrupt was sent
 
         def interrupt_once_downloading():
             deadline = time.monotonic() + 30
@@ -337,6 +348,7 @@ def test_ctrl_c_stops_the_downloads_and_leaves_no_partial_file(hf_env, revisions
                 if weights_requested() >= 2:  # both revisions' weights under way (>=: a retry counts again)
                     time.sleep(0.2)
                     if not ended.is_set():
+                        fired.append(signal.getsignal(signal.SIGINT))
                         _thread.interrupt_main()  # what ctrl-c does
                     return
                 time.sleep(0.01)
@@ -349,7 +361,10 @@ def test_ctrl_c_stops_the_downloads_and_leaves_no_partial_file(hf_env, revisions
             finally:
                 ended.set()
             # reached only if the fetch ended before the interrupt: say how, for the next person to read this
-            pytest.fail(f"the fetch ended first (exit {code}; {weights_requested()} weights requests): {err[-400:]!r}")
+            pytest.fail(
+                f"the fetch ended first (exit {code}; {weights_requested()} weights requests; interrupt sent under "
+                f"{fired or 'none'}): {err[-400:]!r}"
+            )
         interrupter.join()
         assert not [t for t in threading.enumerate() if t.name.startswith("memtui-fetch")]
     # stopped before either weights file was complete: nothing partial left, both revisions still missing
