@@ -120,8 +120,9 @@ def _sleeper(*argv: str) -> subprocess.Popen:
     return proc
 
 
-def _holder(panel: Path) -> subprocess.Popen:
-    """A process that holds a worker lock of ``panel``, as a worker does, and records a SIGTERM."""
+def _holder(panel: Path, *argv: str) -> subprocess.Popen:
+    """A process that holds a worker lock of ``panel``, as a worker does, and records a SIGTERM (``argv`` is added
+    to its command line)."""
     WorkDir(panel).ensure()
     code = (
         "import os, signal, socket, sys, time\nfrom memtui.extract.locking import FileLock\n"
@@ -130,7 +131,7 @@ def _holder(panel: Path) -> subprocess.Popen:
         "signal.signal(signal.SIGTERM, lambda *a: (print('TERM', flush=True), sys.exit(0)))\n"
         "print('up', flush=True)\ntime.sleep(120)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, str(panel)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(panel), *argv], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "up"
     return proc
 
@@ -186,6 +187,38 @@ def test_cancel_signals_the_verified_lock_holder(cli, tmp_path):
     assert code == 0, err
     worker.wait(timeout=30)
     assert _was_signalled(worker)
+
+
+@pytest.mark.parametrize("listings_before", [0, 1, 2, 3])
+def test_a_starting_worker_is_running_whenever_its_first_record_appears(tmp_path, monkeypatch, listings_before):
+    """Until its first record appears, a just-launched worker is known from the launch record; a status read during
+    which that record appears must still count it. Whatever the number of listings of the workers folder a read
+    takes, the record appears after each in turn (a read once answered "stale" here: its listings disagreed, the
+    worker absent from the one judged and known from the other)."""
+    panel = make_panel(tmp_path / "panel.h5")
+    worker = _holder(panel, "memtui.extract.worker")  # its lock held and its command line a worker's
+    launched = {"mode": "local", "host": socket.gethostname(), "pids": [worker.pid], "started": time.time()}
+    jobs.launch_record(panel).write_text(json.dumps(launched))
+    real_listing, listings = jobs._worker_records, 0
+
+    def listing(panel_path):
+        nonlocal listings
+        if listings == listings_before:
+            _forge_progress(panel, worker.pid)  # the worker publishes its first record now
+        listings += 1
+        return real_listing(panel_path)
+
+    monkeypatch.setattr(jobs, "_worker_records", listing)
+    try:
+        for read in (jobs.read_progress, jobs.live_workers):
+            listings = 0
+            _record(panel, worker.pid).unlink(missing_ok=True)
+            got = read(panel)
+            running = [w["pid"] for w in (got["workers"] if isinstance(got, dict) else got) if w["state"] == "running"]
+            assert running == [worker.pid], (read.__name__, listings, got)
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 JUNK = {

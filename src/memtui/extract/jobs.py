@@ -195,16 +195,24 @@ def _is_alive(panel_path: Path, path: Path, record: dict) -> bool:
 def live_workers(panel_path: str | os.PathLike) -> list[dict]:
     """The records of the workers that run now (verified: lock on this host, heartbeat elsewhere)."""
     panel_path = Path(panel_path).resolve()
-    live = [r for p, r in _worker_records(panel_path) if r["state"] == "running" and _is_alive(panel_path, p, r)]
-    launched = _read_launch(panel_path)
-    if launched.get("mode") == "local" and time.time() - _number(launched.get("started")) < STARTUP_GRACE_S:
-        known = {r["pid"] for _, r in _worker_records(panel_path)}
-        for pid in launched.get("pids") or []:
-            # a worker launched moments ago that has not reported yet: for status, a live pid of ours is enough
-            # (where /proc shows command lines they must name this panel's worker; signalling asks for the lock)
-            if isinstance(pid, int) and pid not in known and _starting_worker(pid, panel_path):
-                live.append(records.parse({"state": "running", "pid": pid, "host": socket.gethostname()}))
-    return live
+    found = _worker_records(panel_path)
+    live = [r for p, r in found if r["state"] == "running" and _is_alive(panel_path, p, r)]
+    return live + _not_yet_reporting(panel_path, found, _read_launch(panel_path))
+
+
+def _not_yet_reporting(panel_path: Path, found: list[tuple[Path, dict]], launched: dict) -> list[dict]:
+    """Workers launched here moments ago that have no record in ``found`` yet, as running records: for status, a live
+    pid of ours is enough (where /proc shows command lines they must name this panel's worker; signalling asks for
+    the lock). ``found`` must be the very listing the caller judges the others by: a second listing taken a moment
+    later may already hold a starting worker's first record, and the worker would then be in neither."""
+    if launched.get("mode") != "local" or time.time() - _number(launched.get("started")) >= STARTUP_GRACE_S:
+        return []
+    known = {r["pid"] for _, r in found}
+    return [
+        records.parse({"state": "running", "pid": pid, "host": socket.gethostname()})
+        for pid in launched.get("pids") or []
+        if isinstance(pid, int) and pid not in known and _starting_worker(pid, panel_path)
+    ]
 
 
 def _number(value) -> float:
@@ -231,9 +239,7 @@ def read_progress(panel_path: str | os.PathLike) -> dict | None:
             record["state"] = "stale"
             record["last_error"] = record["last_error"] or _last_log_error(panel_path)
         workers.append(record)
-    for extra in live_workers(panel_path):
-        if extra["pid"] not in {w["pid"] for w in workers}:
-            workers.append(extra)  # launched, not yet reporting
+    workers += _not_yet_reporting(panel_path, found, launched)  # judged against the same listing as the others
     if not workers:  # launched, but no worker ever reported and none runs: they died at start (see the log)
         workers.append(records.parse({"state": "stale", "last_error": _last_log_error(panel_path),
                                       "host": socket.gethostname()}))  # fmt: skip
