@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -116,6 +118,40 @@ def test_a_worker_killed_mid_unit_is_taken_over_and_the_panel_completes_identica
     assert not list(work.parts.glob("*.npz")) and not list(work.claims.glob("*.claim"))
     states = sorted(w["state"] for w in final["workers"])
     assert states == ["done", "stale"] and target["pid"] in pids
+
+
+def test_a_worker_whose_units_are_all_claimed_waits_says_so_once_and_finishes_them(tmp_path, checkpoints, reference):
+    """Every pending unit held by a live worker: this one waits (its log says why, once) rather than ending or
+    scoring a unit twice, and takes the units as soon as their holder lets them go."""
+    panel = make_panel(tmp_path / "panel.h5")
+    work = WorkDir(panel).ensure()
+    other = Owner(socket.gethostname(), os.getpid(), token="other")  # alive: it is this very process
+    units = plan_units(STEPS, read_panel(panel).steps, read_panel(panel).n_instances, 1)
+    assert all(work.try_claim(u, other) for u in units)
+    logs, result, stop = [], {}, threading.Event()
+
+    def extract():
+        result["state"] = run(panel, model=str(checkpoints), batch_size=7, handle_signals=False, log=logs.append,
+                              stop=stop)  # fmt: skip
+
+    worker = threading.Thread(target=extract, daemon=True)
+    worker.start()
+    try:
+        wait_until(lambda: any("waiting" in m for m in logs), timeout=60, what="the worker to say it waits")
+        time.sleep(1.0)  # it keeps waiting; it neither ends nor scores a claimed unit
+        assert worker.is_alive() and not read_panel(panel).done.any()
+    finally:
+        for unit in units:
+            work.release(unit, other)
+        worker.join(timeout=120)
+        stop.set()  # only if it still runs: a failure above must not leave it polling for the rest of the session
+    assert result == {"state": "done"}
+    waits = [m for m in logs if "waiting" in m]
+    assert len(waits) == 1 and f"the {len(units)} unit(s) left are claimed by other live workers" in waits[0], logs
+    got = read_panel(panel)
+    assert got.done.all()
+    for m in METRICS:
+        np.testing.assert_array_equal(got.metrics[m], reference.metrics[m], err_msg=m)
 
 
 def test_split_units_agree_with_whole_checkpoints(tmp_path, checkpoints, reference):

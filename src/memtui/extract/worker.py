@@ -391,6 +391,7 @@ class _Pass:
                 f"{scorer.dev} ({scorer.body_dtype}), {self.n_instances} instances")  # fmt: skip
         self.loader = Loader(self.source)
         self.heartbeat = Heartbeat(ctx.work, ctx.me, ctx.progress)
+        waiting = False
         try:
             while not ctx.should_stop():
                 pending = self._pending()
@@ -398,9 +399,14 @@ class _Pass:
                     break
                 unit = next((u for u in pending if ctx.work.try_claim(u, ctx.me)), None)
                 if unit is None:  # every pending unit is held by a live worker: wait, and take over any that dies
+                    if not waiting:  # once per wait, so a log read hours later says why this worker sat idle
+                        ctx.log(f"worker {ctx.me.id}: waiting, the {len(pending)} unit(s) left are claimed by other "
+                                "live workers; it takes over any whose worker stops")  # fmt: skip
+                    waiting = True
                     ctx.progress.publish(unit=None, state="running", checkpoint=None)
                     ctx.stop.wait(min(2.0, heartbeat_s()))
                     continue
+                waiting = False
                 if not self._unit(unit, pending):
                     break
             committed = commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
