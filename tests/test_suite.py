@@ -95,6 +95,19 @@ def test_shared_bootstrap_is_each_layouts_own_bootstrap():
             assert np.array_equal(alone.group_w, boot.group_w)
 
 
+def test_the_draws_do_not_depend_on_the_number_of_cores(monkeypatch):
+    """Deterministic by construction: each group's products are made whole by one thread with BLAS on one thread, so
+    one core, two or eight give the same bits (a test that would fail if BLAS or our threads split a sum)."""
+    data = simulate(SIM)
+    lay = build_layout(data["values"]["loglik"], data["treatment"], data["steps"], never=NEVER)
+    est = did.point_estimates(lay)
+    runs = []
+    for cores in (1, 2, 8):
+        monkeypatch.setattr(did.os, "cpu_count", lambda cores=cores: cores)
+        runs.append(did.bootstrap(lay, est, draws=64, seed=9, chunk=16).cells)
+    assert all(np.array_equal(runs[0], other) for other in runs[1:])
+
+
 def test_partial_overlap_is_restricted_to_the_intersection_and_said(tmp_path):
     n = SIM.n_instances
     a = write_model(tmp_path / "a.h5", seed=0)

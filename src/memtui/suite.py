@@ -9,13 +9,9 @@ models' profiles, such as the correlation between two of them (``correlations``)
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import glob
 import math
 import os
 import re
-import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -25,6 +21,7 @@ import numpy as np
 import polars as pl
 
 from memtui.engine import did
+from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import build_layout
 from memtui.errors import MemtuiError
 from memtui.estimate import Settings, estimate
@@ -260,10 +257,9 @@ def estimate_suite(
     """Estimate every model of the suite on every metric in ``metrics`` (default: ``settings.metric``), sharing the
     multiplier draws and the bootstrap's matrix products across models and metrics.
 
-    ``results[model][metric]`` equals ``estimate(suite.panel(model), replace(settings, metric=metric))``: point
-    estimates exactly; everything else bit for bit where BLAS splits the matrix products the same way (tests hold
-    every frame, summary, note and critical value equal), else to the float32 rounding of the draws (~3e-7 relative on
-    standard errors at the paper's size, where the suite runs BLAS on one thread and a lone estimate on several).
+    ``results[model][metric]`` equals ``estimate(suite.panel(model), replace(settings, metric=metric))`` bit for bit,
+    whatever the BLAS kernel or the number of cores: each model's draws come from the very matrix products a lone
+    estimate makes (``did.bootstrap_shared``), and tests hold every frame, summary, note and critical value equal.
     ``keep_draws``: the metrics whose cell draws are kept for ``correlations`` (default: the first metric)."""
     settings = settings.validate()
     metrics = list(dict.fromkeys(metrics or [settings.metric]))
@@ -287,7 +283,7 @@ def estimate_suite(
         report(1.0, "done")
         return out
 
-    with _one_blas_thread():
+    with one_blas_thread():
         _estimate_jobs(suite, settings, metrics, keep, out, report)
     report(1.0, "done")
     return out
@@ -370,45 +366,6 @@ def _batches(jobs: list[_Job]) -> list[list[_Job]]:
         size = max(1, _BATCH_BYTES // max(per_job, 1))
         batches += [group[start : start + size] for start in range(0, len(group), size)]
     return batches
-
-
-_BLAS_LOCK = threading.Lock()
-_BLAS_STATE = {"depth": 0, "before": 0}
-
-
-def _openblas():
-    """numpy's bundled OpenBLAS (the wheel's ``libscipy_openblas64_``), or None where numpy uses another BLAS."""
-    folder = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
-    for path in glob.glob(os.path.join(folder, "libscipy_openblas64_*.so")):
-        try:
-            lib = ctypes.CDLL(path)  # the library numpy has loaded already: dlopen returns the same handle
-            return lib if hasattr(lib, "scipy_openblas_set_num_threads64_") else None
-        except OSError:
-            return None
-    return None
-
-
-@contextlib.contextmanager
-def _one_blas_thread():
-    """numpy's OpenBLAS on one thread while the suite runs its own threads (one per core): OpenBLAS's idle workers
-    spin, and two layers of threads on the same cores made the suite benchmark 1.8x slower (14.9 s against 8.1 s
-    with OPENBLAS_NUM_THREADS=1 on 2 cores). A no-op where numpy's BLAS is not its bundled OpenBLAS."""
-    lib = _openblas()
-    if lib is None:
-        yield
-        return
-    with _BLAS_LOCK:
-        if _BLAS_STATE["depth"] == 0:
-            _BLAS_STATE["before"] = lib.scipy_openblas_get_num_threads64_()
-            lib.scipy_openblas_set_num_threads64_(1)
-        _BLAS_STATE["depth"] += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LOCK:
-            _BLAS_STATE["depth"] -= 1
-            if _BLAS_STATE["depth"] == 0:
-                lib.scipy_openblas_set_num_threads64_(_BLAS_STATE["before"])
 
 
 def _threads(fn, items: list) -> list:
@@ -562,7 +519,7 @@ def correlations(suite_result: SuiteResult, metric: str | None = None, scope: st
         draws = _joint_draws(sr, metric)
         signs = np.array([p.sign(metric) for p in sr.suite.panels], dtype=np.float32)
         rows = np.flatnonzero(mask)
-        with _one_blas_thread():
+        with one_blas_thread():
             p_draws, s_draws = _draw_correlations(est, [draws[n] for n in names], rows, signs)
         bounds = [*_interval(pearson, p_draws, s.alpha), *_interval(spearman, s_draws, s.alpha)]
     elif s.draws:
@@ -624,7 +581,7 @@ def _joint_draws(sr: SuiteResult, metric: str) -> dict[str, np.ndarray]:
         return sr.draws[metric]
     s = replace(sr.settings, metric=metric)
     jobs = [_Job(model=n, metric=metric, panel=p, settings=s) for n, p in zip(sr.names, sr.suite.panels, strict=True)]
-    with _one_blas_thread():
+    with one_blas_thread():
         _threads(_prepare, jobs)
         boots = _shared_draws(jobs, s)
     sr.draws = {metric: {j.model: b.cells for j, b in zip(jobs, boots, strict=True)}}  # one metric's draws at a time

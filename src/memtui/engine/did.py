@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import Layout
 
 # R `did` treats a bootstrap se at or below sqrt(eps) * 10 (~1.5e-7) as degenerate. That is absolute: an outcome in
@@ -139,8 +140,9 @@ def bootstrap_shared(
     """``bootstrap`` of several layouts with the same groups and cells (``same_cells``: one panel's instances scored
     by several models, or several metrics) at once. The multipliers are drawn once, as ``bootstrap`` draws them for
     one layout, and each group's multiplier-weighted sums are one matrix product over every layout's columns side by
-    side; so each result is ``bootstrap`` of that layout alone with the same seed (up to float32 rounding where BLAS
-    blocks a wider product differently), and the draws of all layouts are joint (same multiplier per row)."""
+    side; so each result is ``bootstrap`` of that layout alone with the same seed, bit for bit: every layout's group
+    sums are the very products (same shapes, same operands, BLAS on one thread) a lone bootstrap makes, whatever the
+    BLAS kernel or the number of cores. The draws of all layouts are joint (same multiplier per row)."""
     first = lays[0]
     if not all(same_cells(first, lay) for lay in lays[1:]):
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells")
@@ -162,12 +164,10 @@ def bootstrap_shared(
         return inv_nc, est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]
 
     per_job = [constants(est) for est in ests]
-    if n_jobs == 1:
-        y = first.y.astype(f32)
-    else:
-        y = np.empty((first.n_units, stride), dtype=f32)
-        for j, lay in enumerate(lays):
-            y[:, j * width : (j + 1) * width] = lay.y
+    # one contiguous matrix per layout, never the layouts side by side: a wider product may be blocked differently
+    # by BLAS (another kernel for the edge columns), which changed the last float32 bits on some CPUs
+    ys = [lay.y.astype(f32) for lay in lays]
+    cores = min(os.cpu_count() or 1, first.n_groups)
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
         v = multipliers(rng, (first.n_units, bc), multiplier, f32)
@@ -176,14 +176,18 @@ def bootstrap_shared(
         def group_sums(ks: range, r=r, v=v) -> None:
             for k in ks:
                 rows = first.rows(k)
-                np.matmul(y[rows].T, v[rows], out=r[k])
+                vk = v[rows]
+                for j, yj in enumerate(ys):
+                    np.matmul(yj[rows].T, vk, out=r[k, j * width : (j + 1) * width])
 
-        if n_jobs == 1:  # one layout: BLAS threads the products itself
-            group_sums(range(first.n_groups))
-        else:  # a suite runs BLAS on one thread (see memtui.suite): the groups' products in a thread per core
-            cores = min(os.cpu_count() or 1, first.n_groups)
-            with ThreadPoolExecutor(cores) as pool:
-                list(pool.map(group_sums, [range(i, first.n_groups, cores) for i in range(cores)]))
+        # BLAS on one thread, the groups' products in a thread per core: each product is computed whole by one
+        # thread, so the draws do not depend on the number of cores or on how BLAS would split a product
+        with one_blas_thread():
+            if cores <= 1:
+                group_sums(range(first.n_groups))
+            else:
+                with ThreadPoolExecutor(cores) as pool:
+                    list(pool.map(group_sums, [range(i, first.n_groups, cores) for i in range(cores)]))
         w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
         group_w[:, start : start + bc] = w
         cum_r = _prefix_sums(r, upto).reshape(-1, bc)
