@@ -2,7 +2,7 @@
 VENV ?= .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: app test lint bench
+.PHONY: app test test-blas lint bench
 
 $(STAMP): pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
@@ -14,6 +14,11 @@ app: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/pytest
+
+# the numerics tests under a second OpenBLAS kernel: another than the one this machine uses (OPENBLAS_CORETYPE, or
+# what OpenBLAS picks by itself), among those the CPU can run
+test-blas: $(STAMP)
+	OPENBLAS_CORETYPE=$$(sh tests/second_blas_core.sh) $(VENV)/bin/pytest tests/engine tests/estimation tests/panel
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -38,10 +38,11 @@ from textual import events
 from memtui.app import open_app
 from memtui.app.heatmap import Heatmap
 from memtui.app.main import MemtuiApp
-from memtui.cache import cached_estimate
-from memtui.estimate import ESTIMATORS, Settings
-from memtui.panel import read_panel
-from memtui.synthetic import Simulation, write_synthetic
+from memtui.estimation.cache import cached_estimate
+from memtui.estimation.estimate import ESTIMATORS
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.synthetic import Simulation, write_synthetic
 
 SHAPES = {
     "keys": Simulation(n_cohorts=40, per_cohort=50, n_never=500, n_checkpoints=41),  # the --keys default

@@ -27,9 +27,10 @@ import warnings
 import numpy as np
 import pandas as pd
 
-from memtui.estimate import Settings, estimate
-from memtui.panel import NEVER, Panel
-from memtui.synthetic import Simulation, simulate
+from memtui.estimation.estimate import estimate
+from memtui.estimation.settings import Settings
+from memtui.panel.model import NEVER, Panel
+from memtui.panel.synthetic import Simulation, simulate
 
 SHAPES = {
     "first-epoch": Simulation(n_cohorts=95, per_cohort=100, n_never=2000, n_checkpoints=96),

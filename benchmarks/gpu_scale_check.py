@@ -57,7 +57,8 @@ def agreement(args, device: torch.device) -> dict:
 def workers(args, device: torch.device) -> dict:
     from memtui.extract import jobs
     from memtui.extract.options import ExtractOptions
-    from memtui.panel import NEVER, create_panel, read_panel
+    from memtui.panel.hdf5 import create_panel, read_panel
+    from memtui.panel.model import NEVER
 
     shape = (128, 2, 4, 512) if args.tiny else (768, 12, 12, 50304)  # Pythia-160m
     n, length, steps = (48, 129, [0, 10, 20, 30]) if args.tiny else (128, 2049, [0, 1000, 2000, 3000])

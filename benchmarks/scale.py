@@ -28,7 +28,8 @@ def make_study(root: Path, n: int, length: int, n_ckpt: int, vocab: int = 512) -
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from memtui.panel import NEVER, create_panel
+    from memtui.panel.hdf5 import create_panel
+    from memtui.panel.model import NEVER
 
     hf_logging.disable_progress_bar()
 
@@ -64,7 +65,7 @@ def timed_extraction(panel: Path, ckpts: Path, workers: int) -> float:
 
 
 def throughput(args) -> None:
-    from memtui.panel import read_panel
+    from memtui.panel.hdf5 import read_panel
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -87,7 +88,8 @@ def throughput(args) -> None:
 def committer(args) -> None:
     from memtui.extract.commit import commit_ready
     from memtui.extract.units import Owner, WorkDir, plan_units
-    from memtui.panel import NEVER, PanelWriter, create_panel
+    from memtui.panel.hdf5 import PanelWriter, create_panel
+    from memtui.panel.model import NEVER
 
     n, t = 16_300, 96
     rng = np.random.default_rng(1)

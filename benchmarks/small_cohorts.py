@@ -3,7 +3,7 @@
     python benchmarks/small_cohorts.py                   # cohorts of 1, 3, 5, 10, 30 instances, 1000 panels each
     python benchmarks/small_cohorts.py --sizes 1,5 --reps 200
 
-Each panel: 4 cohorts of the given size, 100 never-treated instances, 6 checkpoints (memtui.synthetic, loglik).
+Each panel: 4 cohorts of the given size, 100 never-treated instances, 6 checkpoints (memtui.panel.synthetic, loglik).
 Per size, over ``reps`` panels with no true effect (effect 0):
 - false positives: share of panels where some post-treatment cell is significant (0 outside its 95 % simultaneous
   band); the nominal rate is 5 %;
@@ -22,9 +22,10 @@ import time
 
 import numpy as np
 
-from memtui.estimate import Settings, estimate
-from memtui.panel import Panel
-from memtui.synthetic import Simulation, simulate
+from memtui.estimation.estimate import estimate
+from memtui.estimation.settings import Settings
+from memtui.panel.model import Panel
+from memtui.panel.synthetic import Simulation, simulate
 
 
 def panel_of(sim: Simulation) -> Panel:

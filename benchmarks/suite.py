@@ -3,7 +3,7 @@
     python benchmarks/suite.py                      # estimate_suite, then a loop of estimate(), same process
     python benchmarks/suite.py --models 4 --skip-loop
 
-The panels are simulated (memtui.synthetic, one seed and effect size per "model", the same instances and treatment
+The panels are simulated (memtui.panel.synthetic, one seed and effect size per "model", the same instances and treatment
 steps) and written to a temporary folder, then read with ``load_suite`` (timed on its own). Both timings are cold:
 nothing is cached, nothing was estimated before in the process (``estimate_suite`` runs first, so it also pays the
 first imports of scipy's sparse module). Peak memory is the process's peak RSS (``resource.getrusage``) after the
@@ -22,10 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.estimate import Settings, estimate
-from memtui.panel import create_panel
-from memtui.suite import estimate_suite, load_suite
-from memtui.synthetic import Simulation, simulate
+from memtui.estimation.estimate import estimate
+from memtui.estimation.settings import Settings
+from memtui.estimation.suite import estimate_suite, load_suite
+from memtui.panel.hdf5 import create_panel
+from memtui.panel.synthetic import Simulation, simulate
 
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 PAPER = Simulation(n_cohorts=95, per_cohort=150, n_never=2050, n_checkpoints=96)  # 16,300 x 96

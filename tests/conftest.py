@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from memtui.cli import main
-from memtui.synthetic import Simulation, write_synthetic
+from memtui.cli.main import main
+from memtui.panel.synthetic import Simulation, write_synthetic
 
 SMALL = Simulation(n_cohorts=5, per_cohort=15, n_never=40, n_checkpoints=7, seed=3)
 DATA = Path(__file__).parent / "data"
@@ -69,7 +69,7 @@ def tiny_reference(tmp_path_factory, tiny_checkpoints):
     from tiny_models import make_panel
 
     from memtui.extract.worker import run
-    from memtui.panel import read_panel
+    from memtui.panel.hdf5 import read_panel
 
     path = make_panel(tmp_path_factory.mktemp("tiny-reference") / "panel.h5")
     assert run(path, model=str(tiny_checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"

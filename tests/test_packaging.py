@@ -1,7 +1,9 @@
-"""A plain `pip install .` gives a memtui that opens its default panel: the samples are package data."""
+"""A plain `pip install .` gives a memtui that opens its default panel: the checkout's sample_panels/ become package
+data, and the estimate cache of a shipped sample goes to the user's cache folder, never into site-packages."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
@@ -12,10 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 OPEN_DEFAULT = """
-import asyncio, sys
+import asyncio, os, pathlib, sys
 import memtui
 from memtui.app import open_app
-from memtui.samples import SAMPLES, default_panel, sample_path
+from memtui.panel.samples import SAMPLES, default_panel, sample_path
 
 assert "site-packages" in memtui.__file__, memtui.__file__  # the wheel's copy, not the source tree
 assert all(sample_path(name).is_file() for name in SAMPLES)
@@ -27,6 +29,10 @@ async def main():
         await pilot.pause()
         assert app.panel.path == default_panel() and app.result is not None
         await pilot.press("q")
+    package = pathlib.Path(memtui.__file__).parent
+    assert default_panel().parent == package / "sample_panels", default_panel()
+    assert not list(package.rglob("*.memtui-cache")), "an estimate cache was written into the installed package"
+    assert list(pathlib.Path(os.environ["XDG_CACHE_HOME"], "memtui").rglob("*.parquet")), "no cache entry written"
     print("opened", default_panel().name)
 
 asyncio.run(main())
@@ -53,7 +59,9 @@ def test_a_wheel_in_a_fresh_environment_opens_its_default_panel(tmp_path):
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    opened = subprocess.run([python, "-c", OPEN_DEFAULT], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    environ = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
+    opened = subprocess.run([python, "-c", OPEN_DEFAULT], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                            env=environ)  # fmt: skip
     assert opened.returncode == 0, opened.stderr[-3000:]
     assert "opened synthetic.h5" in opened.stdout
     info = subprocess.run([env / "bin" / "memtui", "--sample", "tiny-gptneox", "--help"], capture_output=True,

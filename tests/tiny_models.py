@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-from memtui.panel import NEVER, create_panel
+from memtui.panel.hdf5 import create_panel
+from memtui.panel.model import NEVER
 
 VOCAB = 101
 STEPS = [0, 10, 20, 30, 40]

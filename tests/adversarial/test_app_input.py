@@ -21,11 +21,11 @@ from textual.content import Content
 from memtui.app import run_app
 from memtui.app.extraction import ExtractionPane, progress_text
 from memtui.app.main import MemtuiApp
-from memtui.extract.jobs import launch_record
+from memtui.core.text import clean
+from memtui.extract.launches import launch_record
 from memtui.extract.units import WorkDir
-from memtui.panel import create_panel, read_panel
-from memtui.synthetic import Simulation, simulate
-from memtui.text import clean
+from memtui.panel.hdf5 import create_panel, read_panel
+from memtui.panel.synthetic import Simulation, simulate
 
 SIM = Simulation(n_cohorts=3, per_cohort=8, n_never=24, n_checkpoints=5, seed=7)
 SIZE = (110, 34)

@@ -8,9 +8,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui.errors import MemtuiError
-from memtui.memory import MAX_CHECKPOINTS, MAX_INSTANCES, human, physical_memory, require_shape
-from memtui.panel import NEVER, create_panel, read_panel
+from memtui.core.errors import MemtuiError
+from memtui.core.memory import MAX_CHECKPOINTS, MAX_INSTANCES, human, physical_memory, require_shape
+from memtui.panel.hdf5 import create_panel, read_panel
+from memtui.panel.model import NEVER
 
 from .conftest import assert_clean_exit, assert_refused, digest, fill
 

@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from tiny_models import VOCAB, make_panel, save_checkpoints, wait_until
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 from memtui.extract import jobs
 from memtui.extract.progress import log_path
 from memtui.extract.units import WorkDir, plan_units, work_dir
 from memtui.extract.worker import run
-from memtui.panel import read_panel
+from memtui.panel.hdf5 import read_panel
 
 from .conftest import assert_clean_exit, assert_refused, digest, fill
 

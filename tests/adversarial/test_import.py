@@ -10,7 +10,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui.panel import NEVER, read_panel
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.model import NEVER
 
 from .conftest import assert_clean_exit, assert_refused, digest, fill
 

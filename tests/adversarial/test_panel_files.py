@@ -15,8 +15,9 @@ import h5py
 import numpy as np
 import pytest
 
-from memtui.panel import NEVER, create_panel, read_panel
-from memtui.synthetic import Simulation, write_synthetic
+from memtui.panel.hdf5 import create_panel, read_panel
+from memtui.panel.model import NEVER
+from memtui.panel.synthetic import Simulation, write_synthetic
 
 from .conftest import assert_clean_exit, assert_refused, digest, run_memtui
 
@@ -224,7 +225,7 @@ def test_escape_sequences_in_a_panel_never_reach_the_terminal(cli, tmp_path, cas
 def test_an_extraction_writer_never_grows_the_panel(tmp_path):
     """What extraction writes was preallocated: filling every column changes no byte count (a full disk cannot
     stop a commit half-way or cost an existing checkpoint)."""
-    from memtui.panel import PanelWriter
+    from memtui.panel.hdf5 import PanelWriter
 
     path = create_panel(tmp_path / "p.h5", ids=range(50), treatment=[NEVER] * 25 + [10] * 25, steps=[0, 10, 20],
                         tokens=np.ones((50, 8), int))  # fmt: skip
@@ -240,7 +241,7 @@ def test_an_extraction_writer_never_grows_the_panel(tmp_path):
 
 def test_a_live_reader_is_not_told_a_panel_is_damaged(tmp_path):
     """Checksums meet SWMR: a reader catching a column mid-write reads again instead of refusing the panel."""
-    from memtui.panel import PanelWriter
+    from memtui.panel.hdf5 import PanelWriter
 
     n = 4000
     path = create_panel(tmp_path / "p.h5", ids=range(n), treatment=[NEVER] * (n // 2) + [10] * (n // 2),

@@ -13,14 +13,16 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui import cache
+from memtui.core.errors import MemtuiError
 from memtui.engine import did
 from memtui.engine.layout import build_layout
-from memtui.errors import MemtuiError
-from memtui.estimate import Settings, estimate
-from memtui.export import COLUMNS, export_csv
-from memtui.panel import NEVER, Panel, create_panel, read_panel
-from memtui.synthetic import Simulation, simulate
+from memtui.estimation import cache
+from memtui.estimation.estimate import estimate
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import create_panel, read_panel
+from memtui.panel.model import NEVER, Panel
+from memtui.panel.synthetic import Simulation, simulate
+from memtui.report.export import COLUMNS, export_csv
 
 from .conftest import assert_clean_exit, assert_refused, digest, fill
 

@@ -14,7 +14,7 @@ import pytest
 from tiny_models import make_panel, wait_until
 
 from memtui.extract import jobs
-from memtui.panel import read_panel
+from memtui.panel.hdf5 import read_panel
 
 METRICS = ("loglik", "accuracy", "rank", "entropy")
 

@@ -6,22 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from memtui.errors import MemtuiError
-from memtui.text import clean
-
-
-def read_for_app(path: Path):
-    """``read_panel``, with whatever a damaged file makes h5py raise turned into one line."""
-    from memtui.panel import read_panel
-
-    try:
-        return read_panel(path)
-    except MemtuiError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever a damaged file makes h5py raise is one line, not a traceback
-        raise MemtuiError(
-            f"{path} cannot be read ({type(exc).__name__}: {clean(exc, 160)}); it may be damaged."
-        ) from None
+from memtui.app.reading import read_for_app
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
 
 
 def open_app(path: Path | list[Path] | None = None):
@@ -30,12 +17,12 @@ def open_app(path: Path | list[Path] | None = None):
 
     The opening estimate starts loading from the disk cache before Textual is imported, so the two overlap.
     """
-    from memtui.samples import default_panel
+    from memtui.panel.samples import default_panel
 
     paths = [Path(p) for p in path] if isinstance(path, list | tuple) else [Path(path or default_panel())]
     suite = None
     if len(paths) > 1:
-        from memtui.suite import load_suite
+        from memtui.estimation.suite import load_suite
 
         try:
             suite = load_suite(paths)

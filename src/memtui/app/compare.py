@@ -2,7 +2,7 @@
 residual by cohort overlaid (each model's line with its band, a legend of model names), and the matrices of
 correlations between the models' profiles as small coloured grids.
 
-The suite is estimated in a thread of the pane's own (``memtui.suite.estimate_suite``: shared draws, so all models
+The suite is estimated in a thread of the pane's own (``estimation.suite.estimate_suite``: shared draws, so all models
 cost little more than one) and the result arrives as a typed message; results are kept per settings, so cycling
 back to a metric is immediate."""
 
@@ -24,9 +24,9 @@ from textual_plotext import PlotextPlot
 from memtui.app import palette
 from memtui.app.fmt import num
 from memtui.app.plots import set_y_axis, x_ticks
-from memtui.errors import MemtuiError
-from memtui.estimate import Settings
-from memtui.text import clean, compact_count
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean, compact_count
+from memtui.estimation.settings import Settings
 
 # one 256-colour index per model, distinct in hue and readable on dark and light backgrounds
 MODEL_COLOURS = (208, 39, 170, 71, 196, 178, 37, 99)
@@ -178,7 +178,7 @@ class ComparePane(VerticalScroll, can_focus=True):
     def _estimate(self, settings: Settings) -> None:
         from dataclasses import replace
 
-        from memtui.suite import correlations, estimate_suite
+        from memtui.estimation.suite import correlations, estimate_suite
 
         worker = get_current_worker()
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memtui.files import atomic_write
+from memtui.core.files import atomic_write
 
 DEFAULT_THEME = "textual-dark"
 
@@ -44,7 +44,7 @@ def load() -> Preferences:
 
 
 def save(preferences: Preferences) -> None:
-    """Best effort: raises memtui.files.WriteError (a MemtuiError) when the folder cannot be written."""
+    """Best effort: raises memtui.core.files.WriteError (a MemtuiError) when the folder cannot be written."""
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(asdict(preferences), indent=2) + "\n"

@@ -21,10 +21,11 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
 
-from memtui.errors import MemtuiError
-from memtui.estimate import ESTIMATORS, SCOPES, EstimateResult, Settings
-from memtui.export import default_name, export_csv
-from memtui.text import clean
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.estimation.estimate import ESTIMATORS, SCOPES, EstimateResult
+from memtui.estimation.settings import Settings
+from memtui.report.export import default_name, export_csv
 
 
 class Choice(Widget, can_focus=True):
@@ -87,7 +88,7 @@ def _row(label: str, widget: Widget) -> Horizontal:
 
 
 class ExportDialog(ModalScreen[str | None]):
-    """Path, scope and significant-only; writes through ``memtui.export.export_csv`` like `memtui export`, asking
+    """Path, scope and significant-only; writes through ``memtui.report.export.export_csv`` like `memtui export`, asking
     first when the file exists."""
 
     BINDINGS = [

@@ -21,9 +21,9 @@ from textual.widgets import Static
 
 from memtui.app.fmt import cell, float_format
 from memtui.app.scrolling import scroll_to_cursor
-from memtui.estimate import SCOPES, EstimateResult
-from memtui.export import export_frame
-from memtui.text import clean
+from memtui.core.text import clean
+from memtui.estimation.estimate import SCOPES, EstimateResult
+from memtui.report.export import export_frame
 
 HEADER = 1
 CELL_LIMIT = 60  # a text cell (a metric name from the panel) is cut to this many characters

@@ -23,9 +23,9 @@ from textual.widgets import Button, Input, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from memtui.app.dialogs import Choice
-from memtui.errors import MemtuiError
-from memtui.panel import Panel
-from memtui.text import clean
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.panel.model import Panel
 
 POLL_S = 0.5
 START_DELAY_S = 0.5
@@ -42,7 +42,7 @@ def load_jobs() -> ModuleType | None:
 
 def read_done(path: Path) -> np.ndarray | None:
     """The panel's per-checkpoint done flags, read while a writer may hold the file (SWMR); None if unreadable."""
-    from memtui.panel import read_done as read_flags
+    from memtui.panel.hdf5 import read_done as read_flags
 
     try:
         return read_flags(path)[1]
@@ -403,7 +403,7 @@ class ExtractionPane(VerticalScroll):
         try:
             if options.slurm is not None:
                 from memtui.extract import slurm
-                from memtui.panel import read_panel
+                from memtui.panel.hdf5 import read_panel
 
                 panel, options = jobs.prepare(path, options)
                 job = slurm.submit(panel, options, read_panel(panel).steps)

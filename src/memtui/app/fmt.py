@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from memtui.text import clean
+from memtui.core.text import clean
 
 
 def short_step(step: int) -> str:

@@ -24,7 +24,6 @@ from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from memtui import cache
 from memtui.app import config
 from memtui.app.compare import ComparePane
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
@@ -35,10 +34,13 @@ from memtui.app.heatmap import Heatmap
 from memtui.app.prefetch import Prefetch, default_settings, metric_order
 from memtui.app.profile import ProfilePane
 from memtui.app.summaries import SummariesPane
-from memtui.errors import MemtuiError
-from memtui.estimate import ESTIMATORS, EstimateResult, Settings
-from memtui.panel import METRIC_LABEL, Panel, read_panel
-from memtui.text import clean
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.estimation import cache
+from memtui.estimation.estimate import ESTIMATORS, EstimateResult
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.model import METRIC_LABEL, Panel
 
 PANES = ("profile", "summaries", "estimates", "extraction", "compare")
 PANE_TITLES = {
@@ -151,7 +153,7 @@ class MemtuiApp(App):
         **kwargs,
     ) -> None:
         """``models``: every model's panel, in the suite's order (``panel`` is one of them); ``suite``: the same
-        panels on their common instances and checkpoints (``memtui.suite.load_suite``), for the Compare pane."""
+        panels on their common instances and checkpoints (``estimation.suite.load_suite``), for the Compare pane."""
         super().__init__(**kwargs)
         self.panel = panel
         self.models = models or [panel]

@@ -14,9 +14,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Footer, Input, Static
 
-from memtui.errors import MemtuiError
-from memtui.panel import Panel
-from memtui.text import clean
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.panel.model import Panel
 
 PANEL_SUFFIXES = (".h5", ".hdf5")
 
@@ -82,7 +82,7 @@ class OpenPanelDialog(ModalScreen[Panel | None]):
 
     @work(thread=True, exclusive=True, group="open-panel", exit_on_error=False)
     def _read(self, path: Path) -> None:
-        from memtui.app import read_for_app
+        from memtui.app.reading import read_for_app
 
         try:
             panel = read_for_app(path)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from memtui.estimate import EstimateResult, Settings
-from memtui.panel import METRICS, Panel
+from memtui.estimation.estimate import EstimateResult
+from memtui.estimation.settings import Settings
+from memtui.panel.model import METRICS, Panel
 
 
 def metric_order(panel: Panel) -> list[str]:
@@ -34,7 +35,7 @@ class Prefetch:
         threading.Thread(target=self._run, name="memtui-prefetch-estimate", daemon=True).start()
 
     def _run(self) -> None:
-        from memtui import cache
+        from memtui.estimation import cache
 
         try:
             self._result = cache.load(self.panel, self.settings.validate())

@@ -15,8 +15,8 @@ from memtui.app import palette
 from memtui.app.fmt import num, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot
-from memtui.estimate import EstimateResult
-from memtui.text import clean
+from memtui.core.text import clean
+from memtui.estimation.estimate import EstimateResult
 
 PLOT_EVERY_S = 0.1
 WIDE_PLOT = 50  # columns the path plot needs beside the heatmap

@@ -18,10 +18,10 @@ from textual.worker import get_current_worker
 from memtui.app.fmt import num, short_step
 from memtui.app.plots import BandPlot
 from memtui.app.summary_lines import estimators_lines, mde_line, means_lines
-from memtui.errors import MemtuiError
-from memtui.estimate import Comparison, EstimateResult
-from memtui.panel import METRIC_LABEL
-from memtui.text import clean
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.estimation.estimate import Comparison, EstimateResult
+from memtui.panel.model import METRIC_LABEL
 
 
 def overall_text(result: EstimateResult) -> str:
@@ -136,9 +136,9 @@ class SummariesPane(VerticalScroll, can_focus=True):
 
     @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)
     def _compute_extras(self, panel, result: EstimateResult) -> None:
-        from memtui import cache
-        from memtui.estimate import compare
-        from memtui.plan import minimum_detectable_effect
+        from memtui.estimation import cache
+        from memtui.estimation.estimate import compare
+        from memtui.estimation.plan import minimum_detectable_effect
 
         worker = get_current_worker()
 

@@ -1,7 +1,7 @@
 """The words of the Summaries pane, as plain functions of an estimate (testable without an app).
 
 The means mirror what `memtui estimate` prints, so the pane and the command line never disagree; the estimators
-block puts the causal estimate beside the two naive ones (``memtui.estimate.compare``)."""
+block puts the causal estimate beside the two naive ones (``memtui.estimation.estimate.compare``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from memtui.app.fmt import num, short_step
-from memtui.estimate import Comparison, EstimateResult
+from memtui.estimation.estimate import Comparison, EstimateResult
 
 ESTIMATOR_LABEL = {
     "did": "did (causal, difference-in-differences)",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 NEVER_INDEX = np.iinfo(np.int64).max  # treatment index of never-treated instances
 

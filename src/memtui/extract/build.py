@@ -17,12 +17,12 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.files import refuse_existing
-from memtui.panel import NEVER, PAD, create_panel
-from memtui.text import clean
-
-from .checkpoints import parse_checkpoints
+from memtui.core.errors import MemtuiError
+from memtui.core.files import refuse_existing
+from memtui.core.text import clean
+from memtui.extract.checkpoints import parse_checkpoints
+from memtui.panel.hdf5 import create_panel
+from memtui.panel.model import NEVER, PAD
 
 _TOKENS_DEFAULT = "tokens"  # build's --tokens-column default
 PYTHIA_TOKENS, PYTHIA_INDEX = "input_ids", "seq_idx"  # the columns of the panel Lesci et al. released
@@ -163,7 +163,7 @@ def build_from_memmap(
         if step_list is None:
             raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
     rows = sample_memmap_rows(n_rows, batch_size=batch_size, macro=macro, k=k, m=m, max_step=max(step_list), seed=seed)
-    from memtui.importing import pythia_treatment_step
+    from memtui.panel.importing import pythia_treatment_step
 
     treat = pythia_treatment_step(rows, batch_size, macro)  # the rows are in training order
     keep = np.isin(treat, step_list)
@@ -227,7 +227,7 @@ def _read_table(path: Path, treatment_column: str, tokens_column: str):
 
 
 def _read_seq_idx_table(df, path: Path, tokens_column: str):
-    from memtui.importing import pythia_treatment_step
+    from memtui.panel.importing import pythia_treatment_step
 
     if tokens_column not in df.columns:
         raise MemtuiError(

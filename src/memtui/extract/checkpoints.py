@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the job API stays light for the app
     import torch

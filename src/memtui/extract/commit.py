@@ -21,11 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.panel import PanelWriter, read_done
-from memtui.superblock import clear_writer_flags
-
-from .units import Owner, Unit, WorkDir, panel_metrics, parse_unit_name, stale_s
+from memtui.core.errors import MemtuiError
+from memtui.extract.units import Owner, Unit, WorkDir, panel_metrics, parse_unit_name, stale_s
+from memtui.panel.hdf5 import PanelWriter, read_done
+from memtui.panel.superblock import clear_writer_flags
 
 
 class Lease:
@@ -172,6 +171,6 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None]) 
 
 
 def _n_instances(panel: Path) -> int:
-    from memtui.panel import read_shape
+    from memtui.panel.hdf5 import read_shape
 
     return read_shape(panel)[0]

@@ -19,11 +19,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from memtui.errors import MemtuiError
-from memtui.memory import human_decimal
-from memtui.text import clean
-
-from .checkpoints import Source, parse_checkpoints
+from memtui.core.errors import MemtuiError
+from memtui.core.memory import human_decimal
+from memtui.core.text import clean
+from memtui.extract.checkpoints import Source, parse_checkpoints
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -33,23 +32,6 @@ SAFETENSORS = re.compile(r"^model(?:-\d+-of-\d+)?\.safetensors$")
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN = re.compile(r"^pytorch_model(?:-\d+-of-\d+)?\.bin$")
 BIN_INDEX = "pytorch_model.bin.index.json"
-
-
-def register(sub) -> None:
-    """Add the ``fetch`` subcommand to the `memtui` parser."""
-    p = sub.add_parser(
-        "fetch",
-        help="download a hub model's checkpoint revisions into the Hugging Face cache (for offline compute nodes)",
-        description="Pre-stage revisions (config, weights, generation config) into the Hugging Face cache "
-        "(HF_HOME / HF_HUB_CACHE; HF_TOKEN for gated models). Resumable: complete revisions are skipped. "
-        "Compute nodes then run `HF_HUB_OFFLINE=1 memtui extract ...`.",
-    )
-    p.add_argument("--model", required=True, help="Hugging Face repo id, e.g. EleutherAI/pythia-1.4b-deduped")
-    p.add_argument("--checkpoints", required=True, help="START:STOP:STEP (inclusive) or a comma list of steps")
-    p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision name of a step")
-    p.add_argument("--workers", type=int, default=4, help="revisions downloaded in parallel (default: 4)")
-    p.add_argument("--dry-run", action="store_true", help="list missing revisions and their sizes; download nothing")
-    p.set_defaults(func=cmd_fetch)
 
 
 def cache_location() -> str:
@@ -318,7 +300,8 @@ def _check_args(args) -> tuple[str, list[int], str]:
     return source.model, steps, args.revision_template
 
 
-def cmd_fetch(args) -> int:
+def fetch_from_args(args) -> int:
+    """`memtui fetch`: what is missing, then download it (or, with --dry-run, say what would be)."""
     model, steps, template = _check_args(args)
     cache = cache_location()
     missing = missing_revisions(model, steps, template)

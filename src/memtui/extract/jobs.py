@@ -9,9 +9,7 @@ on other hosts — never by a pid read from a file: a pid may be reused, and a r
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -19,43 +17,17 @@ import sys
 import time
 from pathlib import Path
 
-from memtui.errors import MemtuiError
-
-from . import progress as records
-from .locking import holder_of, open_beside, process_alive
-from .options import ExtractOptions
-from .progress import log_path
-from .units import WorkDir, stale_s, work_dir
+from memtui.core.errors import MemtuiError
+from memtui.extract import progress as records
+from memtui.extract.launches import read_launch, write_launch
+from memtui.extract.locking import holder_of, open_beside, process_alive
+from memtui.extract.options import ExtractOptions
+from memtui.extract.progress import log_path
+from memtui.extract.units import WorkDir, cancel_flag, check_free_space, stale_s
 
 __all__ = ["launch", "read_progress", "cancel", "log_path", "check_free_space", "cancel_flag", "live_workers"]
 
-MIN_FREE_BYTES = 256 << 10  # the panel is preallocated; this is for progress records, parts' headroom, log, locks
 STARTUP_GRACE_S = 120  # a launched worker imports its libraries before it takes its lock
-
-
-def check_free_space(panel_path: Path, n_instances: int = 0, workers: int = 1) -> None:
-    """Refuse to start with too little space beside the panel for the parts the workers write (4 float64 columns a
-    unit; the panel itself never grows) and their records and log: a worker that cannot write them stops."""
-    try:
-        free = shutil.disk_usage(panel_path.parent).free
-    except OSError:
-        return
-    needed = MIN_FREE_BYTES + 2 * workers * n_instances * 4 * 8
-    if free < needed:
-        raise MemtuiError(
-            f"only {free:,} bytes are free on the filesystem of {panel_path}; extraction needs about "
-            f"{needed >> 10:,} KiB there for its part files, progress records and log (the panel itself never "
-            "grows): free some space and rerun."
-        )
-
-
-def cancel_flag(panel_path: str | os.PathLike) -> Path:
-    """While this file exists, every worker of the panel, on any host, stops at its next batch."""
-    return work_dir(panel_path) / "cancel"
-
-
-def launch_record(panel_path: str | os.PathLike) -> Path:
-    return work_dir(panel_path) / "launch.json"
 
 
 def _starting_worker(pid: int, panel_path: Path) -> bool:
@@ -79,7 +51,7 @@ def _resolve_model(model: str) -> str:
 
 def prepare(panel_path: str | os.PathLike, options: ExtractOptions) -> tuple[Path, ExtractOptions]:
     """The checks every launch makes before anything starts, and the options as workers will get them."""
-    from memtui.panel import read_panel
+    from memtui.panel.hdf5 import read_panel
 
     panel_path = Path(panel_path).resolve()
     options = options.validate()
@@ -147,22 +119,9 @@ def launch(panel_path: str | os.PathLike, options: ExtractOptions | None = None,
         raise MemtuiError(f"cannot start an extraction worker: {exc.strerror or exc}.") from None
     finally:
         os.close(fd)
-    _write_launch(panel_path, {"mode": "local", "host": socket.gethostname(), "pids": pids, "gpus": options.gpus,
+    write_launch(panel_path, {"mode": "local", "host": socket.gethostname(), "pids": pids, "gpus": options.gpus,
                                "model": options.model, "started": time.time()})  # fmt: skip
     return pids
-
-
-def _write_launch(panel_path: Path, record: dict) -> None:
-    with contextlib.suppress(OSError):
-        records.publish_to(launch_record(panel_path), record)
-
-
-def _read_launch(panel_path: Path) -> dict:
-    try:
-        data = json.loads(launch_record(panel_path).read_bytes()[: 1 << 20])
-    except (OSError, ValueError, RecursionError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 def _worker_records(panel_path: Path) -> list[tuple[Path, dict]]:
@@ -197,7 +156,7 @@ def live_workers(panel_path: str | os.PathLike) -> list[dict]:
     panel_path = Path(panel_path).resolve()
     found = _worker_records(panel_path)
     live = [r for p, r in found if r["state"] == "running" and _is_alive(panel_path, p, r)]
-    return live + _not_yet_reporting(panel_path, found, _read_launch(panel_path))
+    return live + _not_yet_reporting(panel_path, found, read_launch(panel_path))
 
 
 def _not_yet_reporting(panel_path: Path, found: list[tuple[Path, dict]], launched: dict) -> list[dict]:
@@ -230,7 +189,7 @@ def read_progress(panel_path: str | os.PathLike) -> dict | None:
     """
     panel_path = Path(panel_path).resolve()
     found = _worker_records(panel_path)
-    launched = _read_launch(panel_path)
+    launched = read_launch(panel_path)
     if not found and not launched:
         return None
     workers = []
@@ -247,7 +206,7 @@ def read_progress(panel_path: str | os.PathLike) -> dict | None:
 
 
 def _aggregate(panel_path: Path, workers: list[dict], launched: dict) -> dict:
-    from memtui.panel import read_done
+    from memtui.panel.hdf5 import read_done
 
     running = [w for w in workers if w["state"] == "running"]
     states = {w["state"] for w in workers}
@@ -287,7 +246,7 @@ def _aggregate(panel_path: Path, workers: list[dict], launched: dict) -> dict:
 
 def _last_log_error(panel_path: Path) -> str | None:
     """Why a worker died without a word, as far as its log says (its last error-like line)."""
-    from memtui.text import clean
+    from memtui.core.text import clean
 
     path = log_path(panel_path)
     if path.is_symlink():
@@ -315,7 +274,7 @@ def cancel(panel_path: str | os.PathLike, wait_s: float = 10.0) -> bool:
     panel_path = Path(panel_path).resolve()
     here = socket.gethostname()
     remote = [w for w in live_workers(panel_path) if w.get("host") not in (None, here)]  # their heartbeat is fresh
-    launched = _read_launch(panel_path)
+    launched = read_launch(panel_path)
     slurm_job = launched.get("slurm_job") if launched.get("mode") == "slurm" else None
     ours = [p for p in launched.get("pids") or [] if isinstance(p, int) and process_alive(p)]
     if not (remote or slurm_job or ours or _local_holders(panel_path)):
@@ -327,7 +286,7 @@ def cancel(panel_path: str | os.PathLike, wait_s: float = 10.0) -> bool:
     signalled = _signal_local_workers(panel_path, wait_s)
     cancelled = False
     if isinstance(slurm_job, str):
-        from .slurm import cancel_array
+        from memtui.extract.slurm import cancel_array
 
         cancelled = cancel_array(launched)
     return signalled or cancelled or bool(remote)
@@ -348,7 +307,7 @@ def _signal_local_workers(panel_path: Path, wait_s: float) -> bool:
     """SIGTERM, once each, the processes holding a worker lock of the panel; a worker launched moments ago gets
     ``wait_s`` seconds to take its lock and be signalled too."""
     deadline = time.monotonic() + wait_s
-    launched = [p for p in _read_launch(panel_path).get("pids") or [] if isinstance(p, int)]
+    launched = [p for p in read_launch(panel_path).get("pids") or [] if isinstance(p, int)]
     signalled: set[int] = set()
     while True:
         for pid in _local_holders(panel_path) - signalled:

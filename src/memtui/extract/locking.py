@@ -19,7 +19,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 
 def open_beside(path: Path, flags: int, mode: int = 0o644) -> int:

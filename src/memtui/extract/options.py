@@ -11,9 +11,8 @@ import argparse
 import shlex
 from dataclasses import asdict, dataclass, field, replace
 
-from memtui.errors import MemtuiError
-
-from .checkpoints import parse_checkpoints
+from memtui.core.errors import MemtuiError
+from memtui.extract.checkpoints import parse_checkpoints
 
 
 @dataclass(frozen=True)
@@ -121,9 +120,9 @@ class ExtractOptions:
         """The metrics to extract into this panel (those extraction computes that it has: a panel made before
         extractability gets its four) and the (k, l) of its extractability metrics, which ``--extractable`` must agree
         with when given. One-line refusals; a launcher can call it before any worker starts."""
-        from memtui.panel import EXTRACTABLE_METRICS, read_extractable
-
-        from .units import METRICS, panel_metrics
+        from memtui.extract.units import METRICS, panel_metrics
+        from memtui.panel.hdf5 import read_extractable
+        from memtui.panel.model import EXTRACTABLE_METRICS
 
         metrics = panel_metrics(panel.metrics)
         if not metrics:

@@ -15,8 +15,8 @@ import os
 import time
 from pathlib import Path
 
-from memtui.files import atomic_write
-from memtui.text import clean
+from memtui.core.files import atomic_write
+from memtui.core.text import clean
 
 STATES = ("running", "done", "failed", "cancelled", "stale", "unreadable")
 

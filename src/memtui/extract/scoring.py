@@ -29,7 +29,7 @@ import math
 import numpy as np
 import torch
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 PANEL_METRICS = ("loglik", "accuracy", "rank", "entropy")
 EXTRACTABLE_METRICS = ("extractable", "extractable_len")

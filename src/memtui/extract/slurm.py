@@ -15,11 +15,11 @@ import sys
 import time
 from pathlib import Path
 
-from memtui.errors import MemtuiError
-
-from .checkpoints import Source, parse_checkpoints
-from .options import ExtractOptions, SlurmOptions
-from .units import work_dir
+from memtui.core.errors import MemtuiError
+from memtui.extract.checkpoints import Source, parse_checkpoints
+from memtui.extract.launches import write_launch
+from memtui.extract.options import ExtractOptions, SlurmOptions
+from memtui.extract.units import work_dir
 
 
 def _submitit():
@@ -39,9 +39,9 @@ def _task_class():
         def __call__(self, panel: str, argv: list[str], offline: bool) -> int:
             if offline:
                 os.environ["HF_HUB_OFFLINE"] = "1"
-            from .locking import open_beside
-            from .progress import log_path
-            from .worker import main
+            from memtui.extract.locking import open_beside
+            from memtui.extract.progress import log_path
+            from memtui.extract.worker import main
 
             # the worker's log goes where `memtui status` points, beside the panel (submitit keeps stderr)
             sys.stdout.flush()
@@ -87,7 +87,7 @@ def check_cached(options: ExtractOptions, panel_steps) -> bool:
     source = Source.open(options.model, options.revision_template)
     if source.local is not None:
         return False
-    from .fetch import cache_location, checkpoint_spec, missing_revisions
+    from memtui.extract.fetch import cache_location, checkpoint_spec, missing_revisions
 
     wanted = parse_checkpoints(options.checkpoints) or [int(s) for s in panel_steps]
     missing = missing_revisions(options.model, wanted, options.revision_template)
@@ -116,9 +116,7 @@ def submit(panel_path: Path, options: ExtractOptions, panel_steps) -> str:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         raise MemtuiError(f"SLURM refused the job array: {first}") from None
     job_id = str(jobs[0].job_id).split("_")[0]
-    from . import jobs as job_api
-
-    job_api._write_launch(panel_path, {"mode": "slurm", "slurm_job": job_id, "folder": str(folder), "tasks": n,
+    write_launch(panel_path, {"mode": "slurm", "slurm_job": job_id, "folder": str(folder), "tasks": n,
                                        "model": options.model, "started": time.time()})  # fmt: skip
     return job_id
 

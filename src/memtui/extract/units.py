@@ -27,6 +27,7 @@ import contextlib
 import errno
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -35,10 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.files import atomic_write
-
-from .locking import process_alive
+from memtui.core.errors import MemtuiError
+from memtui.core.files import atomic_write
+from memtui.extract.locking import process_alive
 
 # Every metric extraction can compute, in part-file order. A panel holds some of them (panels made before
 # extractability have the first four): workers score and commit only those (``panel_metrics``).
@@ -316,3 +316,27 @@ def parse_unit_name(name: str, panel_steps: np.ndarray) -> Unit | None:
     if not len(where):
         return None
     return Unit(step, int(where[0]), lo, hi, split)
+
+
+MIN_FREE_BYTES = 256 << 10  # the panel is preallocated; this is for progress records, parts' headroom, log, locks
+
+
+def check_free_space(panel_path: Path, n_instances: int = 0, workers: int = 1) -> None:
+    """Refuse to start with too little space beside the panel for the parts the workers write (4 float64 columns a
+    unit; the panel itself never grows) and their records and log: a worker that cannot write them stops."""
+    try:
+        free = shutil.disk_usage(panel_path.parent).free
+    except OSError:
+        return
+    needed = MIN_FREE_BYTES + 2 * workers * n_instances * 4 * 8
+    if free < needed:
+        raise MemtuiError(
+            f"only {free:,} bytes are free on the filesystem of {panel_path}; extraction needs about "
+            f"{needed >> 10:,} KiB there for its part files, progress records and log (the panel itself never "
+            "grows): free some space and rerun."
+        )
+
+
+def cancel_flag(panel_path: str | os.PathLike) -> Path:
+    """While this file exists, every worker of the panel, on any host, stops at its next batch."""
+    return work_dir(panel_path) / "cancel"

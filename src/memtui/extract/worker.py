@@ -28,19 +28,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.files import WriteError
-from memtui.panel import read_done, read_panel, read_tokens
-from memtui.text import clean
-
-from . import progress as records
-from .checkpoints import Loaded, Source, copy_weights, model_description, parse_checkpoints, weights_hash
-from .commit import commit_ready
-from .jobs import cancel_flag, check_free_space
-from .locking import FileLock, open_beside
-from .options import ExtractOptions
-from .progress import log_path
-from .units import Owner, Unit, WorkDir, heartbeat_s, plan_units
+from memtui.core.errors import MemtuiError
+from memtui.core.files import WriteError
+from memtui.core.text import clean
+from memtui.extract import progress as records
+from memtui.extract.checkpoints import Loaded, Source, copy_weights, model_description, parse_checkpoints, weights_hash
+from memtui.extract.commit import commit_ready
+from memtui.extract.locking import FileLock, open_beside
+from memtui.extract.options import ExtractOptions
+from memtui.extract.progress import log_path
+from memtui.extract.units import Owner, Unit, WorkDir, cancel_flag, check_free_space, heartbeat_s, plan_units
+from memtui.panel.hdf5 import read_done, read_panel, read_tokens
 
 __all__ = ["run", "main", "log_path", "check_tokens"]
 
@@ -277,7 +275,7 @@ class _Scorer:
     and batches a single worker uses for a whole checkpoint, so whole-checkpoint units are bitwise reproducible."""
 
     def __init__(self, options: ExtractOptions, tokens: np.ndarray, lengths: np.ndarray, panel_path, log, metrics, kl):
-        from .scoring import resolve_device, resolve_dtype
+        from memtui.extract.scoring import resolve_device, resolve_dtype
 
         self.options, self.tokens, self.lengths, self.panel_path, self.log = options, tokens, lengths, panel_path, log
         self.metrics = metrics  # the panel's: a part carries exactly these
@@ -291,7 +289,7 @@ class _Scorer:
         self.delay = float(os.environ.get("MEMTUI_EXTRACT_BATCH_DELAY") or 0)  # test hook: slow batches down
 
     def load(self, loaded: Loaded) -> None:
-        from .scoring import Scorer, check_head
+        from memtui.extract.scoring import Scorer, check_head
 
         if self.net is None:
             self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)

@@ -1,0 +1,76 @@
+"""`memtui build`: build a panel to extract into, from a Pythia-layout memmap or a token-id file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memtui.core.errors import MemtuiError
+
+SUMMARY = "build a panel to extract into, from a Pythia-layout memmap or a token-id file"
+DESCRIPTION = (
+    "Either --memmap (rows of --seq-len uint16 tokens in training order) with --validation, "
+    "sampled per macro-batch like Lesci et al.; or --tokens (npy/npz/parquet) with a treatment-step column."
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("out", type=Path)
+    p.add_argument("--memmap", type=Path, help="Pythia-layout token file (.bin uint16 or .npy)")
+    p.add_argument("--validation", type=Path, help="never-trained validation token ids (.npy, rows x length)")
+    p.add_argument("--tokens", type=Path, help="token ids with treatment steps (.npz, .parquet, or .npy)")
+    p.add_argument("--treatment-column", default="treatment_step")
+    p.add_argument("--tokens-column", default="tokens")
+    p.add_argument("--treatment-file", type=Path, help="treatment steps (.npy) for an .npy token matrix")
+    p.add_argument("--steps", help="the panel's checkpoint steps (default: every macro-batch / every treatment step)")
+    p.add_argument("--batch-size", type=int, default=1024, help="rows per training step (memmap)")
+    p.add_argument("--macro", type=int, default=1000, help="steps per macro-batch = checkpoint interval (memmap)")
+    p.add_argument("--batches", "-k", type=int, default=10, help="batches sampled per macro-batch")
+    p.add_argument("--rows", "-m", type=int, default=10, help="rows sampled per batch")
+    p.add_argument("--n-validation", type=int, default=None, help="validation rows to sample (default: all)")
+    p.add_argument("--seq-len", type=int, default=2049)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--force", action="store_true", help="overwrite OUT")
+
+
+def run(args) -> int:
+    from memtui.extract.build import build_from_memmap, build_from_tokens
+
+    if bool(args.memmap) == bool(args.tokens):
+        raise MemtuiError("give either --memmap (with --validation) or --tokens.")
+    if args.memmap:
+        if not args.validation:
+            raise MemtuiError("--memmap needs --validation: never-trained token rows (.npy) for the control group.")
+        out = build_from_memmap(
+            args.out,
+            args.memmap,
+            args.validation,
+            steps=args.steps,
+            batch_size=args.batch_size,
+            macro=args.macro,
+            k=args.batches,
+            m=args.rows,
+            n_validation=args.n_validation,
+            seq_len=args.seq_len,
+            seed=args.seed,
+            overwrite=args.force,
+        )
+    else:
+        out = build_from_tokens(
+            args.out,
+            args.tokens,
+            steps=args.steps,
+            treatment_column=args.treatment_column,
+            tokens_column=args.tokens_column,
+            treatment_file=args.treatment_file,
+            overwrite=args.force,
+        )
+    from memtui.panel.hdf5 import read_panel
+
+    panel = read_panel(out)
+    n_val = int(panel.never_treated.sum())
+    print(
+        f"built {out}: {panel.n_instances} instances ({panel.n_instances - n_val} treated, {n_val} validation), "
+        f"{panel.n_checkpoints} checkpoints {panel.steps[0]}..{panel.steps[-1]}; "
+        f"next: memtui extract {out} --model MODEL"
+    )
+    return 0

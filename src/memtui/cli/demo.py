@@ -1,0 +1,51 @@
+"""`memtui demo`: train a tiny GPT-NeoX on CPU and make a real panel from its checkpoints (runs detached)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUMMARY = "train a tiny GPT-NeoX on CPU and make a real panel from its checkpoints (runs detached)"
+DESCRIPTION = (
+    "One pass over a corpus derived from the Unicode 3.2 database, checkpoints every few steps, "
+    "then build and extract a panel. Runs as a detached job (closing the terminal does not stop it; its "
+    "temporary files are removed when it ends) and follows its log, OUT.demo.log; ctrl-c stops following. "
+    "The full demo takes a few minutes on 2 idle cores (much longer where other processes hold the cores); "
+    "--small about 1. --suite OUT_DIR trains four sizes on the same rows with Pythia's schedule shape, "
+    "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature."
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("out", type=Path, nargs="?", default=None,
+                   help="panel to write [tiny-gptneox.h5]; with --suite the folder [memtui-suite]")  # fmt: skip
+    p.add_argument("--suite", action="store_true", help="a family of model sizes, their panels and a findings report")
+    p.add_argument("--small", action="store_true", help="the ~1 minute version used by the tests")
+    p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
+    p.add_argument("--force", action="store_true", help="overwrite OUT")
+    p.add_argument("--foreground", action="store_true", help="run in this process (stops with the terminal)")
+
+
+def run(args) -> int:
+    if args.out is None:
+        args.out = Path("memtui-suite" if args.suite else "tiny-gptneox.h5")
+    if args.foreground:
+        keep = args.keep is not None
+        if args.suite:
+            from memtui.demo.family import SuiteConfig, make_suite
+
+            cfg = SuiteConfig.small() if args.small else SuiteConfig()
+            report = make_suite(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force)
+            print(f"read {report}; open the suite with `memtui {args.out}/*.h5`")
+            return 0
+        from memtui.demo.train import DemoConfig, make_demo
+
+        cfg = DemoConfig.small() if args.small else DemoConfig()
+        out = make_demo(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force)
+        print(f"open it with `memtui {out}`; estimate with `memtui estimate {out}`")
+        return 0
+    from memtui.demo import job as demo_job
+
+    job = demo_job.start(args.out, small=args.small, keep=args.keep, force=args.force, suite=args.suite)
+    print(f"the demo runs in the background (pid {job.pid}); closing this terminal does not stop it. "
+          f"Following {demo_job.log_path(args.out.resolve())} (ctrl-c stops following):", flush=True)  # fmt: skip
+    return demo_job.follow(args.out, job, write=lambda line: print(line, flush=True))

@@ -1,0 +1,67 @@
+"""`memtui estimate`: estimate the memorisation profile and print its summaries."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from memtui.cli.options import add_settings_args, estimate_from_args, printable_notes
+from memtui.core.text import clean
+
+SUMMARY = "estimate the memorisation profile and print its summaries"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("panel", type=Path)
+    add_settings_args(p)
+
+
+def _num(value, spec: str) -> str:
+    """A number for the summary, or "n/a" where there is none (a NaN is never shown as if it were a value)."""
+    return format(value, spec) if value is not None and math.isfinite(value) else "n/a"
+
+
+def _fmt_row(r: dict) -> str:
+    star = "*" if r["significant"] else " "
+    return f"{r['estimate']:10.4g} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
+
+
+def run(args) -> int:
+    from memtui.panel.model import METRIC_LABEL
+
+    panel, res = estimate_from_args(args)
+    s = res.settings
+    cells = res.cells
+    post = cells.filter(~cells["pre_treatment"])
+    metric = f"{clean(s.metric, 80)} ({clean(METRIC_LABEL.get(s.metric, s.metric), 80)})"
+    print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
+          f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
+    band = (
+        f"simultaneous {1 - s.alpha:.0%} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
+    )
+    print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
+          f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
+    for name, frame in (("instantaneous", res.instantaneous), ("residual", res.residual)):
+        if frame.height:
+            where = " (c = g)" if name == "instantaneous" else f" at step {frame['checkpoint'][0]}"
+            print(f"{name:<14} mean {frame['estimate'].mean():.4g} over {frame.height} cohorts{where}, "
+                  f"{frame['significant'].sum()} significant; range {frame['estimate'].min():.4g} .. "
+                  f"{frame['estimate'].max():.4g}")  # fmt: skip
+    pers = res.persistent.filter(res.persistent["event_time"] >= 0)
+    if pers.height:
+        print("persistent     by c - g: estimate [simultaneous band] (* significant)")
+        rows = pers.to_dicts()
+        shown = rows if len(rows) <= 8 else rows[:5] + [None] + rows[-2:]
+        for r in shown:
+            print("               ..." if r is None else f"    c-g={r['event_time']:<9}{_fmt_row(r)}")
+    o = res.overall
+    print(f"overall        average post-treatment {o.estimate:.4g} (se {_num(o.std_error, '.3g')})"
+          f"{', significant' if o.significant else ''}")  # fmt: skip
+    pt = res.pretrend
+    if pt.n_cells and s.draws:
+        verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
+        print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "
+              f"p = {pt.p_value:.3f}, {pt.n_significant} significant; {verdict}")  # fmt: skip
+    for note in printable_notes(res):
+        print(f"note           {note}")
+    return 0

@@ -1,0 +1,43 @@
+"""`memtui export`: write estimates to CSV (significant ones by default)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memtui.cli.options import add_settings_args, estimate_from_args, printable_notes
+from memtui.core.text import clean
+
+SUMMARY = "write estimates to CSV (significant ones by default)"
+
+
+def add_arguments(p) -> None:
+    p.add_argument("panel", type=Path)
+    p.add_argument("-o", "--output", type=Path, required=True, help="CSV file to write")
+    p.add_argument(
+        "--scope",
+        default="profile",
+        choices=["profile", "instantaneous", "persistent", "residual"],
+        help="which estimates: every (g, c) cell, the diagonal c = g, by c - g, or at the final checkpoint",
+    )
+    sig = p.add_mutually_exclusive_group()
+    sig.add_argument(
+        "--significant-only",
+        dest="significant_only",
+        action="store_true",
+        default=True,
+        help="only estimates whose simultaneous band excludes 0 (the default)",
+    )
+    sig.add_argument("--all", dest="significant_only", action="store_false", help="also non-significant estimates")
+    add_settings_args(p)
+
+
+def run(args) -> int:
+    from memtui.report.export import export_csv
+
+    _, res = estimate_from_args(args)
+    rows = export_csv(res, args.output, args.scope, args.significant_only)
+    which = "significant " if args.significant_only else ""
+    print(f"wrote {rows} {which}{args.scope} estimates of {clean(res.settings.metric, 80)} to {clean(args.output)}")
+    for note in printable_notes(res):
+        print(f"note   {note}")
+    return 0

@@ -1,0 +1,103 @@
+"""`memtui extract`: score every checkpoint of a model on a panel's instances (background, resumable, many GPUs
+or SLURM)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from memtui.core.errors import MemtuiError
+from memtui.extract.options import ExtractOptions
+
+SUMMARY = "score every checkpoint of a model on a panel's instances (background, resumable, many GPUs or SLURM)"
+DESCRIPTION = (
+    "Score checkpoints into PANEL. Starts detached workers (they survive the terminal) unless "
+    "--foreground: one per GPU with --gpus, N with --workers, or a SLURM job array with --slurm. "
+    "A rerun skips what is finished."
+)
+
+
+def add_arguments(p) -> None:
+    p.add_argument("panel", type=Path)
+    ExtractOptions.add_worker_arguments(p)
+    ExtractOptions.add_launch_arguments(p)
+    p.add_argument("--foreground", action="store_true", help="one worker in this terminal, with a progress bar")
+    p.add_argument("--cancel", action="store_true", help="stop every worker of PANEL (resumable)")
+
+
+def run(args) -> int:
+    from memtui.extract import jobs
+
+    if args.cancel:
+        if jobs.cancel(args.panel):
+            print(f"asked every worker of {args.panel} to stop; each stops after its current batch (resumable)")
+            return 0
+        print(f"no extraction is running on {args.panel} (no worker holds its lock); nothing was signalled")
+        return 1
+    options = ExtractOptions.from_args(args).validate()
+    if args.foreground:
+        if options.n_workers > 1 or options.slurm is not None:
+            raise MemtuiError("--foreground runs one worker in this terminal; drop --workers/--gpus/--slurm.")
+        return _foreground(args.panel, options)
+    if options.slurm is not None:
+        return _slurm(args, options)
+    panel = args.panel
+    pids = jobs.launch(panel, options)
+    log = jobs.log_path(panel.resolve())
+    where = f" on GPUs {', '.join(map(str, options.gpus))}" if options.gpus is not None else ""
+    print(f"extraction started in the background: {len(pids)} worker(s){where} (pid {', '.join(map(str, pids))}); "
+          "closing this terminal does not stop them.")  # fmt: skip
+    print(f"  follow:  memtui status {panel} --follow    (log: {log})")
+    print(f"  stop:    memtui extract {panel} --cancel    (a rerun resumes)")
+    return 0
+
+
+def _foreground(panel: Path, options: ExtractOptions) -> int:
+    from memtui.extract import jobs
+    from memtui.extract.worker import run
+
+    jobs.prepare(panel, options)  # the launcher's checks: a live run, links beside the panel, a stale cancel flag
+    tty = sys.stderr.isatty()
+
+    def on_update(p: dict) -> None:
+        if tty and p.get("state") == "running":
+            sys.stderr.write("\r" + _bar(p) + "\033[K")
+            sys.stderr.flush()
+
+    def log(msg: str) -> None:
+        if tty:
+            sys.stderr.write("\r\033[K")
+        print(msg, flush=True)
+
+    state = run(panel, options.with_model(jobs._resolve_model(options.model)), on_update=on_update, log=log)
+    if tty:
+        sys.stderr.write("\r\033[K")
+    return 0 if state == "done" else 130
+
+
+def _slurm(args, options: ExtractOptions) -> int:
+    from memtui.extract import jobs, slurm
+    from memtui.panel.hdf5 import read_panel
+
+    panel, options = jobs.prepare(args.panel, options)
+    if args.dry_run:
+        print(slurm.dry_run_script(panel, options), end="")
+        return 0
+    job = slurm.submit(panel, options, read_panel(panel).steps)
+    print(f"submitted SLURM job array {job}: {options.workers} task(s), one worker each; requeued tasks resume.")
+    print(f"  follow:  memtui status {args.panel} --follow")
+    print(f"  stop:    memtui extract {args.panel} --cancel    (scancel; a rerun resumes)")
+    return 0
+
+
+def _bar(p: dict, width: int = 24) -> str:
+    from memtui.extract.progress import fmt_duration
+
+    n, total = p.get("instances_done") or 0, max(1, p.get("instances_total") or 1)
+    filled = int(width * n / total)
+    bar = "#" * filled + "-" * (width - filled)
+    rate = f"{p['tokens_per_s']:,.0f} tok/s" if p.get("tokens_per_s") else ""
+    return (
+        f"[{p.get('k') or 0}/{p.get('K') or 0}] step {p.get('checkpoint')} [{bar}] {n}/{total} {rate} "
+        f"ETA {fmt_duration(p.get('eta_s'))}"
+    )

@@ -1,0 +1,74 @@
+"""`memtui info`: describe a panel: shape, metrics, cohorts, completed checkpoints, provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from memtui.core.text import clean
+
+SUMMARY = "describe a panel: shape, metrics, cohorts, completed checkpoints, provenance"
+
+# Panel attributes `info` shows first, in this order; any other attribute follows.
+_PROVENANCE = ("model", "created", "command", "memtui_version", "source")
+
+
+_FORMAT_ATTRS = ("format", "format_version")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("panel", type=Path)
+
+
+def run(args) -> int:
+    from memtui.panel.hdf5 import read_panel
+    from memtui.panel.model import METRIC_LABEL, NEVER
+
+    p = read_panel(args.panel)
+    treated = p.treatment != NEVER
+    cohorts = np.unique(p.treatment[treated])
+    rows = [
+        ("panel", clean(p.path)),
+        ("instances", f"{p.n_instances} ({int(treated.sum())} treated in {len(cohorts)} cohorts, "
+                      f"{int((~treated).sum())} never treated)"),
+    ]  # fmt: skip
+    if len(cohorts):
+        rows.append(("cohorts", f"steps {cohorts[0]} .. {cohorts[-1]}"))
+    folded = _folded_note(p.treatment, p.steps)
+    if folded:
+        rows.append(("folded", folded))
+    done = p.done_steps
+    span = f", steps {done[0]} .. {done[-1]}" if len(done) else ""
+    rows.append(("checkpoints", f"{int(p.done.sum())}/{p.n_checkpoints} completed{span}"))
+    width = max(10, *(len(clean(n, 40)) for n in p.metrics))
+    for name, y in p.metrics.items():
+        coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0
+        better = "higher" if p.sign(name) > 0 else "lower"
+        label = clean(METRIC_LABEL.get(name, name), 80)
+        rows.append(("metric", f"{clean(name, 40):<{width}} {label} ({better} is better), {coverage:.1%} filled"))
+    rows.append(("tokens", "stored" if p.has_tokens else "not stored"))
+    if p.n_parameters:
+        config = next((c for c, done in zip(p.configs, p.done, strict=False) if done and c), "")
+        rows.append(("model size", f"{p.n_parameters:,} parameters" + (f"; {clean(config)}" if config else "")))
+    if p.truth is not None:
+        rows.append(("truth", "simulated panel: the true profile is stored"))
+    rows += [(clean(key, 40), clean(value)) for key, value in _provenance(p.attrs)]
+    pad = max(len(label) for label, _ in rows) + 2  # one column for every value, however long a label
+    for label, text in rows:
+        print(f"{label:<{pad}}{text}")
+    return 0
+
+
+def _provenance(attrs: dict[str, str]) -> list[tuple[str, str]]:
+    """The panel's non-empty attributes, the usual provenance first; the format markers are implied by reading it."""
+    rest = sorted(k for k in attrs if k not in _PROVENANCE and k not in _FORMAT_ATTRS)
+    return [(k, attrs[k]) for k in (*_PROVENANCE, *rest) if attrs.get(k)]
+
+
+def _folded_note(treatment: np.ndarray, steps: np.ndarray) -> str | None:
+    """How many instances the documented rule moves forward to the next checkpoint, if any."""
+    from memtui.panel.importing import FOLDED_RULE, count_folded
+
+    folded = count_folded(treatment, steps)
+    return f"{folded} instances have a treatment step between checkpoints: {FOLDED_RULE}" if folded else None

@@ -1,0 +1,159 @@
+"""`memtui plan` on the command line: its options (built without importing the numerics, so that every `memtui`
+start stays fast) and its report. The power analysis itself is memtui.estimation.plan."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+
+SUMMARY = "instances per cohort a new panel needs to detect memorisation, from a pilot panel (power analysis)"
+
+PYTHIA_ROW = (
+    2049  # kept equal to memtui.estimation.plan.PYTHIA_ROW (a test checks): the row length shown when none is stored
+)
+
+
+VALIDATION_MODES = ("optimal", "pilot")  # memtui.estimation.plan.VALIDATION_MODES, likewise
+
+
+def add_arguments(p) -> None:
+    p.add_argument("panel", type=Path, help="pilot panel: a smaller model's panel or a short extraction")
+    p.add_argument("-m", "--metric", help="metric [loglik, else the first metric with values]")
+    p.add_argument("--effect", type=float, help="an effect to detect, besides the pilot's instantaneous D, D/2, D/4")
+    p.add_argument("--power", type=float, default=0.8, help="probability of detecting it [0.8]")
+    p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the simultaneous band [0.05]")
+    p.add_argument("--cohorts", type=_whole_number, help="cohorts of the planned panel [the pilot's]")
+    p.add_argument("--checkpoints", type=_whole_number, help="checkpoints of the planned panel [the pilot's]")
+    p.add_argument(
+        "--validation",
+        type=_validation,
+        default="optimal",
+        help="validation instances: optimal (fewest instances in all), pilot (the pilot's share) or a count [optimal]",
+    )
+    p.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: pointwise bands) [1000]")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _whole_number(text: str) -> int:
+    from memtui.cli.commands import count
+
+    return count(text)
+
+
+def _validation(text: str) -> str | int:
+    if text in VALIDATION_MODES:
+        return text
+    try:
+        value = _whole_number(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"'{text}' is neither {' nor '.join(VALIDATION_MODES)} nor a number of instances"
+        ) from None
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"--validation needs at least 2 instances, not {value}")
+    return value
+
+
+def _tokens(n: float) -> str:
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+def run(args) -> int:
+    from memtui.engine import power as pw
+    from memtui.estimation.cache import cached_estimate
+    from memtui.estimation.estimate import z_value
+    from memtui.estimation.plan import check_plan_args, minimum_detectable_effect, pilot_variances, plan_sizes
+    from memtui.estimation.settings import Settings
+    from memtui.panel.hdf5 import read_panel
+
+    given = [("--effect", args.effect)] if args.effect is not None else []
+    # refused before the pilot is read: a typo costs no estimate
+    check_plan_args(
+        power=args.power, alpha=args.alpha, cohorts=args.cohorts, checkpoints=args.checkpoints, effects=given
+    )
+    panel = read_panel(args.panel)
+    metric = args.metric if args.metric is not None else panel.default_metric
+    settings = Settings(metric=metric, draws=args.draws, seed=args.seed, alpha=args.alpha).validate()
+    pilot = pilot_variances(panel, metric)
+    cohorts = args.cohorts or pilot.n_cohorts
+    checkpoints = args.checkpoints or pilot.checkpoints
+    check_plan_args(power=args.power, alpha=args.alpha, cohorts=cohorts, checkpoints=checkpoints)
+    res = cached_estimate(panel, settings)
+    d0 = float(res.instantaneous["estimate"].mean())
+    effects = []
+    if math.isfinite(d0) and d0 > 0:
+        effects = [("D", d0), ("D/2", d0 / 2), ("D/4", d0 / 4)]
+    if args.effect is not None:
+        effects.append(("--effect", args.effect))
+    if not effects:
+        raise MemtuiError(
+            f"the pilot shows no instantaneous memorisation of {clean(metric, 80)} (mean {d0:.4g} at c = g), so "
+            "there is no effect to plan for; pass --effect D with the memorisation to detect."
+        )
+    # the planned band is the large-sample one; -B only says whether there is a bootstrap band at all (-B 0: pointwise)
+    sim_draws = pw.PLAN_DRAWS if args.draws else 0
+    plan = plan_sizes(
+        pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=args.power, alpha=args.alpha,
+        validation=args.validation, draws=sim_draws, seed=args.seed,
+    )  # fmt: skip
+    mde = minimum_detectable_effect(panel, settings, args.power, result=res)
+    own_crit = z_value(args.alpha)
+    if sim_draws:  # the model at the pilot's own sizes, beside the pilot's bootstrap: how far the pilot is from it
+        model = pw.BandModel(pilot.v_treated, pilot.v_control, cohorts=pilot.n_cohorts, checkpoints=pilot.checkpoints)
+        own_crit, _ = model.crit(pilot.n_treated / pilot.n_cohorts, pilot.n_control, args.alpha, sim_draws, args.seed)
+    _print_plan(args, panel, pilot, plan, res, mde, own_crit)
+    return 0
+
+
+def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> None:
+    name = clean(pilot.metric, 80)
+    print(f"pilot          {clean(panel.path)}: {name}, {pilot.n_cohorts} cohorts ({pilot.n_treated} instances) + "
+          f"{pilot.n_control} validation, {pilot.checkpoints} checkpoints")  # fmt: skip
+    print(f"variance       of an instance's change at c = g (from the checkpoint before g): treated "
+          f"{pilot.s_treated:.4g}, validation {pilot.s_control:.4g}; treated measured up to {pilot.treated_lags} "
+          "checkpoints apart, held beyond")  # fmt: skip
+    if not args.draws:
+        how = f"pointwise bands (-B 0): z = {plan.rows[0].crit:.3f}"
+    elif plan.draws_used:
+        how = f"simultaneous {1 - args.alpha:.0%} band, critical value simulated ({plan.draws_used} draws)"
+    else:
+        how = f"simultaneous {1 - args.alpha:.0%} band, Sidak bound (too many cells to simulate quickly)"
+    print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
+          f"cells: {how}")  # fmt: skip
+    if args.draws:
+        print(f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes; "
+              "small cohorts make the bootstrap's lower)")  # fmt: skip
+    print(f"pilot MDE      {mde:.4g}: the instantaneous memorisation the pilot itself detects with "
+          f"{args.power:.0%} power (a median cohort)")  # fmt: skip
+    if pilot.row_length is None:
+        length, where = PYTHIA_ROW, f"{PYTHIA_ROW} tokens a row (Pythia's; the pilot stores no tokens)"
+    else:
+        length, where = pilot.row_length, f"{pilot.row_length:.4g} tokens a row (the pilot's mean)"
+    mode = {"optimal": "cost-optimal share", "pilot": "the pilot's share"}.get(plan.validation, "fixed")
+    print(f"plan           {args.power:.0%} power to detect memorisation D at an instantaneous cell c = g; "
+          f"validation: {mode}; {where}")  # fmt: skip
+    print(f"  {'effect':>16} {'per cohort':>11} {'validation':>11} {'panel':>9} {'power':>6} {'crit':>6} "
+          f"{'tokens/ckpt':>12} {f'tokens ({plan.checkpoints} ckpts)':>18}")  # fmt: skip
+    for row in plan.rows:
+        label = f"{row.effect:.4g} ({row.label})"
+        size = row.panel_size(plan.cohorts)
+        if size is None:
+            print(f"  {label:>16} {'not reachable with ' + plan.validation + ' validation instances':>40}")
+            continue
+        per_ckpt = size * length
+        print(f"  {label:>16} {row.per_cohort:>11,} {row.validation:>11,} {size:>9,} {row.power:>6.1%} "
+              f"{row.crit:>6.3f} {_tokens(per_ckpt):>12} {_tokens(per_ckpt * plan.checkpoints):>18}")  # fmt: skip
+    small = [r for r in plan.rows if r.per_cohort is not None and r.per_cohort < 30]
+    if small:
+        print("note           cohorts under 30 instances: the bootstrap bands run narrow there (docs/estimation.md, "
+              "small cohorts); plan at least 30")  # fmt: skip
+    if any(r.per_cohort is None for r in plan.rows):
+        print(f"note           with {plan.validation} validation instances the controls' own noise exceeds what "
+              "that effect allows; add validation instances")  # fmt: skip

@@ -1,0 +1,174 @@
+"""Estimates cached next to the panel (``PANEL.memtui-cache/``), keyed by the data they came from and the settings,
+so re-opening a panel or switching back to a metric is instant. Falls back to ~/.cache/memtui when the panel's folder
+is read-only. A cache entry is two files written atomically; the JSON one is written last and marks it complete.
+
+The cache is optional: an entry that cannot be read or does not look exactly like one memtui writes is a miss, and a
+cache that cannot be written only adds a note ("cache not written: ...") to the estimate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from memtui import __version__
+from memtui.core.errors import MemtuiError
+from memtui.core.files import atomic_write
+from memtui.core.text import clean
+from memtui.estimation.estimate import SCOPES, EstimateResult, Progress, estimate, result_frame
+from memtui.estimation.results import Overall, Pretrend
+from memtui.estimation.settings import Settings
+from memtui.panel.model import Panel
+from memtui.panel.samples import is_sample
+
+# what an entry's JSON holds, and the types each value must have
+_META = {
+    "overall": dict,
+    "pretrend": dict,
+    "crit": (int, float),
+    "cohorts": list,
+    "checkpoints": list,
+    "notes": list,
+}
+# the numbers the CLI and the app read from the summaries
+_OVERALL = ("estimate", "std_error", "ci_low", "ci_high", "significant", "n_cells")
+_PRETREND = ("n_cells", "n_significant", "sup_t", "p_value", "crit")
+
+
+def _numbers(record: dict, keys: tuple[str, ...]) -> bool:
+    return all(isinstance(record.get(k), (int, float)) for k in keys) and all(
+        isinstance(v, (int, float)) for v in record.values()
+    )
+
+
+def cache_key(panel: Panel, settings: Settings) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps({"settings": settings.key(), "version": __version__}, sort_keys=True).encode())
+    if settings.metric not in panel.metrics or not panel.done.any():
+        panel.values(settings.metric)  # raises the one-line "no metric" / "no values yet" error
+    # the whole matrix with the done flags: no masked copy (a tenth of a second at the paper's size)
+    for arr in (panel.treatment, panel.steps, panel.done, panel.metrics[settings.metric]):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()
+
+
+def cache_dir(panel: Panel) -> Path:
+    """``PANEL.memtui-cache/`` beside a panel in a folder the user may write; the user's cache folder (XDG) for a
+    read-only folder and for the shipped samples, which may sit in an installed package (never write there)."""
+    path = Path(panel.path).resolve()
+    local = path.with_name(path.name + ".memtui-cache")
+    if os.access(path.parent, os.W_OK) and not is_sample(path) and not _installed(path):
+        return local
+    digest = hashlib.blake2b(str(path).encode(), digest_size=8).hexdigest()
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "memtui" / digest
+
+
+def _installed(path: Path) -> bool:
+    """Whether ``path`` is inside this Python's installed packages (site-packages and the like)."""
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    return any(path.is_relative_to(Path(r).resolve()) for r in roots if r)
+
+
+def _schema() -> pl.Schema:
+    """The columns (and types) of a result frame, from the code that makes them: an older entry does not match."""
+    one = np.zeros(1)
+    frame = result_frame(
+        Settings(), "profile", cohort=[1], checkpoint=[1], event_time=[0], att=one, sign=1, se=one, ase=one,
+        crit=one, n_treated=[1], n_control=[1], pre=[False], n_folded=[0], small=[False],
+    )  # fmt: skip
+    return frame.schema
+
+
+def _read(base: Path, settings: Settings) -> EstimateResult:
+    meta = json.loads(base.with_suffix(".json").read_text())
+    if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
+        raise ValueError("not a cache entry")
+    if not all(isinstance(n, str) for n in meta["notes"]):
+        raise ValueError("notes are not text")
+    if not (_numbers(meta["overall"], _OVERALL) and _numbers(meta["pretrend"], _PRETREND)):
+        raise ValueError("summaries are not numbers")
+    try:
+        overall, pretrend = Overall(**meta["overall"]), Pretrend(**meta["pretrend"])
+    except TypeError:  # fields this version does not know, or lacks: written by another version
+        raise ValueError("summaries of another shape") from None
+    if not all(isinstance(v, int) for v in meta["cohorts"] + meta["checkpoints"]):
+        raise ValueError("steps are not integers")
+    frames = pl.read_parquet(base.with_suffix(".parquet"))
+    if frames.schema != _schema():
+        raise ValueError("columns differ")
+    parts = {s: frames.filter(pl.col("scope") == s) for s in SCOPES}
+    return EstimateResult(
+        settings=settings,
+        cells=parts["profile"],
+        instantaneous=parts["instantaneous"],
+        persistent=parts["persistent"],
+        residual=parts["residual"],
+        overall=overall,
+        pretrend=pretrend,
+        crit=float(meta["crit"]),
+        cohorts=np.array(meta["cohorts"], dtype=np.int64),
+        checkpoints=np.array(meta["checkpoints"], dtype=np.int64),
+        notes=meta["notes"],
+    )
+
+
+def load(panel: Panel, settings: Settings) -> EstimateResult | None:
+    """The cached estimate, or None: anything unreadable or malformed is a miss (it is recomputed and rewritten)."""
+    if panel.path is None:
+        return None
+    try:
+        return _read(cache_dir(panel) / cache_key(panel, settings), settings)
+    except MemtuiError:
+        raise  # cache_key's "no such metric" / "no values yet": the estimate would say the same
+    except Exception:  # noqa: BLE001 - a cache entry is a file anyone may have damaged; any failure is a miss
+        return None
+
+
+def store(panel: Panel, result: EstimateResult) -> str | None:
+    """Write the cache entry; returns why it could not be written (None when it was, or there is no panel file)."""
+    if panel.path is None:
+        return None
+    meta = {
+        "overall": result.overall.as_dict(),
+        "pretrend": result.pretrend.as_dict(),
+        "crit": result.crit,
+        "cohorts": result.cohorts.tolist(),
+        "checkpoints": result.checkpoints.tolist(),
+        "notes": result.notes,
+        "settings": result.settings.key(),
+    }
+    try:
+        folder = cache_dir(panel)
+        base = folder / cache_key(panel, result.settings)
+        folder.mkdir(parents=True, exist_ok=True)
+        frames = pl.concat([result.scope(s) for s in SCOPES], how="vertical_relaxed")
+        # into memory first: polars reports a full disk as a parquet "transport error", a write_bytes as ENOSPC
+        data = io.BytesIO()
+        frames.write_parquet(data)
+        atomic_write(base.with_suffix(".parquet"), lambda p: p.write_bytes(data.getvalue()))
+        atomic_write(base.with_suffix(".json"), lambda p: p.write_text(json.dumps(meta, default=float)))
+    except (OSError, RuntimeError, MemtuiError, pl.exceptions.PolarsError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        where = getattr(exc, "filename", None)
+        return clean(f"{reason} ({where})" if where and str(where) not in reason else reason, limit=200)
+    return None
+
+
+def cached_estimate(panel: Panel, settings: Settings, progress: Progress | None = None) -> EstimateResult:
+    """The estimate for these settings, from the cache when the panel's data have not changed since."""
+    settings = settings.validate()
+    hit = load(panel, settings)
+    if hit is not None:
+        return hit
+    result = estimate(panel, settings, progress)
+    problem = store(panel, result)
+    if problem:
+        result.notes.append(f"cache not written: {problem}")
+    return result

@@ -1,0 +1,399 @@
+"""Memorisation profiles from a panel: settings in, polars frames out.
+
+Memorisation tau(g,c) = sign * ATT(g,c), with sign = +1 for metrics where higher is better (log-likelihood, accuracy)
+and -1 where lower is better (rank, entropy), so positive always means "does better on what it trained on".
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from memtui.core.errors import MemtuiError
+from memtui.engine import did
+from memtui.engine.layout import build_layout
+from memtui.engine.summaries import aggregate, analytic_se
+from memtui.estimation.choices import ESTIMATORS
+from memtui.estimation.results import SCOPES as SCOPES
+from memtui.estimation.results import (
+    SMALL_GROUP,
+    EstimateResult,
+    Overall,
+    Pretrend,
+    Progress,
+    final_index,
+    group_notes,
+    result_frame,
+    z_value,
+)
+from memtui.estimation.results import check_memory as check_memory
+from memtui.estimation.settings import Settings
+from memtui.panel.model import NEVER, Panel
+
+ALL_ESTIMATORS = ESTIMATORS
+
+
+def estimate(panel: Panel, settings: Settings, progress: Progress | None = None) -> EstimateResult:
+    """Estimate the memorisation profile of one metric, with its summaries and bootstrap bands."""
+    settings = settings.validate()
+    if settings.engine == "differences":
+        from memtui.estimation.crosscheck import estimate_with_differences
+
+        return estimate_with_differences(panel, settings, progress)
+    report = progress or (lambda fraction, message: None)
+    report(0.0, "preparing")
+    y = panel.values(settings.metric)
+    steps = panel.done_steps
+    lay = build_layout(
+        y,
+        panel.treatment,
+        steps,
+        never=NEVER,
+        estimator=settings.estimator,
+        base_period=settings.base_period,
+        control_group=settings.control_group,
+    )
+    if not len(lay.cell_group):
+        raise MemtuiError("no (cohort, checkpoint) cell can be estimated: no treated cohort falls inside the window.")
+    if lay.scale == 0:
+        raise MemtuiError(
+            f"metric '{settings.metric}' has the same value for every instance and completed checkpoint used, so "
+            "there is nothing to estimate; choose a metric that varies."
+        )
+    if settings.draws:
+        check_memory(settings.draws, lay)
+    est = did.point_estimates(lay)
+    report(0.05, "bootstrap")
+    boot = None
+    if settings.draws:
+        boot = did.bootstrap(
+            lay,
+            est,
+            draws=settings.draws,
+            seed=settings.seed,
+            multiplier=settings.multiplier,
+            progress=lambda f: report(0.05 + 0.85 * f, "bootstrap"),
+        )
+    report(0.9, "summaries")
+    result = _assemble(panel, settings, lay, est, boot)
+    report(1.0, "done")
+    return result
+
+
+@dataclass
+class _Cells:
+    """What every scope of one estimate is cut from: the cells' coordinates, point estimates, standard errors
+    (bootstrap where drawn, else analytic), draws and flags, and the simultaneous critical value of any subset."""
+
+    settings: Settings
+    lay: object
+    est: did.CellEstimates
+    boot: did.BootstrapDraws | None
+    sign: int
+    cohort_step: np.ndarray
+    cell_step: np.ndarray
+    event: np.ndarray
+    pre: np.ndarray
+    floor: float
+    se: np.ndarray
+    ase: np.ndarray
+    folded: np.ndarray
+    small: np.ndarray
+    masks: dict[str, np.ndarray]  # the cell subsets with a band of their own
+    tmax: dict[str, np.ndarray]  # their sup-t laws (empty without a bootstrap)
+
+    @classmethod
+    def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> _Cells:
+        steps = lay.steps
+        cohort_step, cell_step = steps[lay.group_index[lay.cell_group]], steps[lay.cell_t]
+        floor = did.se_floor(lay.scale)
+        ase = did.floored(est.se, floor)
+        se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
+        pre = lay.cell_pre
+        masks = {
+            "all": np.ones(len(pre), bool),
+            "post": ~pre,
+            "pre": pre,
+            "instantaneous": lay.cell_t == lay.group_index[lay.cell_group],
+            "residual": (lay.cell_t == final_index(steps, settings.final_step)) & ~pre,
+        }
+        # every band's sup-t law from one pass over the draws
+        tmax = dict(zip(masks, did.sup_t_many(boot.cells, se, list(masks.values())), strict=True)) if boot else {}
+        return cls(
+            settings=settings,
+            lay=lay,
+            est=est,
+            boot=boot,
+            sign=panel.sign(settings.metric),
+            cohort_step=cohort_step,
+            cell_step=cell_step,
+            event=cell_step - cohort_step,
+            pre=pre,
+            floor=floor,
+            se=se,
+            ase=ase,
+            folded=lay.group_folded[lay.cell_group],
+            small=(est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls),
+            masks=masks,
+            tmax=tmax,
+        )
+
+    @property
+    def draws(self) -> np.ndarray | None:
+        return self.boot.cells if self.boot is not None else None
+
+    def crit(self, name: str) -> float:
+        """Simultaneous critical value over the cells ``masks[name]`` (pointwise z without a bootstrap)."""
+        if self.draws is None:
+            return z_value(self.settings.alpha)
+        return did.critical_value(self.tmax[name], self.settings.alpha)
+
+    def frame(self, scope: str, mask: np.ndarray, crit: np.ndarray) -> pl.DataFrame:
+        e = self.est
+        return result_frame(
+            self.settings,
+            scope,
+            cohort=self.cohort_step[mask],
+            checkpoint=self.cell_step[mask],
+            event_time=self.event[mask],
+            att=e.att[mask],
+            sign=self.sign,
+            se=self.se[mask],
+            ase=self.ase[mask],
+            crit=crit,
+            n_treated=e.n_treated[mask],
+            n_control=e.n_control[mask],
+            pre=self.pre[mask],
+            n_folded=self.folded[mask],
+            small=self.small[mask],
+        )
+
+    def subset(self, scope: str) -> pl.DataFrame:
+        """A scope made of some of the cells (``masks[scope]``), with its own simultaneous band."""
+        mask = self.masks[scope]
+        return self.frame(scope, mask, np.full(mask.sum(), self.crit(scope)))
+
+    @functools.cached_property
+    def aggregates(self):
+        """Persistent memorisation by event time and the overall average, in one pass over the draws: event times,
+        then point estimates, draws, analytic and bootstrap standard errors of each event time and, last, overall."""
+        events = np.unique(self.event)
+        members = [np.flatnonzero(self.event == e) for e in events]
+        every = [*members, np.flatnonzero(~self.pre)]
+        theta, draws = aggregate(self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every)
+        ase = did.floored(analytic_se(self.lay, self.est, every), self.floor)
+        se = did.bootstrap_se(draws, self.floor) if draws is not None else ase
+        return events, members, theta, draws, ase, se
+
+
+def _profile_crit(c: _Cells) -> np.ndarray:
+    """Each cell's critical value: post-treatment and placebo cells are two families, or one with family="all"."""
+    pre = c.pre
+    crit = np.empty(len(pre))
+    if c.settings.family == "all":
+        crit[:] = c.crit("all")
+    else:
+        crit[~pre] = c.crit("post") if (~pre).any() else np.nan
+        crit[pre] = c.crit("pre") if pre.any() else np.nan
+    return crit
+
+
+def _persistent(c: _Cells) -> pl.DataFrame:
+    """Persistent memorisation: the cells averaged over cohorts at each event time e = c - g, with its own band."""
+    est, settings = c.est, c.settings
+    events, members, theta, agg_draws, agg_ase, agg_se = c.aggregates
+    theta, agg_ase, agg_se = theta[:-1], agg_ase[:-1], agg_se[:-1]
+    agg_draws = agg_draws[:-1] if agg_draws is not None else None
+    post_e = events >= 0
+    fam = post_e if settings.family == "post" else np.ones(len(events), bool)
+    crit_e = np.full(len(events), z_value(settings.alpha))
+    if agg_draws is not None:
+        crit_e[fam] = did.critical_value(did.sup_t(agg_draws, agg_se, fam), settings.alpha)
+        if settings.family == "post" and (~post_e).any():
+            crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws, agg_se, ~post_e), settings.alpha)
+    return result_frame(
+        settings,
+        "persistent",
+        cohort=[None] * len(events),
+        checkpoint=[None] * len(events),
+        event_time=events,
+        att=theta,
+        sign=c.sign,
+        se=agg_se,
+        ase=agg_ase,
+        crit=crit_e,
+        n_treated=[int(est.n_treated[m].sum()) for m in members],
+        n_control=[int(est.n_control[m].max()) for m in members],
+        pre=events < 0,
+        n_folded=[int(c.folded[m].sum()) for m in members],
+        small=[bool(c.small[m].any()) for m in members],
+    )
+
+
+def _overall(c: _Cells) -> Overall:
+    """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval."""
+    post_cells = np.flatnonzero(~c.pre)
+    z = z_value(c.settings.alpha)
+    *_, theta, _, ase, se = c.aggregates
+    o_ase, o_se = float(ase[-1]), float(se[-1])
+    o_tau = float(c.sign * theta[-1])
+    return Overall(
+        estimate=o_tau,
+        std_error=o_se,
+        analytic_se=o_ase,
+        ci_low=o_tau - z * o_se,
+        ci_high=o_tau + z * o_se,
+        significant=bool(abs(o_tau) > z * o_se),
+        n_cells=len(post_cells),
+        small_group=bool(c.small[post_cells].any()),
+    )
+
+
+def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> EstimateResult:
+    """Every scope of the estimate from the cells' point estimates and bootstrap draws."""
+    c = _Cells.of(panel, settings, lay, est, boot)
+    notes = list(lay.notes) + group_notes(lay, est)
+    flat = ~np.isfinite(c.se)
+    if flat.any():
+        notes.append(
+            f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
+            "the outcome's standard deviation): no band, never marked significant"
+        )
+    final = settings.final_step
+    if final is not None and final not in lay.steps:  # the documented rule, said where it applies
+        read_at = int(lay.steps[final_index(lay.steps, final)])
+        notes.append(
+            f"final step {final} is not a completed checkpoint: residual memorisation is read at {read_at}, the last "
+            "completed checkpoint before it"
+        )
+    crit = _profile_crit(c)
+    return EstimateResult(
+        settings=settings,
+        cells=c.frame("profile", c.masks["all"], crit),
+        instantaneous=c.subset("instantaneous"),
+        persistent=_persistent(c),
+        residual=c.subset("residual"),
+        overall=_overall(c),
+        pretrend=_pretrend(c.draws, c.se, est.att, c.pre, settings.alpha, c.tmax.get("pre")),
+        crit=float(crit[~c.pre][0]) if (~c.pre).any() else float("nan"),
+        cohorts=np.unique(c.cohort_step),
+        checkpoints=lay.steps,
+        notes=notes,
+    )
+
+
+def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> Pretrend:
+    """Joint sup-t test of the placebo cells c < g (no anticipation => all zero)."""
+    none = Pretrend(n_cells=int(pre.sum()))
+    if draws is None or not pre.any():
+        return none
+    ok = pre & np.isfinite(se)
+    if not ok.any():
+        return none
+    stat = float(np.max(np.abs(att[ok]) / se[ok]))
+    tmax = did.sup_t(draws, se, ok) if tmax is None else tmax  # the same law: sup-t over the pre cells with an se
+    crit = did.critical_value(tmax, alpha)
+    return Pretrend(
+        n_cells=int(pre.sum()),
+        sup_t=stat,
+        p_value=float(np.mean(tmax >= stat)),
+        crit=crit,
+        n_significant=int(np.sum(np.abs(att[ok]) / se[ok] > crit)),
+    )
+
+
+@dataclass
+class Comparison:
+    """The three estimators of one metric side by side (``memtui compare``, the workbench): ``results`` by estimator,
+    and ``cells``, one row per (cohort, checkpoint) of the extractable estimator (every cohort and checkpoint), with
+    each estimator's ``{name}_estimate``, ``_band_low``, ``_band_high``, ``_significant`` (null where that estimator
+    has no cell), and the **ease** = extractable − DiD per cell: the part of the naive "extractable memorisation"
+    that is not memorisation (the cohort's level before training plus the controls' change), with its own
+    ``ease_std_error`` (and ``ease_analytic_se``), simultaneous band (``ease_band_low``/``_high``; post-treatment
+    cells are one family, placebo cells another, or all one with ``family="all"``) and ``ease_significant``."""
+
+    settings: Settings
+    results: dict[str, EstimateResult]
+    cells: pl.DataFrame
+    ease_crit: float
+    notes: list[str] = field(default_factory=list)
+
+
+def compare(
+    panel: Panel,
+    settings: Settings,
+    progress: Progress | None = None,
+    estimate_fn: Callable[[Panel, Settings, Progress | None], EstimateResult] | None = None,
+) -> Comparison:
+    """Every estimator of ``settings.metric`` with the other settings as given, and the ease of each DiD cell.
+
+    ``estimate_fn`` computes each estimator's result (default ``estimate``); the workbench passes the cached one, so
+    the estimate it already shows is not computed twice."""
+    from dataclasses import replace
+
+    estimate_fn = estimate_fn or estimate
+
+    settings = replace(settings, engine="memtui").validate()
+    report = progress or (lambda fraction, message: None)
+    results = {}
+    for i, name in enumerate(ALL_ESTIMATORS):
+        results[name] = estimate_fn(
+            panel,
+            replace(settings, estimator=name),
+            lambda f, msg, i=i, name=name: report((i + 0.9 * f) / (len(ALL_ESTIMATORS) + 1), f"{name}: {msg}"),
+        )
+    report(len(ALL_ESTIMATORS) / (len(ALL_ESTIMATORS) + 1), "ease")
+    y, steps = panel.values(settings.metric), panel.done_steps
+    kw = {"never": NEVER, "base_period": settings.base_period, "control_group": settings.control_group}
+    lay = build_layout(y, panel.treatment, steps, estimator="extractable", **kw)
+    ref = build_layout(y, panel.treatment, steps, estimator="did", **kw)
+    cells, cols, coef, point = did.ease_terms(lay, ref)
+    n = len(ref.cell_group)
+    sign = panel.sign(settings.metric)
+    floor = did.se_floor(lay.scale)
+    se, draws = did.linear_bootstrap(
+        lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier
+    )
+    se = ase = did.floored(se, floor)
+    pre = ref.cell_pre
+    crit = np.full(n, z_value(settings.alpha))
+    if settings.draws:
+        se = did.bootstrap_se(draws, floor)
+        families = [np.ones(n, bool)] if settings.family == "all" else [~pre, pre]
+        for fam in families:
+            if fam.any():
+                crit[fam] = did.critical_value(did.sup_t(draws, se, fam), settings.alpha)
+    tau = sign * point
+    ease = pl.DataFrame(
+        {
+            "cohort": pl.Series(steps[ref.group_index[ref.cell_group]], dtype=pl.Int64),
+            "checkpoint": pl.Series(steps[ref.cell_t], dtype=pl.Int64),
+            "ease_estimate": tau,
+            "ease_std_error": se,
+            "ease_analytic_se": ase,
+            "ease_band_low": tau - crit * se,
+            "ease_band_high": tau + crit * se,
+            "ease_significant": np.isfinite(crit * se) & (np.abs(tau) > crit * se),
+        }
+    )
+    key = ["cohort", "checkpoint"]
+    frame = results["extractable"].cells.select(*key, "event_time", "pre_treatment")
+    for name, res in results.items():
+        part = res.cells.select(
+            *key, *(pl.col(c).alias(f"{name}_{c}") for c in ("estimate", "band_low", "band_high", "significant"))
+        )
+        frame = frame.join(part, on=key, how="left")
+    frame = frame.join(ease, on=key, how="left").sort(key)
+    post = ~pre
+    report(1.0, "done")
+    return Comparison(
+        settings=settings,
+        results=results,
+        cells=frame,
+        ease_crit=float(crit[post][0]) if post.any() else float("nan"),
+        notes=list(dict.fromkeys(n for r in results.values() for n in r.notes)),
+    )

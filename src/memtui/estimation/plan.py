@@ -1,0 +1,281 @@
+"""`memtui plan`: how many instances per cohort a new panel needs, from a pilot panel.
+
+From the pilot it takes the variance of an instance's change in the metric over L checkpoints, for treated instances
+(pooled over the cohorts' post-treatment cells, by event time) and for validation instances (pooled over every pair
+of checkpoints L apart); from those it simulates the simultaneous critical value of the planned design's band and
+solves for the cohort size that makes an instantaneous cell (c = g) with effect D significant with the requested
+power. The method and its assumptions are in docs/estimation.md ("Planning a panel").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.engine import power as pw
+from memtui.engine.layout import NEVER_INDEX, build_layout
+from memtui.estimation.estimate import EstimateResult, z_value
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_lengths
+from memtui.panel.model import NEVER, Panel
+
+PYTHIA_ROW = 2049  # tokens per Pythia training row (2048 + 1): the row length assumed when a pilot stores no tokens
+VALIDATION_MODES = ("optimal", "pilot")
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """What a planned cell's standard error depends on, measured on a pilot panel."""
+
+    metric: str
+    v_treated: np.ndarray  # V_T(L), L = 0 .. : variance of a treated instance's change over L checkpoints
+    v_control: np.ndarray  # V_C(L): the same for validation (never-treated) instances
+    treated_lags: int  # largest L measured on treated instances (later lags hold its value)
+    n_cohorts: int
+    n_treated: int  # treated instances in the cohorts used
+    n_control: int
+    checkpoints: int
+    row_length: float | None  # mean tokens per instance, None when the pilot stores no tokens
+
+    @property
+    def s_treated(self) -> float:
+        """Variance of a treated instance's change at c = g (lag 1: from the checkpoint before g to g)."""
+        return float(self.v_treated[1])
+
+    @property
+    def s_control(self) -> float:
+        return float(self.v_control[1])
+
+
+def _fill_forward(v: np.ndarray) -> np.ndarray:
+    """NaN entries take the last finite value before them (lags no pilot cell measured)."""
+    idx = np.where(np.isfinite(v), np.arange(len(v)), 0)
+    return v[np.maximum.accumulate(idx)]
+
+
+def pilot_variances(panel: Panel, metric: str) -> Pilot:
+    """Variograms of the metric for treated and validation instances, in checkpoints (see engine/power.py)."""
+    y = panel.values(metric)
+    lay = build_layout(y, panel.treatment, panel.done_steps, never=NEVER)
+    t = len(lay.steps)
+    post = ~lay.cell_pre
+    if not post.any():
+        raise MemtuiError(
+            "the pilot has no post-treatment cell (no cohort is first trained on inside its completed checkpoints), "
+            "so it shows nothing to plan from; use a pilot with treated cohorts."
+        )
+    if lay.scale == 0:
+        raise MemtuiError(f"metric '{clean(metric, 80)}' is constant in the pilot; plan with a metric that varies.")
+    yy = lay.y[:, :t]
+    z = yy - np.repeat(lay.means[:, :t], lay.group_n, axis=0)
+    # sums of squared centred changes of every cohort's post-treatment cells, from each cohort's t x t Gram matrix
+    groups = np.unique(lay.cell_group[post])
+    q = np.zeros((lay.n_groups, t, t))
+    for k in groups:  # one matrix product per cohort, as in engine/did.py
+        q[k] = z[lay.rows(k)].T @ z[lay.rows(k)]
+    g, c, b = lay.cell_group[post], lay.cell_t[post], lay.cell_b[post]
+    ss = q[g, c, c] + q[g, b, b] - 2 * q[g, c, b]
+    lag = c - b
+    # pooled over cohorts with n_g - 1 degrees of freedom each: every cohort's deviations around its own mean
+    df = np.bincount(lag, weights=lay.group_n[g] - 1.0, minlength=t)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v_t = np.bincount(lag, weights=ss, minlength=t) / df
+    v_t[0] = 0.0
+    if not np.isfinite(v_t[1]):
+        raise MemtuiError(
+            "every cohort of the pilot has a single instance, so the variance of treated instances cannot be "
+            "measured; use a pilot with at least two instances per cohort."
+        )
+    treated_lags = int(np.flatnonzero(np.isfinite(v_t))[-1])
+    v_t = _fill_forward(v_t[: treated_lags + 1])
+
+    never = lay.group_index == NEVER_INDEX
+    rows = lay.rows(int(np.flatnonzero(never)[0]))
+    y0 = yy[rows]
+    if len(y0) < 2:
+        raise MemtuiError(
+            "the pilot has a single validation instance, so the variance of validation instances cannot be "
+            "measured; use a pilot with more validation instances."
+        )
+    s = np.cov(y0, rowvar=False).reshape(t, t)
+    d = np.diag(s)
+    change = d[:, None] + d[None, :] - 2 * s
+    gap = np.abs(np.arange(t)[:, None] - np.arange(t)[None, :])
+    v_c = np.bincount(gap.ravel(), weights=change.ravel(), minlength=t) / np.bincount(gap.ravel(), minlength=t)
+    v_c[0] = 0.0
+    for who, v in (("treated", v_t), ("validation", v_c)):
+        if not v[1] > 0:  # the cell's standard error would be 0 whatever the size: nothing to plan
+            raise MemtuiError(
+                f"in the pilot, {who} instances all change alike from one checkpoint to the next in "
+                f"'{clean(metric, 80)}', so its noise cannot be measured; plan with a metric that varies."
+            )
+    return Pilot(
+        metric=metric,
+        v_treated=v_t,
+        v_control=v_c,
+        treated_lags=treated_lags,
+        n_cohorts=len(lay.cohort_groups),
+        n_treated=int(lay.group_n[lay.cohort_groups].sum()),
+        n_control=len(y0),
+        checkpoints=t,
+        row_length=row_length(panel),
+    )
+
+
+def row_length(panel: Panel) -> float | None:
+    """Mean tokens per instance of a panel that stores tokens (``instances/length``), else None."""
+    if not panel.has_tokens or panel.path is None:
+        return None
+    lengths = read_lengths(panel.path)
+    return float(np.mean(lengths)) if lengths is not None and len(lengths) else None
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    label: str
+    effect: float
+    per_cohort: int | None  # None: not reachable (a fixed validation set too small for this effect)
+    validation: int | None
+    crit: float
+    power: float  # achieved at the rounded sizes
+
+    def panel_size(self, cohorts: int) -> int | None:
+        return None if self.per_cohort is None else cohorts * self.per_cohort + self.validation
+
+
+@dataclass(frozen=True)
+class Plan:
+    cohorts: int
+    checkpoints: int
+    power: float
+    alpha: float
+    validation: str  # "optimal", "pilot" or a count
+    n_cells: int
+    draws_used: int  # draws of the critical value's simulation; 0 = Sidak bound (or pointwise, draws = 0)
+    rows: list[PlanRow]
+
+
+def _se(pilot: Pilot, n: float, n0: float) -> float:
+    return math.sqrt(pilot.s_treated / n + pilot.s_control / n0)
+
+
+def validation_ratio(pilot: Pilot, mode: str, cohorts: int) -> float:
+    """Validation instances per instance of one cohort (n_0 / n_g) for a ratio mode.
+
+    ``optimal`` minimises the instances to score, G n_g + n_0, for a given c = g standard error
+    (V_T / n_g + V_C / n_0 fixed): n_0 / n_g = sqrt(G V_C / V_T). ``pilot`` keeps the pilot's validation share.
+    """
+    if mode == "optimal":
+        return math.sqrt(cohorts * pilot.s_control / pilot.s_treated)
+    return pilot.n_control / pilot.n_treated * cohorts
+
+
+def plan_sizes(
+    pilot: Pilot,
+    effects: list[tuple[str, float]],
+    *,
+    cohorts: int,
+    checkpoints: int,
+    power: float = 0.8,
+    alpha: float = 0.05,
+    validation: str | int = "optimal",
+    draws: int = pw.PLAN_DRAWS,
+    seed: int = 0,
+) -> Plan:
+    """Cohort size (and validation count) that detects each effect at c = g with ``power`` under the band.
+
+    ``draws``: of the critical value's simulation (fewer where the design is large, see ``BandModel.crit``); 0 plans
+    for pointwise bands (an estimate without bootstrap), crit = z.
+    """
+    check_plan_args(power=power, alpha=alpha, cohorts=cohorts, checkpoints=checkpoints, effects=effects)
+    n_cells = pw.n_post_cells(cohorts, checkpoints)
+    used = [0]
+    crits: dict[float, float] = {}
+    model = pw.BandModel(pilot.v_treated, pilot.v_control, cohorts=cohorts, checkpoints=checkpoints) if draws else None
+
+    def crit_for(kappa: float) -> float:
+        """Critical value for n_0 / n_g = kappa: only that ratio shapes the cells' correlations. Rounded to a grid
+        of steps of 2^(1/4) (about 19 %, over which the value moves by less than its Monte-Carlo error), so that a
+        fixed-point search and the table's rows reuse one simulation."""
+        if draws == 0:  # no bootstrap: the estimate's bands are pointwise
+            return z_value(alpha)
+        kappa = float(2 ** (round(4 * math.log2(kappa)) / 4))
+        if kappa not in crits:
+            crits[kappa], used[0] = model.crit(1.0, kappa, alpha, draws, seed)
+        return crits[kappa]
+
+    rows = []
+    if isinstance(validation, str):
+        kappa = validation_ratio(pilot, validation, cohorts)
+        crit = crit_for(kappa)
+        for label, effect in effects:
+            ratio = pw.detectable_ratio(power, crit)
+            n = max(2, math.ceil(ratio**2 * (pilot.s_treated + pilot.s_control / kappa) / effect**2))
+            n0 = max(2, math.ceil(kappa * n))
+            rows.append(PlanRow(label, effect, n, n0, crit, float(pw.power(effect, _se(pilot, n, n0), crit))))
+    else:
+        n0 = int(validation)
+        for label, effect in effects:
+            n, crit, seen = None, crit_for(validation_ratio(pilot, "optimal", cohorts)), set()
+            # the critical value depends on n_0 / n_g: iterate to a fixed point (a cycle ends at its largest n)
+            while True:
+                room = (effect / pw.detectable_ratio(power, crit)) ** 2 - pilot.s_control / n0
+                if room <= 0:
+                    n = None
+                    break
+                n = max(2, math.ceil(pilot.s_treated / room))
+                if n in seen:
+                    n = max(seen)
+                    crit = crit_for(n0 / n)
+                    break
+                seen.add(n)
+                crit = crit_for(n0 / n)
+            achieved = float(pw.power(effect, _se(pilot, n, n0), crit)) if n else float("nan")
+            rows.append(PlanRow(label, effect, n, n0 if n else None, crit, achieved))
+    return Plan(cohorts, checkpoints, power, alpha, str(validation), n_cells, used[0], rows)
+
+
+def check_plan_args(*, power: float, alpha: float, cohorts: int | None, checkpoints: int | None, effects=()) -> None:
+    """One-line refusals of a plan that makes no sense (None: a size not chosen yet, the pilot's)."""
+    if not 0 < power < 1:
+        raise MemtuiError(f"--power must be between 0 and 1 (e.g. 0.8), not {power}.")
+    if not 0 < alpha < 1:
+        raise MemtuiError(f"--alpha must be between 0 and 1, not {alpha}.")
+    for name, value in (("--cohorts", cohorts), ("--checkpoints", checkpoints)):
+        if value is not None and value < 1:
+            raise MemtuiError(f"{name} must be at least 1, not {value}.")
+    if cohorts is not None and checkpoints is not None and cohorts >= checkpoints:
+        raise MemtuiError(
+            f"{cohorts} cohorts need at least {cohorts + 1} checkpoints (cohort k is first trained at checkpoint k, "
+            f"after checkpoint 0); pass --checkpoints {cohorts + 1} or more, or fewer --cohorts."
+        )
+    for label, effect in effects:
+        if not (math.isfinite(effect) and effect > 0):
+            raise MemtuiError(f"the effect to detect must be a positive number, not {effect:g} ({label}).")
+
+
+def minimum_detectable_effect(
+    panel: Panel, settings: Settings, power: float = 0.8, result: EstimateResult | None = None
+) -> float:
+    """The instantaneous memorisation (c = g) the panel detects with probability ``power`` under its own band.
+
+    A cell with standard error se is significant with that power when its effect is ``detectable_ratio(power, crit)
+    * se`` (crit: the profile band's critical value, or z without a bootstrap); this is that effect for the median
+    standard error of the instantaneous cells, a typical cohort. Pass the panel's ``result`` to skip re-estimating.
+    NaN when no instantaneous cell has a standard error.
+    """
+    if not 0 < power < 1:
+        raise MemtuiError(f"power must be between 0 and 1, not {power}.")
+    if result is None:
+        from memtui.estimation.estimate import estimate
+
+        result = estimate(panel, settings)
+    se = result.instantaneous["std_error"].to_numpy()
+    se = se[np.isfinite(se)]
+    if not len(se) or not math.isfinite(result.crit):
+        return float("nan")
+    return pw.detectable_ratio(power, result.crit) * float(np.median(se))

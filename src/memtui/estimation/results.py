@@ -1,0 +1,200 @@
+"""What an estimate is: its result type, the table every scope shares, and the helpers every engine (memtui's own,
+the `differences` cross-check, the suite) uses to fill it. No estimation happens here, so the engines can share it
+without importing each other."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from statistics import NormalDist
+from typing import TYPE_CHECKING
+
+import numpy as np
+import polars as pl
+
+from memtui.core.errors import MemtuiError
+from memtui.core.memory import human
+from memtui.engine import did
+from memtui.engine.layout import listing
+
+if TYPE_CHECKING:
+    from memtui.estimation.settings import Settings
+
+SCOPES = ("profile", "instantaneous", "persistent", "residual")
+SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/estimation.md ("Small cohorts")
+Progress = Callable[[float, str], None]
+
+
+def z_value(alpha: float) -> float:
+    """Two-sided normal critical value (statistics.NormalDist: scipy.stats costs a second to import)."""
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+class _Record:
+    """A typed summary that still reads like the dict it replaced (``o["estimate"]``, ``o.get(...)``), so the
+    CSV, the cache and older callers need no change."""
+
+    def __getitem__(self, key: str):
+        if key not in self.keys():
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key) if key in self.keys() else default
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(self))
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Overall(_Record):
+    """The average post-treatment effect (R did's "simple" aggregation) with its pointwise interval."""
+
+    estimate: float
+    std_error: float
+    ci_low: float
+    ci_high: float
+    significant: bool
+    n_cells: int
+    small_group: bool = False
+    analytic_se: float = float("nan")  # the influence-function SE (NaN where the engine gives none)
+
+
+@dataclass(frozen=True)
+class Pretrend(_Record):
+    """The joint sup-t test of the placebo cells (c < g): no anticipation means they are all zero."""
+
+    n_cells: int
+    n_significant: int = 0
+    sup_t: float = float("nan")
+    p_value: float = float("nan")
+    crit: float = float("nan")
+
+
+@dataclass
+class EstimateResult:
+    settings: Settings
+    cells: pl.DataFrame  # the profile: one row per (cohort, checkpoint) cell
+    instantaneous: pl.DataFrame
+    persistent: pl.DataFrame
+    residual: pl.DataFrame
+    overall: Overall
+    pretrend: Pretrend
+    crit: float  # simultaneous critical value of the profile's band family
+    cohorts: np.ndarray  # cohort steps (rows of the profile)
+    checkpoints: np.ndarray  # completed checkpoint steps (columns)
+    notes: list[str] = field(default_factory=list)
+
+    def scope(self, name: str) -> pl.DataFrame:
+        if name not in SCOPES:
+            raise MemtuiError(f"scope must be one of {', '.join(SCOPES)}, not '{name}'.")
+        return self.cells if name == "profile" else getattr(self, name)
+
+    def matrix(self, column: str = "estimate") -> np.ndarray:
+        """The profile as a cohorts x checkpoints array (NaN where there is no cell)."""
+        out = np.full((len(self.cohorts), len(self.checkpoints)), np.nan)
+        r = np.searchsorted(self.cohorts, self.cells["cohort"].to_numpy())
+        c = np.searchsorted(self.checkpoints, self.cells["checkpoint"].to_numpy())
+        out[r, c] = self.cells[column].cast(pl.Float64).to_numpy()
+        return out
+
+
+def result_frame(
+    settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre, n_folded,
+    small,
+):  # fmt: skip
+    """One row per estimate, with the columns every scope and the CSV export share.
+
+    ``n_folded``: treated instances first trained on between two completed checkpoints, counted in the next one's
+    cohort; ``small``: a cohort or control set under ``SMALL_GROUP`` instances went into the estimate.
+    """
+    z = z_value(settings.alpha)
+    tau = sign * att
+    band = crit * se
+    significant = np.abs(tau) > band
+    significant &= np.isfinite(band)
+    return pl.DataFrame(
+        {
+            "metric": settings.metric,
+            "estimator": settings.estimator,
+            "scope": scope,
+            "cohort": pl.Series(cohort, dtype=pl.Int64),
+            "checkpoint": pl.Series(checkpoint, dtype=pl.Int64),
+            "event_time": pl.Series(event_time, dtype=pl.Int64),
+            "estimate": tau,
+            "std_error": se,
+            "analytic_se": ase,
+            "ci_low": tau - z * se,
+            "ci_high": tau + z * se,
+            "band_low": tau - band,
+            "band_high": tau + band,
+            "crit": crit,
+            "significant": significant,
+            "pre_treatment": pre,
+            "n_treated": pl.Series(n_treated, dtype=pl.Int64),
+            "n_control": pl.Series(n_control, dtype=pl.Int64),
+            "n_folded": pl.Series(n_folded, dtype=pl.Int64),
+            "small_group": pl.Series(small, dtype=pl.Boolean),
+            "alpha": settings.alpha,
+            "draws": settings.draws,
+            "seed": settings.seed,
+        }
+    )
+
+
+def final_index(steps: np.ndarray, final_step: int | None) -> int:
+    if final_step is None:
+        return len(steps) - 1
+    idx = int(np.searchsorted(steps, final_step, side="right")) - 1
+    if idx < 0:
+        raise MemtuiError(f"final step {final_step} is before the first completed checkpoint ({steps[0]}).")
+    return idx
+
+
+def check_memory(draws: int, lay) -> None:
+    """Refuse, before allocating anything, a bootstrap whose draws cannot fit in the memory available."""
+    n_events = len(np.unique(lay.cell_t - lay.group_index[lay.cell_group]))
+    size = {"n_cells": len(lay.cell_group), "n_groups": lay.n_groups, "n_aggregates": n_events + 1}
+    need = did.bootstrap_bytes(draws, **size, n_units=lay.n_units, width=lay.y.shape[1])
+    have = did.available_memory()
+    if have is not None and need > have:
+        per_draw = did.bootstrap_bytes(1, **size) - did.bootstrap_bytes(0, **size)
+        fits = int((have - (need - draws * per_draw)) / per_draw) // 100 * 100
+        advice = f"use at most about {fits} draws (-B {fits})" if fits >= 20 else "use -B 0 (analytic bands)"
+        raise MemtuiError(
+            f"{draws} bootstrap draws of {size['n_cells']} cells need about {human(need)} of memory and "
+            f"{human(have)} is available; {advice}."
+        )
+
+
+def group_notes(lay, est: did.CellEstimates) -> list[str]:
+    """Say which cohorts and control sets are too small for the inference to hold (R `did`'s rule)."""
+    notes = []
+    t = len(lay.steps)
+    small = [(int(lay.steps[lay.group_index[g]]), int(lay.group_n[g])) for g in lay.cohort_groups]
+    small = [(step, n) for step, n in small if n < SMALL_GROUP]
+    if small:
+        notes.append(
+            f"{len(small)} cohort(s) have fewer than {SMALL_GROUP} instances, step (n): {listing(small)}; their "
+            "standard errors run low and bands too narrow (docs/estimation.md, small cohorts): treat their "
+            "significance with caution (column small_group)"
+        )
+    few = (est.n_control < SMALL_GROUP) & lay.controls  # the extractable estimator has no control set at all
+    if few.any():
+        never = int(lay.group_n[0]) if lay.group_index[0] >= t else 0
+        which = (
+            f"the control group has only {never} never-treated instance(s)"
+            if never < SMALL_GROUP
+            else f"{int(few.sum())} cells have fewer than {SMALL_GROUP} control instances"
+        )
+        notes.append(f"{which}: standard errors run low and bands too narrow (column small_group)")
+    return notes

@@ -1,0 +1,48 @@
+"""The settings of one estimate: a frozen record that cannot be invalid (every construction checks it)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+from memtui.core.errors import MemtuiError
+from memtui.estimation.choices import SETTING_CHOICES
+
+
+@dataclass(frozen=True)
+class Settings:
+    metric: str = "loglik"
+    # "did" (Callaway & Sant'Anna ATT(g,c)), "difference" (paper's estimator 1) or "extractable" (the cohort's mean
+    # metric at c, taken as memorisation: the counterfactual is assumed zero, as extraction-based measures do)
+    estimator: str = "did"
+    base_period: str = "varying"  # pre-treatment cells: "varying" (checkpoint before c) or "universal" (before g)
+    control_group: str = "never_treated"  # or "not_yet_treated"
+    draws: int = 1000  # multiplier-bootstrap draws; 0 = analytic standard errors and pointwise bands only
+    multiplier: str = "rademacher"  # or "mammen"
+    seed: int = 0
+    alpha: float = 0.05
+    family: str = "post"  # cells sharing one simultaneous band: "post" (c >= g; pre cells get their own) or "all"
+    final_step: int | None = None  # residual memorisation checkpoint; None = last completed
+    engine: str = "memtui"  # or "differences" (the paper's pipeline; slow)
+
+    # the allowed values of every categorical setting: the CLI's choices and the settings dialog read them here
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = SETTING_CHOICES
+
+    def __post_init__(self) -> None:
+        """A Settings cannot be invalid: every construction (and ``dataclasses.replace``) checks it."""
+        for name, allowed in self.CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise MemtuiError(f"{name} must be one of {', '.join(allowed)}, not '{getattr(self, name)}'.")
+        if not 0 < self.alpha < 1:
+            raise MemtuiError(f"alpha must be between 0 and 1, not {self.alpha}.")
+        if self.draws < 0 or 0 < self.draws < 20:
+            raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
+        if self.seed < 0:
+            raise MemtuiError(f"seed must be 0 or a positive integer, not {self.seed}.")
+
+    def validate(self) -> Settings:
+        """Kept for callers written before construction checked: a Settings is always valid."""
+        return self
+
+    def key(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,680 @@
+"""A model suite: several panels over the same instances (one per model), estimated together and compared.
+
+The instances are the same in every panel, so the multiplier bootstrap draws one multiplier per instance for all of
+them and forms each group's multiplier-weighted sums with one matrix product over every model's and metric's columns
+(``engine.did.bootstrap_shared``). Each model's estimate is the one ``estimation.estimate.estimate`` gives its panel
+alone with the same seed, and the draws of different models are *joint*: the bootstrap law of any function of several
+models' profiles, such as the correlation between two of them (``correlations``), comes from the same draws.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.engine import did
+from memtui.engine.blas import one_blas_thread
+from memtui.engine.layout import build_layout
+from memtui.estimation.estimate import estimate
+from memtui.estimation.results import EstimateResult, Progress, check_memory
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.model import NEVER, Panel
+
+CORRELATION_SCOPES = ("post", "profile", "instantaneous", "residual")
+HEADLINE_EVENTS = (1, 5, 10)  # persistent memorisation this many checkpoints after training (headline columns)
+# the float32 cell draws one batch of models x metrics may hold at once; more jobs than fit run in several batches
+_BATCH_BYTES = 768 << 20
+
+
+@dataclass
+class Suite:
+    """Panels of several models over the same instances and checkpoints, ordered by parameter count (else name).
+
+    ``panels`` share ``ids``, ``treatment`` and ``steps`` (restricted to what every file has, in the first file's
+    instance order, completed checkpoints only); ``notes`` say what was left out; ``parameters`` is each model's
+    parameter count, None where its panel does not record it; ``originals`` are the panels as read, unrestricted (what
+    the workbench shows one model at a time)."""
+
+    names: list[str]
+    panels: list[Panel]
+    notes: list[str] = field(default_factory=list)
+    parameters: list[int | None] = field(default_factory=list)
+    paths: list[Path] = field(default_factory=list)
+    originals: list[Panel] = field(default_factory=list)
+
+    def panel(self, name: str) -> Panel:
+        return self.panels[self.names.index(name)]
+
+    @property
+    def metrics(self) -> list[str]:
+        """The metrics every panel has, in the first panel's order."""
+        return [m for m in self.panels[0].metrics if all(m in p.metrics for p in self.panels[1:])]
+
+
+def _parameters(panel: Panel) -> int | None:
+    """The model's parameter count where the panel records it: ``Panel.n_parameters`` (``checkpoints/parameters``,
+    written by extraction) or a whole-number file attribute ``model_parameters`` / ``parameters``."""
+    known = getattr(panel, "n_parameters", None)
+    if isinstance(known, int | np.integer) and known > 0:
+        return int(known)
+    for key in ("model_parameters", "parameters"):
+        text = str(panel.attrs.get(key, "")).strip().replace("_", "").replace(",", "")
+        if re.fullmatch(r"\d+", text) and int(text) > 0:
+            return int(text)
+    return None
+
+
+def _model_names(panels: list[Panel], paths: list[Path]) -> list[str]:
+    """The model recorded in each panel (``model`` attribute, else who scored its checkpoints); the file's stem where
+    there is none or two panels record the same model (two seeds of one model, or synthetic panels)."""
+    recorded = [
+        clean(p.attrs.get("model", "") or ", ".join(dict.fromkeys(m for m in p.models if m)), 80) for p in panels
+    ]
+    names = [
+        r if r and recorded.count(r) == 1 else clean(path.stem, 80) for r, path in zip(recorded, paths, strict=True)
+    ]
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):  # the same stem in two folders: number them, never merge them
+        if names.count(name) > 1:
+            seen[name] = seen.get(name, 0) + 1
+            names[i] = f"{name} ({seen[name]})"
+    return names
+
+
+def _restrict(panel: Panel, rows: np.ndarray | None, cols: np.ndarray | None) -> Panel:
+    """The panel on a subset of instances (``rows``, in that order) and of checkpoints (``cols``); None keeps all."""
+    if rows is None and cols is None:
+        return panel
+    r = slice(None) if rows is None else rows
+    c = slice(None) if cols is None else cols
+
+    def pick(values, index):
+        if values is None or isinstance(values, list) and not values:
+            return values
+        arr = np.asarray(values, dtype=object if isinstance(values, list) else None)[index]
+        return list(arr) if isinstance(values, list) else arr
+
+    extra = {}
+    for name in ("parameters", "configs"):  # per-checkpoint provenance, where this memtui's Panel has it
+        if hasattr(panel, name):
+            extra[name] = pick(getattr(panel, name), c)
+    return replace(
+        panel,
+        ids=panel.ids[r],
+        treatment=panel.treatment[r],
+        steps=panel.steps[c],
+        done=panel.done[c],
+        metrics={m: y[r][:, c] for m, y in panel.metrics.items()},
+        split=pick(panel.split, r),
+        source_index=pick(panel.source_index, r),
+        revisions=pick(panel.revisions, c),
+        weight_hashes=pick(panel.weight_hashes, c),
+        models=pick(panel.models, c),
+        truth=None,  # the simulated truth is per cohort of the whole panel: not kept on a part of it
+        **extra,
+    )
+
+
+def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
+    """Read the panels of a suite and put them on the instances and completed checkpoints they share.
+
+    Instances match by id *and* treatment step; checkpoints by step, kept where every panel has completed them.
+    Where the panels overlap only partly, every panel is restricted to the intersection and a note says, per model,
+    how much was left out; where they share no instance or no completed checkpoint, a one-line MemtuiError."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise MemtuiError("give at least one panel file.")
+    resolved = [p.resolve() for p in paths]
+    if len(set(resolved)) < len(resolved):
+        dup = next(p for i, p in enumerate(paths) if resolved[i] in resolved[:i])
+        raise MemtuiError(f"{dup} is given twice; give each model's panel once.")
+    panels = [read_panel(p) for p in paths]
+    names = _model_names(panels, paths)
+    notes: list[str] = []
+
+    # instances: (id, treatment) pairs every panel has, in the first panel's order
+    first = panels[0]
+    common = np.ones(first.n_instances, bool)
+    moved = 0
+    for p in panels[1:]:
+        pos = _positions(first.ids, p.ids)
+        found = pos >= 0
+        same = np.zeros_like(found)
+        same[found] = p.treatment[pos[found]] == first.treatment[found]
+        moved += int((found & ~same & common).sum())
+        common &= same
+    if not common.any():
+        why = f" ({moved} share an id but not the treatment step)" if moved else ""
+        raise MemtuiError(
+            f"the panels share no instance{why}: a suite needs panels over the same instances (ids and treatment "
+            "steps), e.g. one panel extracted with several models."
+        )
+    keep_ids = first.ids[common]
+    if moved:
+        notes.append(f"{moved} instances have different treatment steps in different panels: left out")
+
+    # checkpoints: steps every panel has and has completed
+    steps = first.done_steps
+    for p in panels[1:]:
+        steps = np.intersect1d(steps, p.done_steps)
+    if not len(steps):
+        raise MemtuiError(
+            "the panels share no completed checkpoint: a suite needs the same checkpoint steps in every panel; "
+            "finish extraction or compare panels of the same run."
+        )
+
+    restricted = []
+    for name, p in zip(names, panels, strict=True):
+        rows = _positions(keep_ids, p.ids)
+        cols = np.searchsorted(p.steps, steps)
+        left_rows, left_cols = p.n_instances - len(rows), int(p.done.sum()) - len(steps)
+        if left_rows or left_cols:
+            notes.append(
+                f"{name}: left out {left_rows} of {p.n_instances} instances and {left_cols} of {int(p.done.sum())} "
+                "completed checkpoints that not every panel has"
+            )
+        in_order = left_rows == 0 and np.array_equal(rows, np.arange(p.n_instances))
+        full_cols = len(cols) == p.n_checkpoints
+        restricted.append(_restrict(p, None if in_order else rows, None if full_cols else cols))
+
+    params = [_parameters(p) for p in panels]
+    order = sorted(range(len(panels)), key=lambda i: (params[i] is None, params[i] or 0, names[i].casefold(), names[i]))
+    if len(panels) > 1 and any(params[i] is None for i in order) and any(params[i] is not None for i in order):
+        notes.append("some panels record no parameter count: those models come after the others, by name")
+    return Suite(
+        names=[names[i] for i in order],
+        panels=[restricted[i] for i in order],
+        notes=notes,
+        parameters=[params[i] for i in order],
+        paths=[paths[i] for i in order],
+        originals=[panels[i] for i in order],
+    )
+
+
+def _positions(wanted: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Index in ``ids`` of each of ``wanted`` (-1 where absent)."""
+    order = np.argsort(ids, kind="stable")
+    at = np.searchsorted(ids, wanted, sorter=order)
+    at = np.minimum(at, len(ids) - 1)
+    pos = order[at]
+    return np.where(ids[pos] == wanted, pos, -1)
+
+
+@dataclass
+class _Job:
+    """One model x metric estimate in progress."""
+
+    model: str
+    metric: str
+    panel: Panel
+    settings: Settings
+    lay: object = None
+    est: object = None
+    rows_key: bytes = b""  # which instances the estimate uses: jobs with the same key have joint draws
+
+
+@dataclass
+class SuiteResult:
+    """Every model x metric estimate of a suite: ``results[model][metric]``, each equal to ``estimate`` of that
+    model's panel (``suite.panels``) alone with the same settings.
+
+    ``draws[metric][model]`` keeps the bootstrap draws of the cells (float32, cells x B, as ``results``' cells are
+    ordered) for the metrics estimated with ``keep_draws``; ``correlations`` recomputes them for the others."""
+
+    suite: Suite
+    settings: Settings
+    metrics: list[str]
+    results: dict[str, dict[str, EstimateResult]]
+    draws: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
+    joint: dict[str, bool] = field(default_factory=dict)  # whether a metric's draws share multipliers per instance
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return self.suite.names
+
+
+def estimate_suite(
+    suite: Suite,
+    settings: Settings,
+    metrics: Sequence[str] | None = None,
+    progress: Progress | None = None,
+    keep_draws: Sequence[str] | None = None,
+) -> SuiteResult:
+    """Estimate every model of the suite on every metric in ``metrics`` (default: ``settings.metric``), sharing the
+    multiplier draws and the bootstrap's matrix products across models and metrics.
+
+    ``results[model][metric]`` equals ``estimate(suite.panel(model), replace(settings, metric=metric))`` bit for bit,
+    whatever the BLAS kernel or the number of cores: each model's draws come from the very matrix products a lone
+    estimate makes (``did.bootstrap_shared``), and tests hold every frame, summary, note and critical value equal.
+    ``keep_draws``: the metrics whose cell draws are kept for ``correlations`` (default: the first metric)."""
+    settings = settings.validate()
+    metrics = list(dict.fromkeys(metrics or [settings.metric]))
+    keep = set(metrics[:1] if keep_draws is None else keep_draws)
+    report = progress or (lambda fraction, message: None)
+    for name, panel in zip(suite.names, suite.panels, strict=True):
+        for metric in metrics:
+            if metric not in panel.metrics:
+                raise MemtuiError(
+                    f"{name}: no metric '{clean(metric, 60)}' in this panel (it has: {', '.join(panel.metrics)}); "
+                    "choose a metric every panel has."
+                )
+    results: dict[str, dict[str, EstimateResult]] = {name: {} for name in suite.names}
+    out = SuiteResult(suite=suite, settings=settings, metrics=metrics, results=results)
+    total = len(metrics) * len(suite.names)
+    if settings.engine != "memtui" or settings.draws == 0:
+        # nothing to share: the paper's pipeline runs each estimate itself, and without draws there is no bootstrap
+        for k, (metric, name) in enumerate((m, n) for m in metrics for n in suite.names):
+            report(k / total, f"{name}: {metric}")
+            results[name][metric] = estimate(suite.panel(name), replace(settings, metric=metric))
+        report(1.0, "done")
+        return out
+
+    with one_blas_thread():
+        _estimate_jobs(suite, settings, metrics, keep, out, report)
+    report(1.0, "done")
+    return out
+
+
+def _estimate_jobs(suite: Suite, settings: Settings, metrics: list[str], keep: set, out: SuiteResult, report) -> None:
+    total = len(metrics) * len(suite.names)
+    done = 0
+    for metric in metrics:  # one metric's models at a time: their layouts and draws are what memory holds
+        jobs = [
+            _Job(model=name, metric=metric, panel=panel, settings=replace(settings, metric=metric))
+            for name, panel in zip(suite.names, suite.panels, strict=True)
+        ]
+        report(done / total, f"{metric}: preparing")
+        _threads(_prepare, jobs)
+        out.joint[metric] = len({j.rows_key for j in jobs}) == 1
+        if not out.joint[metric]:
+            out.notes.append(
+                f"{metric}: the panels have missing values on different instances, so the models' estimates use "
+                "different instances and their draws are not joint: the correlations have no interval"
+            )
+        for batch in _batches(jobs):
+            base, share = done / total, len(batch) / total
+            stage = f"{metric}: bootstrap"
+            cells = _shared_draws(batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m))
+            assembled = _threads(lambda item: _assemble(*item), list(zip(batch, cells, strict=True)))
+            for job, boot, res in zip(batch, cells, assembled, strict=True):
+                out.results[job.model][metric] = res
+                if metric in keep:
+                    out.draws.setdefault(metric, {})[job.model] = boot.cells
+                job.lay = job.est = None
+            done += len(batch)
+            report(done / total, f"{metric}: summaries")
+
+
+def _prepare(job: _Job) -> None:
+    """The layout and point estimates of one job (``estimate``'s first steps, with its one-line refusals)."""
+    s = job.settings
+    try:
+        y = job.panel.values(s.metric)
+        lay = build_layout(
+            y,
+            job.panel.treatment,
+            job.panel.done_steps,
+            never=NEVER,
+            estimator=s.estimator,
+            base_period=s.base_period,
+            control_group=s.control_group,
+        )
+        if not len(lay.cell_group):
+            raise MemtuiError(
+                "no (cohort, checkpoint) cell can be estimated: no treated cohort falls inside the window."
+            )
+        if lay.scale == 0:
+            raise MemtuiError(
+                f"metric '{s.metric}' has the same value for every instance and completed checkpoint used, so there "
+                "is nothing to estimate; choose a metric that varies."
+            )
+        check_memory(s.draws, lay)
+    except MemtuiError as exc:
+        raise MemtuiError(f"{job.model}: {exc}") from None
+    job.lay = lay
+    job.est = did.point_estimates(lay)
+    job.rows_key = np.packbits(np.isfinite(y).all(axis=1)).tobytes()
+
+
+def _batches(jobs: list[_Job]) -> list[list[_Job]]:
+    """Jobs that can share multipliers (same groups and cells), in runs that fit ``_BATCH_BYTES`` of draws."""
+    groups: list[list[_Job]] = []
+    for job in jobs:
+        for group in groups:
+            if did.same_cells(group[0].lay, job.lay):
+                group.append(job)
+                break
+        else:
+            groups.append([job])
+    batches = []
+    for group in groups:
+        per_job = 4 * len(group[0].lay.cell_group) * group[0].settings.draws
+        size = max(1, _BATCH_BYTES // max(per_job, 1))
+        batches += [group[start : start + size] for start in range(0, len(group), size)]
+    return batches
+
+
+def _threads(fn, items: list) -> list:
+    """``fn`` over ``items`` on every core: the heavy work is numpy, which releases the GIL."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(fn, items))
+
+
+def _shared_draws(batch: list[_Job], settings: Settings, progress=None) -> list[did.BootstrapDraws]:
+    """The bootstrap draws of every job of ``batch`` from one set of multipliers: ``did.bootstrap_shared``, so each
+    job's draws are bit for bit those ``estimate`` draws for it alone."""
+    return did.bootstrap_shared(
+        [j.lay for j in batch],
+        [j.est for j in batch],
+        draws=settings.draws,
+        seed=settings.seed,
+        multiplier=settings.multiplier,
+        progress=progress,
+    )
+
+
+def _assemble(job: _Job, boot: did.BootstrapDraws) -> EstimateResult:
+    """Every scope of one job's estimate: the very assembly ``memtui.estimation.estimate`` makes for a lone panel."""
+    from memtui.estimation.estimate import _assemble as assemble
+
+    return assemble(job.panel, job.settings, job.lay, job.est, boot)
+
+
+@dataclass
+class Correlations:
+    """Correlations between the models' profiles over their common cells, with bootstrap intervals.
+
+    ``pearson``/``spearman`` are models x models matrices of the point estimates' correlation; ``*_low``/``*_high``
+    its 1 - alpha bootstrap interval: the percentiles of the same correlation over the joint bootstrap draws (each
+    model's profile plus its draw, every model with the same multipliers), re-centred on the point estimate on
+    Fisher's z scale (``_interval`` says why); NaN where there is no interval (no draws, or models whose estimates use
+    different instances). ``n_cells``: the cells correlated."""
+
+    names: list[str]
+    metric: str
+    scope: str
+    pearson: np.ndarray
+    spearman: np.ndarray
+    pearson_low: np.ndarray
+    pearson_high: np.ndarray
+    spearman_low: np.ndarray
+    spearman_high: np.ndarray
+    n_cells: int
+    alpha: float = 0.05
+    draws: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def frame(self) -> pl.DataFrame:
+        """One row per pair of models (both orders and the diagonal) and method."""
+        rows = []
+        for method in ("pearson", "spearman"):
+            value, low, high = (getattr(self, f"{method}{s}") for s in ("", "_low", "_high"))
+            for i, a in enumerate(self.names):
+                for j, b in enumerate(self.names):
+                    rows.append((self.metric, self.scope, method, a, b, value[i, j], low[i, j], high[i, j]))
+        schema = ["metric", "scope", "method", "model_a", "model_b", "correlation", "low", "high"]
+        return pl.DataFrame(rows, schema=schema, orient="row").with_columns(
+            pl.lit(self.n_cells, dtype=pl.Int64).alias("n_cells"),
+            pl.lit(self.alpha).alias("alpha"),
+            pl.lit(self.draws, dtype=pl.Int64).alias("draws"),
+        )
+
+
+def _scope_mask(res: EstimateResult, scope: str) -> np.ndarray:
+    cells = res.cells
+    pre = cells["pre_treatment"].to_numpy()
+    if scope == "post":
+        return ~pre
+    if scope == "profile":
+        return np.ones(len(pre), bool)
+    if scope == "instantaneous":
+        return (cells["event_time"] == 0).to_numpy()
+    final = res.residual["checkpoint"][0] if res.residual.height else None
+    return (cells["checkpoint"] == final).to_numpy() & ~pre
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis (ties share their mean rank, as Spearman's rho needs)."""
+    from scipy.stats import rankdata
+
+    return rankdata(x, axis=-1)
+
+
+def _corr_rows(z: np.ndarray) -> np.ndarray:
+    """Correlation matrices of the rows of each (models x cells) slab ``z`` (draws x models x cells)."""
+    z = z - z.mean(axis=-1, keepdims=True)
+    norm = np.sqrt(np.einsum("dmc,dmc->dm", z, z))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = z / norm[..., None]
+    return np.matmul(z, np.swapaxes(z, 1, 2))
+
+
+def _point_corr(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.corrcoef(x)
+    return np.atleast_2d(out)
+
+
+def correlations(suite_result: SuiteResult, metric: str | None = None, scope: str = "post") -> Correlations:
+    """Pearson (as the paper's Fig. 7) and Spearman correlations between the models' profiles of ``metric`` over the
+    cells of ``scope`` (post-treatment cells by default; "profile" all cells, "instantaneous" c = g, "residual" the
+    final checkpoint) that every model estimates (finite in all), with bootstrap intervals at 1 - alpha from the
+    joint draws (``Correlations``)."""
+    sr = suite_result
+    metric = metric or sr.metrics[0]
+    if metric not in sr.metrics:
+        raise MemtuiError(f"metric '{clean(metric, 60)}' was not estimated for this suite; estimate it first.")
+    if scope not in CORRELATION_SCOPES:
+        raise MemtuiError(f"scope must be one of {', '.join(CORRELATION_SCOPES)}, not '{scope}'.")
+    names = sr.names
+    results = [sr.results[name][metric] for name in names]
+    notes: list[str] = []
+    keys = [r.cells.select("cohort", "checkpoint") for r in results]
+    same_cells = all(k.equals(keys[0]) for k in keys[1:])
+    if same_cells:
+        mask = _scope_mask(results[0], scope)
+        for r in results:
+            mask &= np.isfinite(r.cells["estimate"].to_numpy())
+        est = np.stack([r.cells["estimate"].to_numpy()[mask] for r in results])
+    else:  # different cells (should not happen on a suite): correlate on the cells all have, without intervals
+        frames = [
+            r.cells.filter(pl.Series(_scope_mask(r, scope))).select("cohort", "checkpoint", pl.col("estimate").alias(n))
+            for r, n in zip(results, names, strict=True)
+        ]
+        joined = frames[0]
+        for f in frames[1:]:
+            joined = joined.join(f, on=["cohort", "checkpoint"], how="inner")
+        joined = joined.drop_nulls().filter(pl.all_horizontal(pl.col(names).is_finite()))
+        est = joined.select(names).to_numpy().T
+        mask = None
+    n_cells = est.shape[1]
+    m = len(names)
+    nan = np.full((m, m), np.nan)
+    if n_cells < 3:
+        notes.append(f"only {n_cells} common cells in scope {scope}: no correlation")
+        return Correlations(names, metric, scope, nan, nan.copy(), nan.copy(), nan.copy(), nan.copy(), nan.copy(),
+                            n_cells, sr.settings.alpha, sr.settings.draws, notes)  # fmt: skip
+    pearson = _point_corr(est)
+    spearman = _point_corr(_ranks(est))
+    bounds = [nan.copy() for _ in range(4)]
+    s = sr.settings
+    if s.draws and same_cells and sr.joint.get(metric, False):
+        draws = _joint_draws(sr, metric)
+        signs = np.array([p.sign(metric) for p in sr.suite.panels], dtype=np.float32)
+        rows = np.flatnonzero(mask)
+        with one_blas_thread():
+            p_draws, s_draws = _draw_correlations(est, [draws[n] for n in names], rows, signs)
+        bounds = [*_interval(pearson, p_draws, s.alpha), *_interval(spearman, s_draws, s.alpha)]
+    elif s.draws:
+        notes.append(
+            "the models' estimates use different instances (missing values differ), so their draws are not joint: "
+            "no bootstrap interval"
+        )
+    return Correlations(names, metric, scope, pearson, spearman, *bounds, n_cells, s.alpha, s.draws, notes)
+
+
+def _interval(point: np.ndarray, draws: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """The (alpha/2, 1 - alpha/2) percentiles of the draws' correlations, re-centred on the point estimate on Fisher's
+    z scale: tanh(atanh(r) + q(atanh(r*) - median atanh(r*))).
+
+    Why re-centred: a draw adds bootstrap noise to profiles that already carry their estimation noise, so the draws'
+    correlations sit below the point estimate (attenuation), and their plain percentiles can exclude it (measured:
+    r = 0.923 with plain percentiles [0.71, 0.90]). Their spread is the sampling spread of r; their location is not.
+    On the z scale the interval stays inside (-1, 1) and is not symmetric where r is near 1."""
+    edge = 1 - 1e-12
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = np.arctanh(np.clip(draws, -edge, edge))
+        spread = z - np.nanmedian(z, axis=0)
+        q = np.nanquantile(spread, [alpha / 2, 1 - alpha / 2], axis=0)
+        centre = np.arctanh(np.clip(point, -edge, edge))
+        # a point at +-1 exactly (identical ranks) was moved inside for atanh: hold it inside its interval
+        low, high = np.fmin(np.tanh(centre + q[0]), point), np.fmax(np.tanh(centre + q[1]), point)
+    np.fill_diagonal(low, 1.0)
+    np.fill_diagonal(high, 1.0)
+    return low, high
+
+
+def _draw_correlations(
+    est: np.ndarray, draws: list[np.ndarray], rows: np.ndarray, signs: np.ndarray, slab: int = 64
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per bootstrap draw, Pearson and Spearman matrices (draws x m x m) of the models' profiles plus their draws."""
+    n_draws = draws[0].shape[1]
+    m = len(draws)
+    sub = [d[rows] for d in draws]  # (cells, B) per model, only the cells correlated
+    pearson = np.empty((n_draws, m, m))
+    spearman = np.empty((n_draws, m, m))
+
+    def one(start: int) -> None:
+        stop = min(start + slab, n_draws)
+        z = np.stack([est[k][None, :] + signs[k] * sub[k][:, start:stop].T.astype(np.float64) for k in range(m)], 1)
+        pearson[start:stop] = _corr_rows(z)
+        order = np.argsort(z, axis=-1)  # continuous draws: ties have probability ~0, so plain ranks
+        ranks = np.empty_like(order, dtype=np.float64)
+        np.put_along_axis(ranks, order, np.arange(z.shape[-1], dtype=np.float64), axis=-1)
+        spearman[start:stop] = _corr_rows(ranks)
+
+    _threads(one, list(range(0, n_draws, slab)))
+    return pearson, spearman
+
+
+def _joint_draws(sr: SuiteResult, metric: str) -> dict[str, np.ndarray]:
+    """The cell draws of every model for ``metric``: kept from the estimate, else recomputed (same seed, same
+    multipliers) with one shared bootstrap."""
+    if metric in sr.draws and len(sr.draws[metric]) == len(sr.names):
+        return sr.draws[metric]
+    s = replace(sr.settings, metric=metric)
+    jobs = [_Job(model=n, metric=metric, panel=p, settings=s) for n, p in zip(sr.names, sr.suite.panels, strict=True)]
+    with one_blas_thread():
+        _threads(_prepare, jobs)
+        boots = _shared_draws(jobs, s)
+    sr.draws = {metric: {j.model: b.cells for j, b in zip(jobs, boots, strict=True)}}  # one metric's draws at a time
+    return sr.draws[metric]
+
+
+# --- headline figures -------------------------------------------------------------------------------------------
+
+
+def plateau(persistent: pl.DataFrame) -> int | None:
+    """Where persistent memorisation plateaus: the first event time e >= 0 from which on every later point of the
+    curve has the final level (its estimate at the largest event time) inside its simultaneous band. None where the
+    curve has no post-treatment point with a band."""
+    post = persistent.filter(pl.col("event_time") >= 0).sort("event_time")
+    if not post.height:
+        return None
+    final = post["estimate"][-1]
+    low, high = post["band_low"].to_numpy(), post["band_high"].to_numpy()
+    inside = (low <= final) & (final <= high)  # NaN bands (no variation) are never inside
+    if not inside[-1]:
+        return None
+    outside = np.flatnonzero(~inside)
+    first = outside[-1] + 1 if len(outside) else 0
+    return int(post["event_time"][int(first)])
+
+
+def _persistent_at(persistent: pl.DataFrame, k: int) -> float | None:
+    """Persistent memorisation k checkpoints after training: the k-th positive event time of the curve."""
+    post = persistent.filter(pl.col("event_time") > 0).sort("event_time")
+    return float(post["estimate"][k - 1]) if post.height >= k else None
+
+
+def headline(suite_result: SuiteResult, metric: str | None = None) -> pl.DataFrame:
+    """Per model, the figures `memtui compare` prints (docs/estimation.md, "Comparing models")."""
+    sr = suite_result
+    metric = metric or sr.metrics[0]
+    if metric not in sr.metrics:
+        raise MemtuiError(f"metric '{clean(metric, 60)}' was not estimated for this suite; estimate it first.")
+    rows = []
+    for name, params in zip(sr.names, sr.suite.parameters, strict=True):
+        res = sr.results[name][metric]
+        post = res.cells.filter(~pl.col("pre_treatment"))
+        pt = res.pretrend
+        if pt["n_cells"] and res.settings.draws and math.isfinite(pt["p_value"]):
+            verdict = "ok" if pt["p_value"] >= res.settings.alpha else "pre-trends"
+        else:
+            verdict = "n/a"
+        row = {
+            "model": name,
+            "parameters": params,
+            "metric": metric,
+            "instantaneous": _mean(res.instantaneous),
+            **{f"persistent_{k}": _persistent_at(res.persistent, k) for k in HEADLINE_EVENTS},
+            "plateau": plateau(res.persistent),
+            "residual": _mean(res.residual),
+            "overall": res.overall["estimate"],
+            "overall_std_error": res.overall["std_error"],
+            "overall_significant": res.overall["significant"],
+            "significant_cells": int(post["significant"].sum()),
+            "post_cells": post.height,
+            "pretrend_p_value": pt["p_value"],
+            "pretrend": verdict,
+        }
+        rows.append(row)
+    schema = {
+        "model": pl.String,
+        "parameters": pl.Int64,
+        "metric": pl.String,
+        "instantaneous": pl.Float64,
+        **{f"persistent_{k}": pl.Float64 for k in HEADLINE_EVENTS},
+        "plateau": pl.Int64,
+        "residual": pl.Float64,
+        "overall": pl.Float64,
+        "overall_std_error": pl.Float64,
+        "overall_significant": pl.Boolean,
+        "significant_cells": pl.Int64,
+        "post_cells": pl.Int64,
+        "pretrend_p_value": pl.Float64,
+        "pretrend": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _mean(frame: pl.DataFrame) -> float | None:
+    return float(frame["estimate"].mean()) if frame.height else None
+
+
+__all__ = [
+    "CORRELATION_SCOPES",
+    "Correlations",
+    "Suite",
+    "SuiteResult",
+    "correlations",
+    "estimate_suite",
+    "headline",
+    "load_suite",
+    "plateau",
+]

@@ -1,0 +1,112 @@
+"""The panel in memory: instances x checkpoints x metrics, the metric definitions and the treatment codes.
+
+Nothing here reads or writes a file (``memtui.panel.hdf5`` does), so the estimation takes a ``Panel`` without h5py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from memtui.core.errors import MemtuiError
+
+NEVER = -1  # treatment step stored for never-treated (validation) instances
+PAD = -1  # token id stored after the end of a shorter instance
+METRICS = ("loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len")
+# +1 where a higher value means the model predicts better, so memorisation tau = sign * ATT is positive for
+# "does better on what it trained on". Metrics not listed here default to +1 unless the dataset says otherwise.
+METRIC_SIGN = {"loglik": 1, "accuracy": 1, "rank": -1, "entropy": -1, "extractable": 1, "extractable_len": 1}
+METRIC_LABEL = {
+    "loglik": "sequence log-likelihood",
+    "accuracy": "mean token accuracy",
+    "rank": "mean rank of the true token",
+    "entropy": "mean predictive entropy",
+    "extractable": "(k, l)-extractable: greedy decoding from k tokens reproduces the next l",
+    "extractable_len": "suffix tokens greedy decoding reproduces before its first mismatch",
+}
+# Carlini et al.'s (k, l)-extractability as Biderman et al. measured it on Pythia: 32 prefix, 32 suffix tokens. The
+# (k, l) a panel's extractability metrics are defined with are the attributes `k` and `l` of their datasets.
+EXTRACTABLE_METRICS = ("extractable", "extractable_len")
+EXTRACTABLE_DEFAULT = (32, 32)
+
+
+@dataclass
+class Panel:
+    """A panel read into memory. Metric matrices are (instances, checkpoints) float64, NaN where not computed."""
+
+    ids: np.ndarray
+    treatment: np.ndarray  # first checkpoint step that has trained on the instance; NEVER for validation
+    steps: np.ndarray
+    done: np.ndarray
+    metrics: dict[str, np.ndarray]
+    split: np.ndarray = None
+    source_index: np.ndarray = None
+    revisions: list[str] = field(default_factory=list)
+    weight_hashes: list[str] = field(default_factory=list)
+    models: list[str] = field(default_factory=list)  # the model that scored each checkpoint ("" where none yet)
+    parameters: np.ndarray | None = None  # its parameter count per checkpoint (0: not recorded)
+    configs: list[str] = field(default_factory=list)  # its architecture and shape in one line per checkpoint
+    signs: dict[str, int] = field(default_factory=dict)
+    attrs: dict[str, str] = field(default_factory=dict)
+    truth: dict[str, np.ndarray] | None = None  # simulated panels: cohorts, steps and the true tau per metric
+    path: Path | None = None
+    has_tokens: bool = False
+
+    @property
+    def n_instances(self) -> int:
+        return len(self.ids)
+
+    @property
+    def n_parameters(self) -> int | None:
+        """The scoring model's parameter count, where extraction recorded it (the largest, if models were mixed)."""
+        if self.parameters is None:
+            return None
+        known = self.parameters[self.done & (self.parameters > 0)]
+        return int(known.max()) if len(known) else None
+
+    @property
+    def n_checkpoints(self) -> int:
+        return len(self.steps)
+
+    @property
+    def never_treated(self) -> np.ndarray:
+        return self.treatment == NEVER
+
+    def sign(self, metric: str) -> int:
+        return self.signs.get(metric, METRIC_SIGN.get(metric, 1))
+
+    def values(self, metric: str) -> np.ndarray:
+        """The metric's matrix restricted to completed checkpoints (columns where ``done``)."""
+        if metric not in self.metrics:
+            raise MemtuiError(
+                f"{self._name}: no metric '{metric}' in this panel (it has: {', '.join(self.metrics) or 'none'})."
+            )
+        y = self.metrics[metric][:, self.done]
+        if not np.isfinite(y).any():
+            # only point to extraction where it can work: a panel without token ids cannot be extracted
+            how = (
+                f"run `memtui extract {self._name} --model MODEL`"
+                if self.has_tokens
+                else "choose a metric that has values or import a table that has it"
+            )
+            raise MemtuiError(f"{self._name}: metric '{metric}' has no values yet; {how}.")
+        return y
+
+    @property
+    def default_metric(self) -> str:
+        """The metric shown and estimated when none is named: loglik where it has values, else the first that has."""
+        filled = [m for m, y in self.metrics.items() if self.done.any() and np.isfinite(y[:, self.done]).any()]
+        for name in (*METRICS, *self.metrics):
+            if name in filled:
+                return name
+        return "loglik" if "loglik" in self.metrics else next(iter(self.metrics))
+
+    @property
+    def done_steps(self) -> np.ndarray:
+        return self.steps[self.done]
+
+    @property
+    def _name(self) -> str:
+        return str(self.path) if self.path else "panel"

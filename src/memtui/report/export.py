@@ -1,0 +1,49 @@
+"""CSV export of estimates, shared by `memtui export` and the workbench."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from memtui.core.errors import MemtuiError
+from memtui.core.files import atomic_write
+from memtui.estimation.estimate import EstimateResult
+
+# what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Export columns")
+COLUMNS = [
+    "metric", "estimator", "scope", "cohort", "checkpoint", "event_time", "estimate", "std_error", "analytic_se",
+    "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control",
+    "n_folded", "small_group", "alpha", "draws", "seed",
+]  # fmt: skip
+
+
+def export_frame(result: EstimateResult, scope: str = "profile", significant_only: bool = True) -> pl.DataFrame:
+    frame = result.scope(scope).select(COLUMNS)
+    return frame.filter(pl.col("significant")) if significant_only else frame
+
+
+def default_name(result: EstimateResult, panel_path: Path, scope: str = "profile") -> str:
+    """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv``: two exports with different settings never share a name.
+    The panel's name and the metric come from a file: no control characters or path separators from either."""
+    s = result.settings
+    stem = "".join(ch if ch.isprintable() and ch not in "/\\" else "_" for ch in f"{Path(panel_path).stem}-{s.metric}")
+    return f"{stem[:120]}-{s.estimator}-{scope}-a{s.alpha:g}-d{s.draws}.csv"
+
+
+def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile", significant_only: bool = True) -> int:
+    """Write the scope's estimates to ``path`` (beside it, then renamed: a failure leaves an existing file as it was);
+    returns the number of rows written."""
+    frame = export_frame(result, scope, significant_only)
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise MemtuiError(f"{path} is a folder; give a file name such as {path / 'estimates.csv'}.")
+    if not path.parent.exists():
+        raise MemtuiError(f"cannot write {path}: folder {path.parent} does not exist.")
+    try:
+        atomic_write(path, frame.write_csv)
+    except MemtuiError:
+        raise
+    except OSError as exc:  # an atomic_write that does not yet turn these into one line
+        raise MemtuiError(f"cannot write {path}: {exc.strerror or exc}; an existing file is unchanged.") from None
+    return frame.height

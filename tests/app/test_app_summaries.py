@@ -1,0 +1,114 @@
+"""The Summaries pane's words: the means `memtui estimate` prints, the minimum detectable effect and the three
+estimators side by side, each checked against an independent computation from the estimate's own frames."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from app_pilot import APP_GROUPS, run_async, settle
+
+from memtui.app.fmt import num, short_step
+from memtui.app.main import MemtuiApp
+from memtui.app.summary_lines import estimators_lines, mde_line, means_lines
+from memtui.estimation.estimate import compare, estimate
+from memtui.estimation.plan import minimum_detectable_effect
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.synthetic import Simulation, write_synthetic
+
+SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
+GROUPS = APP_GROUPS
+
+
+@pytest.fixture
+def panel(tmp_path):
+    return read_panel(write_synthetic(tmp_path / "panel.h5", SIM))
+
+
+@pytest.fixture
+def settings(panel):
+    return Settings(metric=panel.default_metric, draws=200, seed=3)
+
+
+def test_means_lines_quote_each_scope_mean_and_significant_count(panel, settings):
+    res = estimate(panel, settings)
+    lines = means_lines(res, int(res.checkpoints[-1]))
+    inst = res.instantaneous["estimate"].to_numpy()
+    pers = res.persistent.filter(res.persistent["event_time"] > 0)
+    resid = res.residual
+    assert lines[0].startswith(f"Instantaneous (c = g): mean {num(inst.mean(), signed=True)} over {len(inst)} cohorts")
+    assert f"{int(res.instantaneous['significant'].sum())} significant" in lines[0]
+    assert f"mean {num(pers['estimate'].mean(), signed=True)} over {pers.height} event times" in lines[1]
+    assert f"{num(pers['estimate'][0], signed=True)} at c − g = {short_step(pers['event_time'][0])}" in lines[1]
+    assert lines[2].startswith("Residual (at")
+    assert f"mean {num(resid['estimate'].mean(), signed=True)} over {resid.height} cohorts" in lines[2]
+
+
+def test_mde_line_is_the_plan_figure_and_compares_it_with_the_estimate(panel, settings):
+    res = estimate(panel, settings)
+    mde = minimum_detectable_effect(panel, settings, result=res)
+    assert mde > 0
+    line = mde_line(mde, res)
+    assert line.startswith(f"Minimum detectable effect: {num(mde)} per cohort at c = g with 80% power")
+    ratio = abs(res.instantaneous["estimate"].mean()) / mde
+    assert f"is {ratio:.1f}× that" in line
+    assert "needs standard errors" in mde_line(float("nan"), res)
+
+
+def test_estimators_lines_put_each_estimators_means_side_by_side_with_the_ease(panel, settings):
+    comparison = compare(panel, settings)
+    lines = estimators_lines(comparison)
+    assert len(lines) == 5
+    for line, name in zip(lines[1:4], ("did", "difference", "extractable"), strict=True):
+        res = estimate(panel, dataclasses.replace(settings, estimator=name))
+        assert line.strip().startswith(name)
+        assert num(res.instantaneous["estimate"].mean(), 3, signed=True) in line
+        assert num(res.residual["estimate"].mean(), 3, signed=True) in line
+    post = comparison.cells.filter(~comparison.cells["pre_treatment"])
+    ease = post["extractable_estimate"].to_numpy() - post["did_estimate"].to_numpy()
+    assert np.allclose(post["ease_estimate"].to_numpy(), ease, equal_nan=True)
+    assert f"mean {num(np.nanmean(ease), 3, signed=True)}" in lines[4]
+
+
+@run_async
+async def test_summaries_pane_fills_in_the_mde_and_the_estimators_from_its_own_worker(panel, settings):
+    app = MemtuiApp(panel)
+    async with app.run_test(size=(130, 50)) as pilot:
+        await settle(pilot)
+        await pilot.press("2")
+        await settle(pilot, GROUPS)
+        result = app.result
+        text = str(app.query_one("#summary-text").render())
+        assert means_lines(result, int(result.checkpoints[-1]))[0] in text
+        extras = str(app.query_one("#summary-extras").render())
+        mde = minimum_detectable_effect(panel, result.settings, result=result)
+        assert f"Minimum detectable effect: {num(mde)}" in extras
+        for name in ("did", "difference", "extractable"):
+            res = estimate(panel, dataclasses.replace(result.settings, estimator=name))
+            assert num(res.instantaneous["estimate"].mean(), 3, signed=True) in extras
+        await pilot.press("m")  # another metric: the words follow the visible estimate, never a stale one
+        await settle(pilot, GROUPS)
+        assert app.result.settings.metric != result.settings.metric
+        mde = minimum_detectable_effect(panel, app.result.settings, result=app.result)
+        assert f"Minimum detectable effect: {num(mde)}" in str(app.query_one("#summary-extras").render())
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "ticks", "labels"),
+    [
+        (-1.8, 1.5, [-2, -1, 0, 1, 2], ["−2", "−1", "0", "1", "2"]),
+        (0.02, 0.37, [0, 0.1, 0.2, 0.3, 0.4], ["0", "0.1", "0.2", "0.3", "0.4"]),
+        (0.0, 0.9, [0, 0.25, 0.5, 0.75, 1.0], ["0", "0.25", "0.50", "0.75", "1.00"]),
+        (-25, -3, [-30, -20, -10, 0], ["−30", "−20", "−10", "0"]),
+    ],
+)
+def test_plot_y_ticks_are_even_cover_the_data_and_include_zero(low, high, ticks, labels):
+    from memtui.app.plots import nice_ticks, tick_label
+
+    got = nice_ticks(low, high)
+    assert got == pytest.approx(ticks)
+    assert [tick_label(t, got) for t in got] == labels
+    steps = np.diff(got)
+    assert np.allclose(steps, steps[0]) and got[0] <= min(low, 0) and got[-1] >= max(high, 0)
