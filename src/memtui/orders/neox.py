@@ -32,7 +32,7 @@ import numpy as np
 from memtui.errors import MemtuiError
 from memtui.panel import NEVER
 
-from .sources import ArrayView, LocalFile, exists, npy_array, open_source
+from .sources import ArrayView, exists, npy_array, open_source
 
 IDX_MAGIC = b"MMIDIDX\x00\x00"
 IDX_VERSION = 1
@@ -87,8 +87,6 @@ class IndexedTokens:
                 raise MemtuiError(
                     f"{binary}: truncated: {self._bin.size} bytes, but its index ends the last document at byte {end}."
                 )
-        local = isinstance(self._bin, LocalFile)
-        self._tokens = self._bin.array(0, self.dtype, self._bin.size // self.dtype.itemsize) if local else None
 
     def document(self, i: int, offset: int = 0, length: int | None = None) -> np.ndarray:
         """Tokens ``offset .. offset+length`` of document ``i`` (to its end when ``length`` is None), as int64."""
@@ -102,12 +100,9 @@ class IndexedTokens:
         return self._read(start, length)
 
     def _read(self, byte: int, length: int) -> np.ndarray:
-        if self._tokens is not None:
-            if byte % self.dtype.itemsize:
-                raise MemtuiError(f"{self.prefix}.idx: a pointer is not aligned to {self.dtype} tokens.")
-            k = byte // self.dtype.itemsize
-            return self._tokens[k : k + length].astype(np.int64)
-        return self._bin.array(byte, self.dtype, length).astype(np.int64)
+        # the token file is read by exact ranges (pread or HTTP), never mapped: a panel's few thousand scattered
+        # documents would otherwise each pull ~100 KB of read-ahead into memory
+        return np.frombuffer(self._bin.read(byte, length * self.dtype.itemsize), dtype=self.dtype).astype(np.int64)
 
     def read_pieces(self, documents, offsets, lengths) -> list[np.ndarray]:
         """Token pieces (document, offset, length) given as arrays, read in file order (one pass over the .bin)."""
@@ -224,7 +219,7 @@ class NeoxOrder:
             bad = int(ids.max()) if ids.max() >= self.n_sequences else int(ids.min())
             raise MemtuiError(f"{self.maps.prefix}: training position {bad} is outside the {self.n_sequences} ordered.")
         j = self.maps.shuffle_idx.take(ids).astype(np.int64)
-        if j.size and (j.max() + 1 >= len(self.maps.sample_idx)):
+        if j.size and (j.min() < 0 or j.max() + 1 >= len(self.maps.sample_idx)):
             raise MemtuiError(
                 f"{self.maps.paths[2]}: sample index {int(j.max())} is past the data "
                 f"({len(self.maps.sample_idx) - 1} samples); the maps are not from one run."
@@ -235,7 +230,12 @@ class NeoxOrder:
         maps, data = self.maps, self.tokens_source
         start = maps.sample_idx.take(j).astype(np.int64)
         end = maps.sample_idx.take(j + 1).astype(np.int64)
-        if np.any(end[:, 0] < start[:, 0]) or np.any(end[:, 0] >= len(maps.doc_idx)):
+        if (
+            np.any(end[:, 0] < start[:, 0])
+            or np.any(start < 0)
+            or np.any(end < 0)
+            or np.any(end[:, 0] >= len(maps.doc_idx))
+        ):
             raise MemtuiError(f"{maps.paths[1]}: sample rows are not increasing or point past the document index.")
         count = end[:, 0] - start[:, 0] + 1
         instance = np.repeat(np.arange(len(j)), count)
