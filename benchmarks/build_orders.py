@@ -1,0 +1,150 @@
+"""Benchmark: a panel of 16,300 instances read through GPT-NeoX index maps of 150 M sequences (target <= 60 s, <= 2 GB).
+
+Generates, memory-mapped in a temporary folder, a Pythia-sized order: 20 M documents (a Megatron .idx; the .bin is a
+sparse file of the right size, so token reads cost no disk I/O: the benchmark measures the maps and the reading code,
+not the disk), doc/sample/shuffle maps of 150 M sequences of 2049 tokens. Then, in a fresh process (its peak RSS is
+the build's alone), samples 143 cohorts x 100 + 2,000 never-trained controls (batch 1024, checkpoints every 1000
+steps to 143000) and reads their tokens (cold: the first time is dominated by one random disk read per map row). Then,
+with the pages cached, the same reads again and a baseline, the same ids read one at a time the way GPT-NeoX's
+``GPT2Dataset.__getitem__`` does; their ratio is printed.
+
+    python benchmarks/build_orders.py [--sequences 150000000] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SEQ_LEN, BATCH = 2048, 1024
+
+
+def generate(folder: Path, n_sequences: int, n_documents: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    need = n_sequences * SEQ_LEN + 1
+    sizes = rng.integers(1, 2 * need // n_documents, size=n_documents).astype(np.int64)
+    sizes[-1] += max(0, need - int(sizes.sum()))  # enough tokens for every sequence
+    sizes = sizes.astype(np.int32)
+    pointers = np.zeros(n_documents, dtype=np.int64)
+    np.cumsum(sizes[:-1].astype(np.int64) * 2, out=pointers[1:])
+    prefix = folder / "corpus_text_document"
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8))
+        f.write(struct.pack("<QQ", n_documents, n_documents + 1))
+        f.write(sizes.tobytes())
+        f.write(pointers.tobytes())
+        f.write(np.arange(n_documents + 1, dtype=np.int64).tobytes())
+    with open(f"{prefix}.bin", "wb") as f:
+        f.truncate(int(pointers[-1]) + 2 * int(sizes[-1]))  # sparse: no disk used
+    maps = folder / "corpus_text_document_train_indexmap"
+    doc_idx = rng.permutation(n_documents).astype(np.int32)
+    np.save(f"{maps}_doc_idx.npy", doc_idx)
+    starts = np.r_[0, np.cumsum(sizes[doc_idx].astype(np.int64))[:-1]]
+    del doc_idx
+    sample = np.lib.format.open_memmap(f"{maps}_sample_idx.npy", mode="w+", dtype=np.int32, shape=(n_sequences + 1, 2))
+    for lo in range(0, n_sequences + 1, 10_000_000):
+        t = np.arange(lo, min(n_sequences + 1, lo + 10_000_000), dtype=np.int64) * SEQ_LEN
+        pos = np.searchsorted(starts, t, "right") - 1
+        sample[lo : lo + len(t), 0] = pos
+        sample[lo : lo + len(t), 1] = t - starts[pos]
+    sample.flush()
+    del sample, starts
+    shuffle = np.lib.format.open_memmap(f"{maps}_shuffle_idx.npy", mode="w+", dtype=np.uint32, shape=(n_sequences,))
+    perm = np.arange(n_sequences, dtype=np.uint32)
+    rng.shuffle(perm)
+    shuffle[:] = perm
+    shuffle.flush()
+
+
+def build(folder: Path, last: int) -> dict:
+    from memtui.orders.neox import IndexedTokens, IndexMaps, NeoxOrder, sample_panel_instances
+
+    t0 = time.perf_counter()
+    order = NeoxOrder(
+        IndexedTokens(folder / "corpus_text_document"),
+        IndexMaps(folder / "corpus_text_document_train_indexmap"),
+        BATCH,
+        seq_len=SEQ_LEN,
+    )
+    panel = sample_panel_instances(
+        order, steps=range(0, last + 1, 1000), per_cohort=100, n_controls=2000, seed=0, train_steps=last
+    )
+    elapsed = time.perf_counter() - t0
+    t2 = time.perf_counter()
+    order.read(panel.ids)  # the same reads again, with the pages now cached: comparable with the baseline below
+    warm = time.perf_counter() - t2
+    # baseline: GPT2Dataset.__getitem__, one sequence at a time, over the same memory-mapped files
+    t1 = time.perf_counter()
+    maps = folder / "corpus_text_document_train_indexmap"
+    doc_idx = np.load(f"{maps}_doc_idx.npy", mmap_mode="r")
+    sample_idx = np.load(f"{maps}_sample_idx.npy", mmap_mode="r")
+    shuffle_idx = np.load(f"{maps}_shuffle_idx.npy", mmap_mode="r")
+    data = order.tokens_source
+    for i in panel.ids:
+        j = shuffle_idx[i]
+        (f, of), (la, ol) = sample_idx[j], sample_idx[j + 1]
+        if f == la:
+            seq = data.document(int(doc_idx[f]), int(of), int(ol - of + 1))
+        else:
+            parts = [data.document(int(doc_idx[f]), int(of))]
+            parts += [data.document(int(doc_idx[k])) for k in range(f + 1, la)]
+            parts.append(data.document(int(doc_idx[la]), 0, int(ol + 1)))
+            seq = np.concatenate(parts)
+        assert len(seq) == SEQ_LEN + 1
+    baseline = time.perf_counter() - t1
+    return {"instances": len(panel.ids), "seconds": elapsed, "warm_seconds": warm, "baseline_seconds": baseline}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sequences", type=int, default=150_000_000)
+    ap.add_argument("--documents", type=int, default=20_000_000)
+    ap.add_argument("--keep", help="generate into (or reuse) this folder and keep it")
+    ap.add_argument("--build-only", help=argparse.SUPPRESS)
+    ap.add_argument("--last", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.build_only:
+        result = build(Path(args.build_only), args.last)
+        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(json.dumps(result))
+        return
+    folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="memtui-orders-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        if not (folder / "corpus_text_document_train_indexmap_shuffle_idx.npy").exists():
+            t = time.perf_counter()
+            generate(folder, args.sequences, args.documents)
+            os.sync()  # the build starts with the maps on disk, not with gigabytes of dirty pages being written back
+            print(f"generated maps of {args.sequences:,} sequences in {time.perf_counter() - t:.1f} s ({folder})")
+        # Pythia's schedule: checkpoints every 1000 steps to 143000 (fewer when asked for fewer sequences)
+        last = min(143_000, (args.sequences // BATCH - 1000) // 1000 * 1000)
+        cmd = [sys.executable, __file__, "--build-only", str(folder), "--last", str(last)]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode:
+            raise SystemExit(run.stderr)
+        r = json.loads(run.stdout.strip().splitlines()[-1])
+        print(
+            f"panel of {r['instances']:,} instances from {args.sequences:,} sequences: {r['seconds']:.2f} s, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB (limits 60 s, 2048 MB). Cached pages: vectorised reads "
+            f"{r['warm_seconds']:.2f} s, one-at-a-time GPT2Dataset-style reads of the same ids "
+            f"{r['baseline_seconds']:.2f} s (ratio {r['warm_seconds'] / r['baseline_seconds']:.2f})"
+        )
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    main()
