@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 from memtui.orders import sources
 from memtui.orders.hubble import hubble_instances, read_perturbation_info
 from memtui.orders.neox import (
@@ -32,7 +32,7 @@ from memtui.orders.neox import (
     sample_panel_instances,
     seed_steps,
 )
-from memtui.panel import NEVER
+from memtui.panel.model import NEVER
 
 torch = pytest.importorskip("torch")
 with warnings.catch_warnings():

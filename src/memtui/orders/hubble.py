@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 from .neox import IndexedTokens, NeoxOrder, cohort
 

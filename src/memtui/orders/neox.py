@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.panel import NEVER
+from memtui.core.errors import MemtuiError
+from memtui.panel.model import NEVER
 
 from .sources import ArrayView, exists, npy_array, open_source
 

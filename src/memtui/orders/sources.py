@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 BLOCK = 1 << 20  # bytes per range request unit: large enough to amortise a request, small enough to waste little
 RETRIES = 5
