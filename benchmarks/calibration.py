@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from memtui.engine import bands, did  # noqa: E402
 from memtui.engine.layout import build_layout  # noqa: E402
-from memtui.engine.summaries import aggregate, analytic_se  # noqa: E402
+from memtui.engine.summaries import aggregate  # noqa: E402
 from memtui.panel import NEVER  # noqa: E402
 from memtui.results import final_index  # noqa: E402
 from memtui.synthetic import Simulation  # noqa: E402
@@ -239,6 +239,54 @@ def check_against_estimate(n_panels: int = 3) -> None:
 SMALL_20 = Design("20/cohort, 20x21", 20, 20, 200, 21, 1000)
 
 
+def diagnose(designs: list[Design], draws: int) -> None:
+    """Where the classic band's excess comes from, on the same null panels: the post family's family-wise error with
+    the same bootstrap draws but (1) the classic IQR bootstrap standard errors, (2) analytic influence-function ones,
+    (3) those with n / (n - 1) per group (HC1), (4) HC1 with the Gaussian-copula critical value mapped through a t law
+    with Welch-Satterthwaite degrees of freedom per cell, (5) the studentised bootstrap-t; and the tails: how often a
+    post cell's |estimate / IQR se| exceeds the classic critical value c, against how often the bootstrap says a
+    draw does (mean over cells of P*(|draw / se| > c)), a t law with the cell's Welch df, and the normal law."""
+    from scipy import stats
+
+    print("\n### Diagnosis: family-wise error of the post band (%) by standard error and reference law, and the "
+          "per-cell tail at the classic critical value c (per million cells)\n")  # fmt: skip
+    print("| design | panels | IQR se (classic) | analytic se | HC1 se | HC1 + Welch-t map | bootstrap-t "
+          "| P(\\|t\\| > c) sample | bootstrap | t (Welch df) | normal |")  # fmt: skip
+    print("|---" * 11 + "|")
+    for d in designs:
+        hits = {k: 0 for k in ("iqr", "ase", "hc1", "tmap", "boot_t")}
+        tails = {k: [] for k in ("sample", "boot", "t", "normal")}
+        for seed in range(d.reps):
+            y, treatment, steps, _ = panel_arrays(d, seed)
+            lay, est, masks, events, every = setup(d, y, treatment, steps)
+            post = masks["post"]
+            floor = did.se_floor(lay.scale)
+            var = bands.cell_variances(lay, est)
+            cal = bands.calibrated_bootstrap(lay, est, {"post": post}, draws=draws, seed=seed, floor=floor)
+            att = est.att[post]
+            for name, se in (("iqr", did.bootstrap_se(cal.boot.cells, floor)), ("ase", did.floored(est.se, floor)),
+                             ("hc1", cal.se)):  # fmt: skip
+                c = did.critical_value(did.sup_t(cal.boot.cells, se, post), ALPHA)
+                hits[name] += bool(np.any(np.abs(att) > c * se[post]))
+                if name == "iqr":
+                    t_boot = np.abs(cal.boot.cells[post]) / se[post][:, None]
+                    tails["sample"].append(np.mean(np.abs(att) / se[post] > c))
+                    tails["boot"].append(np.mean(t_boot > c))
+                    df = (var.var_t + var.var_c) ** 2 / (var.var_t**2 / np.maximum(var.n_t - 1, 1)
+                                                         + var.var_c**2 / np.maximum(var.n_c - 1, 1))  # fmt: skip
+                    tails["t"].append(np.mean(2 * stats.t.sf(c, df[post])))
+                    tails["normal"].append(2 * stats.norm.sf(c))
+                if name == "hc1":
+                    p_cell = 2 * stats.norm.sf(c)
+                    crit_t = stats.t.isf(p_cell / 2, df[post])
+                    hits["tmap"] += bool(np.any(np.abs(att) > crit_t * se[post]))
+            c = did.critical_value(cal.tmax["post"], ALPHA)
+            hits["boot_t"] += bool(np.any(np.abs(att) > c * cal.se[post]))
+        rates = " | ".join(share([True] * v + [False] * (d.reps - v)) for v in hits.values())
+        tail = " | ".join(f"{1e6 * np.mean(tails[k]):.0f}" for k in ("sample", "boot", "t", "normal"))
+        print(f"| {d.label} | {d.reps} | {rates} | {tail} |", flush=True)
+
+
 def timing(repeats: int = 3) -> None:
     """One estimate at the paper's full size (16,300 x 144, B = 1000): memtui.estimate.estimate (the classic band)
     against the same pipeline with the calibrated band (layout, point estimates, the studentised bootstrap, every
@@ -271,8 +319,10 @@ def timing(repeats: int = 3) -> None:
             times[name].append(time.perf_counter() - began)
     best = {name: min(t) for name, t in times.items()}
     base = best["classic (memtui.estimate)"]
-    print(f"\n### One estimate at 16,300 x 144, B = 1000 (best of {repeats}, threads: "
-          f"{os.environ.get('OMP_NUM_THREADS')})\n")
+    print(
+        f"\n### One estimate at 16,300 x 144, B = 1000 (best of {repeats}, threads: "
+        f"{os.environ.get('OMP_NUM_THREADS')})\n"
+    )
     for name, t in best.items():
         print(f"- {name}: {t:.2f} s ({t / base:.2f}x)")
 
@@ -294,16 +344,18 @@ def designs(quick: bool) -> tuple[list[Design], list[Design]]:
         Design("30/cohort, 20x21, AR(1) 0.5", per_cohort=30, reps=1000, rho=0.5, **small),
         Design("30/cohort, 20x21, AR(1) 0.9", per_cohort=30, reps=1000, rho=0.9, **small),
         Design("20/cohort, 20x21, AR(1) 0.9", per_cohort=20, reps=1000, rho=0.9, **small),
-        Design("30/cohort, 20x21, not-yet-treated", per_cohort=30, reps=1000, control_group="not_yet_treated",
-               **small),  # fmt: skip
+        Design(
+            "30/cohort, 20x21, not-yet-treated", per_cohort=30, reps=1000, control_group="not_yet_treated", **small
+        ),  # fmt: skip
         Design("30/cohort, 20x21, universal base", per_cohort=30, reps=1000, base_period="universal", **small),
         Design("30/cohort, 20x21, difference", per_cohort=30, reps=1000, estimator="difference", **small),
         Design("20/cohort, 95x96", per_cohort=20, reps=300, **paper),
         Design("30/cohort, 95x96", per_cohort=30, reps=300, **paper),
         Design("100/cohort, 95x96 (paper)", per_cohort=100, reps=400, **paper),
         Design("100/cohort, 95x96, AR(1) 0.7", per_cohort=100, reps=200, rho=0.7, **paper),
-        Design("100/cohort, 95x96, not-yet-treated", per_cohort=100, reps=100, control_group="not_yet_treated",
-               **paper),  # fmt: skip
+        Design(
+            "100/cohort, 95x96, not-yet-treated", per_cohort=100, reps=100, control_group="not_yet_treated", **paper
+        ),  # fmt: skip
         Design("300/cohort, 95x96", per_cohort=300, reps=200, **paper),
     ]
     power = [Design("30/cohort, 20x21", per_cohort=30, reps=200, **small),
@@ -315,12 +367,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a small version (about a minute)")
     parser.add_argument("--check", action="store_true", help="only check the classic reproduction")
+    parser.add_argument("--diagnose", action="store_true", help="only the diagnosis of the classic band's excess")
     parser.add_argument("--timing", action="store_true", help="only time one paper-size estimate, both bands")
     parser.add_argument("--draws", type=int, default=1000)
     args = parser.parse_args()
     began = time.perf_counter()
     if args.timing:
         timing()
+        return
+    if args.diagnose:
+        small = dict(cohorts=20, checkpoints=21)
+        diagnose([Design("20/cohort, 20x21", per_cohort=20, never=200, reps=300, **small),
+                  Design("30/cohort, 20x21", per_cohort=30, never=200, reps=300, **small),
+                  Design("30/cohort, 20x21, 60 controls", per_cohort=30, never=60, reps=300, **small),
+                  Design("30/cohort, 20x21, 3000 controls", per_cohort=30, never=3000, reps=300, **small),
+                  Design("30/cohort, 20x21, universal", per_cohort=30, never=200, reps=300, base_period="universal",
+                         **small),
+                  Design("100/cohort, 20x21", per_cohort=100, never=200, reps=300, **small),
+                  Design("100/cohort, 95x96 (paper)", 95, 100, 2000, 96, 60)], args.draws)  # fmt: skip
         return
     check_against_estimate()
     if args.check:
