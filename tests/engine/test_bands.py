@@ -167,3 +167,11 @@ def test_tiny_cohorts_one_instance_has_no_band_two_instances_a_finite_one():
     crit = did.critical_value(cal.tmax["post"], ALPHA)
     c_classic, _ = classic_crit(lay, est, cal.boot, post)
     assert np.isfinite(crit) and crit > c_classic  # one degree of freedom: far heavier tails than the classic law
+
+
+def test_other_multipliers_are_refused():
+    """The re-estimated variance relies on v_i^2 = 1 (Rademacher); Mammen's multipliers would need more sums."""
+    lay = null_layout(0, cohorts=2, per=5, never=10, checkpoints=4)
+    est = did.point_estimates(lay)
+    with pytest.raises(ValueError, match="Rademacher"):
+        bands.calibrated_bootstrap(lay, est, {"post": ~lay.cell_pre}, draws=20, seed=0, floor=0.0, multiplier="mammen")

@@ -156,6 +156,10 @@ def studentized_bootstrap(
     """``did.bootstrap_shared`` (same multipliers, same draws) that also returns, per layout, the studentised sup-t
     law of every mask in ``masks[j]`` (cells with a finite standard error only, or ``usable[j]``), and the variance
     correction of ``aggregates[j]``. Memory: the classic draws plus a few cells x chunk arrays."""
+    if multiplier != "rademacher":
+        # with other multipliers sum (v_i z_i)^2 moves from draw to draw: the re-estimated variance would need every
+        # cell's sum of v_i^2-weighted squared changes, which the group sums do not give
+        raise ValueError("the calibrated band needs Rademacher multipliers")
     first = lays[0]
     if not all(did.same_cells(first, lay) for lay in lays[1:]):
         raise ValueError("studentized_bootstrap needs layouts with the same groups and cells")
