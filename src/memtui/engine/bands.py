@@ -1,0 +1,352 @@
+"""Calibrated simultaneous bands: a studentised (bootstrap-t) multiplier bootstrap of the sup-t statistic.
+
+The classic band (R `did`, csdid, `differences`; ``band="classic"``) takes the (1 - alpha) quantile of
+max_k |draw_k / se_k| with the draws and se fixed: a Gaussian-like law for statistics whose standard errors were
+estimated from tens of instances. The sample's studentised cells have heavier tails (a t-like law with about n_g - 1
+degrees of freedom), and a maximum over thousands of cells lives in those tails: at 30 instances per cohort a 95 % band
+flags a cell in a third of panels without any effect (docs/calibration-study.md).
+
+The calibrated band studentises every draw by its own standard error, re-estimated from the bootstrap sample (the
+bootstrap-t of Efron 1981 and Hall 1992, in its wild/multiplier form: Liu 1988, Mammen 1993, Davidson & Flachaire
+2008; applied to the sup-t statistic as in Chernozhukov, Chetverikov & Kato 2013). In the bootstrap world instance i
+of a cell's cohort contributes v_i z_i (z_i its centred change) and the estimator re-centres at the bootstrap mean
+T* = sum v_i z_i / n_T, so the re-estimated variance of that part is
+
+    (sum (v_i z_i - T*)^2) / (n_T (n_T - 1)) = var_T - T*^2 / (n_T - 1),
+
+and likewise for the control set. With Rademacher multipliers sum (v_i z_i)^2 is the same in every draw, so only the
+re-centring moves the variance; that is exactly what makes the draw a Student-type statistic: for one group,
+t* = U sqrt((n - 1) / (n - U^2)) with U the sign-flipped self-normalised sum (Efron 1969), the statistic whose
+sign-flip law is exact for symmetric errors. The critical value is the (1 - alpha) quantile of max_k |D*_k / se*_k|
+and the band is estimate +- crit * se with se the analytic (influence-function) standard error with the n / (n - 1)
+correction per group (HC1-type; the Welch standard error), so that sample and bootstrap statistics are studentised
+the same way.
+
+Summaries (persistent memorisation by event time, the overall average) are weighted sums of cells; their draws come
+from ``summaries.aggregate`` as for the classic band and their per-draw variance subtracts the re-centring of each
+cell's parts: sum_k w_k^2 T*_k^2 / n_T,k for the cohorts (each event time has one cell per cohort) and
+(sum_k w_k C*_k / sqrt(n_C,k))^2 for the control set (exact for never-treated controls; not-yet-treated control sets
+differ between cells and this is then an approximation of a term of order 1/n_C).
+
+The multipliers are drawn exactly as ``did.bootstrap_shared`` draws them (same generator, same order), so the cell
+draws returned are those of the classic bootstrap with the same seed (bitwise, for one layout) and every other summary
+(correlations of a suite, aggregate draws) is unchanged; the studentised maxima are formed chunk by chunk, never a
+cells x draws array beyond the draws the classic bootstrap already holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from memtui.engine import did
+from memtui.engine.layout import Layout
+from memtui.engine.summaries import _weights, analytic_se
+
+BANDS = ("calibrated", "classic")
+
+
+@dataclass
+class CellVariances:
+    """Per cell, the variance of the treated and control parts of the estimate (analytic, per-group ddof 1 when
+    ``hc``) and the group sizes the bootstrap re-centres with (0: no control set)."""
+
+    var_t: np.ndarray
+    var_c: np.ndarray
+    n_t: np.ndarray
+    n_c: np.ndarray
+    hc: bool
+
+    @property
+    def se(self) -> np.ndarray:
+        return np.sqrt(self.var_t + self.var_c)
+
+
+def cell_variances(lay: Layout, est: did.CellEstimates, hc: bool = True) -> CellVariances:
+    """Split each cell's influence-function variance into its cohort's and its control set's parts.
+
+    The cohort's part is summed directly (one pass over the treated rows, n_T x cells-of-the-cohort per group); the
+    control part is the rest of ``est.se``^2 (the control part is the smaller one where the cohort is small, so the
+    difference loses nothing that matters)."""
+    n_t = est.n_treated.astype(float)
+    n_c = est.n_control.astype(float)
+    ss_t = np.zeros(len(n_t))
+    g = lay.cell_group
+    order = np.argsort(g, kind="stable")
+    bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
+    for k in range(lay.n_groups):
+        idx = order[bounds[k] : bounds[k + 1]]
+        if not len(idx):
+            continue
+        z = lay.y[lay.rows(k)] - lay.means[k]
+        d = z[:, lay.cell_t[idx]] - z[:, lay.cell_b[idx]]
+        ss_t[idx] = np.einsum("ij,ij->j", d, d)
+    var_t = ss_t / n_t**2
+    var_c = np.clip(est.se**2 - var_t, 0, None)
+    if not lay.controls:
+        var_c[:] = 0
+    if hc:
+        var_t = var_t * np.divide(n_t, n_t - 1, out=np.full_like(n_t, np.nan), where=n_t > 1)
+        var_c = var_c * np.divide(n_c, n_c - 1, out=np.where(n_c > 0, np.nan, 0.0), where=n_c > 1)
+    return CellVariances(var_t=var_t, var_c=var_c, n_t=n_t, n_c=n_c, hc=hc)
+
+
+@dataclass
+class AggregateSpec:
+    """Weighted averages of cells (``summaries`` weights) whose studentised draws the bootstrap also follows."""
+
+    members: list[np.ndarray]
+    ase: np.ndarray  # analytic standard errors (summaries.analytic_se), unfloored
+    treated: object  # sparse (aggregates x cells): w_k^2 / n_T,k
+    control: object  # sparse (aggregates x cells): w_k / sqrt(n_C,k)
+
+
+def aggregate_spec(lay: Layout, est: did.CellEstimates, members: list[np.ndarray]) -> AggregateSpec:
+    from scipy import sparse
+
+    _, w_vals, _, _ = _weights(lay, est.att, members)
+    rows = np.concatenate([np.full(len(m), a) for a, m in enumerate(members)])
+    cols = np.concatenate(members)
+    w = np.concatenate(w_vals)
+    n_t = est.n_treated[cols].astype(float)
+    n_c = est.n_control[cols].astype(float)
+    shape = (len(members), len(est.att))
+    treated = sparse.csr_array(((w**2 / n_t).astype(np.float32), (rows, cols)), shape=shape)
+    ctrl_coef = np.divide(w, np.sqrt(n_c), out=np.zeros_like(w), where=n_c > 0)
+    control = sparse.csr_array((ctrl_coef.astype(np.float32), (rows, cols)), shape=shape)
+    return AggregateSpec(members=members, ase=analytic_se(lay, est, members), treated=treated, control=control)
+
+
+@dataclass
+class StudentLaws:
+    """What the studentised bootstrap gives one layout: the classic draws (as ``did.bootstrap``), the law of the
+    studentised maximum over each mask of cells, and the aggregates' per-draw variance correction."""
+
+    boot: did.BootstrapDraws
+    tmax: list[np.ndarray]  # per mask: (B,) max_k |D*_k / se*_k| over the mask's usable cells
+    agg_correction: np.ndarray | None  # (aggregates, B): what re-centring takes off each aggregate's variance
+
+
+def _labels(masks: list[np.ndarray], usable: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    member = np.zeros(len(usable), dtype=np.int64)
+    for i, mask in enumerate(masks):
+        member |= (np.asarray(mask, bool) & usable).astype(np.int64) << i
+    labels = [int(x) for x in np.unique(member[member > 0])]
+    return [np.flatnonzero(member == label) for label in labels], labels
+
+
+def studentized_bootstrap(
+    lays: list[Layout],
+    ests: list[did.CellEstimates],
+    variances: list[CellVariances],
+    masks: list[list[np.ndarray]],
+    *,
+    draws: int,
+    seed: int,
+    multiplier: str = "rademacher",
+    chunk: int = 128,
+    aggregates: list[AggregateSpec | None] | None = None,
+    usable: list[np.ndarray] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> list[StudentLaws]:
+    """``did.bootstrap_shared`` (same multipliers, same draws) that also returns, per layout, the studentised sup-t
+    law of every mask in ``masks[j]`` (cells with a finite standard error only, or ``usable[j]``), and the variance
+    correction of ``aggregates[j]``. Memory: the classic draws plus a few cells x chunk arrays."""
+    if multiplier != "rademacher":
+        # with other multipliers sum (v_i z_i)^2 moves from draw to draw: the re-estimated variance would need every
+        # cell's sum of v_i^2-weighted squared changes, which the group sums do not give
+        raise ValueError("the calibrated band needs Rademacher multipliers")
+    first = lays[0]
+    if not all(did.same_cells(first, lay) for lay in lays[1:]):
+        raise ValueError("studentized_bootstrap needs layouts with the same groups and cells")
+    g, t, b, p, own = first.cell_group, first.cell_t, first.cell_b, first.cell_prefix, first.cell_own
+    f32 = np.float32
+    n = first.group_n.astype(f32)
+    upto = int(p.max()) if len(p) else 1
+    n_jobs, width = len(lays), first.y.shape[1]
+    stride = n_jobs * width
+    inv_nt = (1 / n[g])[:, None]
+    own_col = own[:, None]
+    rng = np.random.default_rng(seed)
+    cells = [np.empty((len(g), draws), dtype=f32) for _ in lays]
+    group_w = np.empty((first.n_groups, draws))
+    aggregates = aggregates or [None] * n_jobs
+    usable = usable or [np.isfinite(v.se) for v in variances]
+
+    def constants(est: did.CellEstimates, var: CellVariances):
+        n_c = est.n_control.astype(float)
+        inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]
+        # re-centring: var* = var_t - k_t T*^2 + var_c - k_c C*^2, k = 1/(n - 1) with the HC correction, else 1/n
+        shift = 1.0 if var.hc else 0.0
+        k_t = np.divide(1, var.n_t - shift, out=np.zeros_like(var.n_t), where=var.n_t - shift > 0)
+        k_c = np.divide(1, var.n_c - shift, out=np.zeros_like(var.n_c), where=var.n_c - shift > 0)
+        groups, labels = _labels(masks[len(per_job)], usable[len(per_job)])
+        return {
+            "inv_nc": inv_nc,
+            "dm": est.dm.astype(f32)[:, None],
+            "dmu": est.dmu.astype(f32)[:, None],
+            "var": (var.var_t + var.var_c).astype(f32)[:, None],
+            "k_t": k_t.astype(f32)[:, None],
+            "k_c": k_c.astype(f32)[:, None],
+            "groups": groups,
+            "labels": labels,
+        }
+
+    per_job: list[dict] = []
+    for est, var in zip(ests, variances, strict=True):
+        per_job.append(constants(est, var))
+    group_max = [np.zeros((len(c["groups"]), draws), dtype=f32) for c in per_job]
+    agg_corr = [None if a is None else np.empty((len(a.members), draws), dtype=np.float64) for a in aggregates]
+
+    if n_jobs == 1:
+        y = first.y.astype(f32)
+    else:
+        y = np.empty((first.n_units, stride), dtype=f32)
+        for j, lay in enumerate(lays):
+            y[:, j * width : (j + 1) * width] = lay.y
+    for start in range(0, draws, chunk):
+        bc = min(chunk, draws - start)
+        v = did.multipliers(rng, (first.n_units, bc), multiplier, f32)
+        r = np.empty((first.n_groups, stride, bc), dtype=f32)
+
+        def group_sums(ks: range, r=r, v=v) -> None:
+            for k in ks:
+                rows = first.rows(k)
+                np.matmul(y[rows].T, v[rows], out=r[k])
+
+        if n_jobs == 1:
+            group_sums(range(first.n_groups))
+        else:
+            cores = min(os.cpu_count() or 1, first.n_groups)
+            with ThreadPoolExecutor(cores) as pool:
+                list(pool.map(group_sums, [range(i, first.n_groups, cores) for i in range(cores)]))
+        w = np.add.reduceat(v, first.group_start[:-1], axis=0)
+        group_w[:, start : start + bc] = w
+        cum_r = did._prefix_sums(r, upto).reshape(-1, bc)
+        cum_w = did._prefix_sums(w, upto)
+        r = r.reshape(-1, bc)
+        w_own = np.take(w, g, axis=0)
+        ctrl_w = np.take(cum_w, p, axis=0)
+        if own.any():
+            ctrl_w = ctrl_w - own_col * w_own
+
+        def cell_draws(j: int, r=r, cum_r=cum_r, w_own=w_own, ctrl_w=ctrl_w, start=start, bc=bc) -> None:
+            c = per_job[j]
+            col = j * width
+            d_own = np.take(r, g * stride + col + t, axis=0) - np.take(r, g * stride + col + b, axis=0)
+            treated = (d_own - w_own * c["dm"]) * inv_nt
+            ctrl = np.take(cum_r, p * stride + col + t, axis=0) - np.take(cum_r, p * stride + col + b, axis=0)
+            if own.any():
+                ctrl -= own_col * d_own
+            ctrl -= ctrl_w * c["dmu"]
+            ctrl *= c["inv_nc"]
+            out = cells[j][:, start : start + bc]
+            np.subtract(treated, ctrl, out=out)
+            spec = aggregates[j]
+            if spec is not None:
+                corr = spec.treated @ (treated * treated)
+                corr += (spec.control @ ctrl) ** 2
+                agg_corr[j][:, start : start + bc] = corr
+            # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
+            np.multiply(treated, treated, out=treated)
+            treated *= c["k_t"]
+            np.multiply(ctrl, ctrl, out=ctrl)
+            ctrl *= c["k_c"]
+            den = np.subtract(c["var"], treated, out=treated)
+            den -= ctrl
+            np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t2 = np.divide(out * out, den, out=ctrl)
+            t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
+            for i, idx in enumerate(c["groups"]):
+                group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
+
+        if n_jobs == 1:
+            cell_draws(0)
+        else:
+            with ThreadPoolExecutor(min(n_jobs, os.cpu_count() or 1)) as pool:
+                list(pool.map(cell_draws, range(n_jobs)))
+        if progress:
+            progress((start + bc) / draws)
+
+    out = []
+    for j in range(n_jobs):
+        c = per_job[j]
+        laws = []
+        for i in range(len(masks[j])):
+            rows = [k for k, label in enumerate(c["labels"]) if label >> i & 1]
+            if rows:
+                laws.append(np.sqrt(group_max[j][rows].max(axis=0)).astype(np.float64))
+            else:
+                laws.append(np.full(draws, np.nan))
+        out.append(StudentLaws(did.BootstrapDraws(cells=cells[j], group_w=group_w), laws, agg_corr[j]))
+    return out
+
+
+def aggregate_laws(
+    agg_draws: np.ndarray, ase: np.ndarray, correction: np.ndarray, masks: list[np.ndarray]
+) -> list[np.ndarray]:
+    """Studentised sup laws of aggregates: per draw, max over each mask of |A* / se*|, se*^2 = ase^2 - correction."""
+    var = ase[:, None] ** 2 - correction
+    np.maximum(var, 0, out=var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.abs(agg_draws) / np.sqrt(var)
+    t[np.isnan(t)] = 0
+    out = []
+    for mask in masks:
+        m = np.asarray(mask, bool) & np.isfinite(ase) & (ase > 0)
+        out.append(t[m].max(axis=0) if m.any() else np.full(agg_draws.shape[1], np.nan))
+    return out
+
+
+@dataclass
+class CalibratedBands:
+    """Everything an estimate's calibrated bands need: the classic draws (unchanged), the studentising standard
+    errors, the studentised sup laws of the cell masks, and the aggregates' standard errors and correction."""
+
+    boot: did.BootstrapDraws
+    se: np.ndarray  # per cell: HC1 influence-function standard error, NaN at or below the floor
+    tmax: dict[str, np.ndarray]  # per mask name: the studentised sup law
+    agg_se: np.ndarray | None  # per aggregate: analytic standard error, NaN at or below the floor
+    agg_correction: np.ndarray | None  # (aggregates, B)
+
+
+def calibrated_bootstrap(
+    lay: Layout,
+    est: did.CellEstimates,
+    masks: dict[str, np.ndarray],
+    *,
+    draws: int,
+    seed: int,
+    floor: float,
+    multiplier: str = "rademacher",
+    members: list[np.ndarray] | None = None,
+    progress: Callable[[float], None] | None = None,
+) -> CalibratedBands:
+    """One layout's calibrated bootstrap: ``did.bootstrap``'s draws (bitwise the same for the same seed) plus the
+    studentised sup law of every mask in ``masks`` and, with ``members``, of the aggregates (``summaries``)."""
+    var = cell_variances(lay, est)
+    se = did.floored(var.se, floor)
+    spec = aggregate_spec(lay, est, members) if members is not None else None
+    laws = studentized_bootstrap(
+        [lay], [est], [var], [list(masks.values())], draws=draws, seed=seed, multiplier=multiplier,
+        aggregates=[spec], usable=[np.isfinite(se)], progress=progress,
+    )[0]  # fmt: skip
+    return CalibratedBands(
+        boot=laws.boot,
+        se=se,
+        tmax=dict(zip(masks, laws.tmax, strict=True)),
+        agg_se=did.floored(spec.ase, floor) if spec is not None else None,
+        agg_correction=laws.agg_correction,
+    )
+
+
+def aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correction: np.ndarray, mask: np.ndarray, alpha: float):
+    """Calibrated simultaneous critical value of the aggregates in ``mask`` (one aggregate: its bootstrap-t
+    two-sided critical value, the calibrated replacement of the pointwise z)."""
+    law = aggregate_laws(agg_draws, agg_se, correction, [mask])[0]
+    return did.critical_value(law, alpha)
