@@ -2,17 +2,17 @@
 
     python benchmarks/calibration.py            # the full study (about half an hour on one core)
     python benchmarks/calibration.py --quick    # a small version (about a minute)
-    python benchmarks/calibration.py --check    # only: the classic band reproduced here equals memtui.estimate's
+    python benchmarks/calibration.py --check    # only: the classic band reproduced here equals estimation.estimate's
 
-Null panels (no memorisation): Y_ic = a_i + trend_c + e_ic with memtui.synthetic's loglik scales (instance sd 60,
+Null panels (no memorisation): Y_ic = a_i + trend_c + e_ic with memtui.panel.synthetic's loglik scales (instance sd 60,
 noise sd 8), e white or AR(1) across checkpoints (stationary sd 8); cohort k first trained at checkpoint k
 (k = 1..G), never-treated controls. Per panel, one multiplier bootstrap (B = 1000, Rademacher, seed = panel seed)
-serves both bands: the classic band is formed from the engine functions exactly as memtui.estimate's _Cells/_assemble
-form it (IQR bootstrap standard errors, sup-t of draw / se), the calibrated one by memtui.engine.bands (the
+serves both bands: the classic band is formed from the engine functions exactly as estimation.estimate's
+_Cells/_assemble form it (IQR bootstrap standard errors, sup-t of draw / se), the calibrated one by memtui.engine.bands (the
 studentised bootstrap-t, HC1 influence-function standard errors). Counted per panel: whether the `post` band flags a
 post-treatment cell (family-wise error), the same for family `all`, the pre-trend test (p < alpha), the
 instantaneous band (c = g) and the persistent band (event times e >= 0). Monte-Carlo standard error of a share p over
-R panels: sqrt(p (1 - p) / R). Power panels add memtui.synthetic's profile (peak 12 x effect, decaying to 15 %):
+R panels: sqrt(p (1 - p) / R). Power panels add memtui.panel.synthetic's profile (peak 12 x effect, decaying to 15 %):
 the share of (truly non-zero) post-treatment cells each band flags. Runs on one thread.
 """
 
@@ -28,15 +28,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from memtui.engine import bands, did  # noqa: E402
-from memtui.engine.layout import build_layout  # noqa: E402
-from memtui.engine.summaries import aggregate  # noqa: E402
-from memtui.panel import NEVER  # noqa: E402
-from memtui.results import final_index  # noqa: E402
-from memtui.synthetic import Simulation  # noqa: E402
+from memtui.engine import bands, did
+from memtui.engine.layout import build_layout
+from memtui.engine.summaries import aggregate
+from memtui.estimation.results import final_index
+from memtui.panel.model import NEVER
+from memtui.panel.synthetic import Simulation
 
 ALPHA = 0.05
-INST_SD, NOISE_SD, PEAK = 60.0, 8.0, 12.0  # memtui.synthetic's loglik
+INST_SD, NOISE_SD, PEAK = 60.0, 8.0, 12.0  # memtui.panel.synthetic's loglik
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def setup(d: Design, y, treatment, steps):
 
 
 def classic_bands(lay, est, boot, masks, events, every, alpha=ALPHA) -> dict:
-    """Critical values, standard errors and flags of the classic band, as memtui.estimate's _Cells/_assemble."""
+    """Critical values, standard errors and flags of the classic band, as estimation.estimate's _Cells/_assemble."""
     floor = did.se_floor(lay.scale)
     se = did.bootstrap_se(boot.cells, floor)
     tmax = dict(zip(masks, did.sup_t_many(boot.cells, se, list(masks.values())), strict=True))
@@ -206,9 +206,10 @@ def power_table(designs: list[Design], effects: tuple[float, ...], draws: int) -
 
 
 def check_against_estimate(n_panels: int = 3) -> None:
-    """The classic band reproduced here equals memtui.estimate.estimate's (same seed, draws, settings)."""
-    from memtui.estimate import Settings, estimate
-    from memtui.panel import Panel
+    """The classic band reproduced here equals memtui.estimation.estimate.estimate's (same seed, draws, settings)."""
+    from memtui.estimation.estimate import estimate
+    from memtui.estimation.settings import Settings
+    from memtui.panel.model import Panel
 
     for i, d in enumerate([SMALL_20, Design("nyt", 6, 25, 80, 8, 1, control_group="not_yet_treated"),
                            Design("univ-diff", 5, 30, 90, 7, 1, estimator="difference", base_period="universal")]
@@ -288,12 +289,13 @@ def diagnose(designs: list[Design], draws: int) -> None:
 
 
 def timing(repeats: int = 3) -> None:
-    """One estimate at the paper's full size (16,300 x 144, B = 1000): memtui.estimate.estimate (the classic band)
+    """One estimate at the paper's full size (16,300 x 144, B = 1000): estimation.estimate.estimate (the classic band)
     against the same pipeline with the calibrated band (layout, point estimates, the studentised bootstrap, every
     band's critical value, the aggregates and their bands, the profile frame), alternated in this process."""
-    from memtui.estimate import Settings, estimate
-    from memtui.panel import Panel
-    from memtui.results import result_frame
+    from memtui.estimation.estimate import estimate
+    from memtui.estimation.results import result_frame
+    from memtui.estimation.settings import Settings
+    from memtui.panel.model import Panel
 
     d = Design("full", 143, 100, 2000, 144, 1)
     y, treatment, steps, _ = panel_arrays(d, seed=0)
@@ -319,7 +321,7 @@ def timing(repeats: int = 3) -> None:
         boot = did.bootstrap(lay, est, draws=settings.draws, seed=settings.seed)
         frame(lay, est, masks, classic_bands(lay, est, boot, masks, events, every))
 
-    runs = {"classic (memtui.estimate)": lambda: estimate(panel, settings), "classic (this pipeline)": classic,
+    runs = {"classic (estimation.estimate)": lambda: estimate(panel, settings), "classic (this pipeline)": classic,
             "calibrated (this pipeline)": calibrated}  # fmt: skip
     times = {name: [] for name in runs}
     for _ in range(repeats):
@@ -328,7 +330,7 @@ def timing(repeats: int = 3) -> None:
             fn()
             times[name].append(time.perf_counter() - began)
     best = {name: min(t) for name, t in times.items()}
-    base = best["classic (memtui.estimate)"]
+    base = best["classic (estimation.estimate)"]
     print(
         f"\n### One estimate at 16,300 x 144, B = 1000 (best of {repeats}, threads: "
         f"{os.environ.get('OMP_NUM_THREADS')})\n"

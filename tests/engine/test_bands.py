@@ -10,7 +10,7 @@ import pytest
 from memtui.engine import bands, did
 from memtui.engine.layout import build_layout
 from memtui.engine.summaries import aggregate
-from memtui.panel import NEVER
+from memtui.panel.model import NEVER
 
 ALPHA = 0.05
 
