@@ -8,7 +8,7 @@ Null panels (no memorisation): Y_ic = a_i + trend_c + e_ic with memtui.panel.syn
 noise sd 8), e white or AR(1) across checkpoints (stationary sd 8); cohort k first trained at checkpoint k
 (k = 1..G), never-treated controls. Per panel, one multiplier bootstrap (B = 1000, Rademacher, seed = panel seed)
 serves both bands: the classic band is formed from the engine functions exactly as estimation.estimate's
-_Cells/_assemble form it (IQR bootstrap standard errors, sup-t of draw / se), the calibrated one by memtui.engine.bands (the
+_Cells/_assemble form it (IQR bootstrap standard errors, sup-t of draw / se), the calibrated one by engine.bands (the
 studentised bootstrap-t, HC1 influence-function standard errors). Counted per panel: whether the `post` band flags a
 post-treatment cell (family-wise error), the same for family `all`, the pre-trend test (p < alpha), the
 instantaneous band (c = g) and the persistent band (event times e >= 0). Monte-Carlo standard error of a share p over
