@@ -68,6 +68,7 @@ class SampledOrder:
     revisions: list[str]
     counts: dict[str, int]
     notes: list[str]
+    source: np.ndarray | None = None  # the domain of each instance where the data names one ("" where not)
 
     @property
     def split(self) -> np.ndarray:
@@ -167,7 +168,16 @@ def sample_order(
         revisions=revisions,
         counts=counts,
         notes=notes,
+        source=_sources(stages, merged["stage"], merged["file"]),
     )
+
+
+def _sources(stages: Sequence[Stage], stage: np.ndarray, file: np.ndarray) -> np.ndarray | None:
+    """OLMo's ``data.datasets`` labels, per instance, where the config gives them."""
+    if not any(s.files.labels for s in stages):
+        return None
+    labels = [list(s.files.labels) or [""] * len(s.files.paths) for s in stages]
+    return np.array([labels[st][f] if f < len(labels[st]) else "" for st, f in zip(stage, file, strict=True)])
 
 
 def _revision(stages: Sequence[Stage], step: int) -> str:
