@@ -213,11 +213,16 @@ class TokenFiles:
         for f in np.unique(files):
             rows = np.flatnonzero(files == f)
             path = self.paths[f]
-            if not is_url(path):
-                data = np.memmap(path, dtype=self.dtype, mode="r", shape=(int(self.sizes[f]) // self.dtype.itemsize,))
-                whole = data[: self.counts[f] * self.seq_len].reshape(-1, self.seq_len)
-                out[rows] = whole[local[rows]]
-                del data, whole
+            if not is_url(path):  # one pread per instance: a memmap's page faults cost far more on big files
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    for r in rows:
+                        chunk = os.pread(fd, width, int(local[r]) * width)
+                        if len(chunk) != width:
+                            raise MemtuiError(f"{clean(path, 200)}: cut short while reading; the file changed.")
+                        out[r] = np.frombuffer(chunk, dtype=self.dtype)
+                finally:
+                    os.close(fd)
             else:
                 starts = [int(k) * width for k in local[rows]]
                 with ThreadPoolExecutor(_THREADS) as pool:
