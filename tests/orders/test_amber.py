@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 from memtui.orders.amber import _Lines, remote_chunks, sample_amber
 from memtui.orders.sampling import NEVER
 

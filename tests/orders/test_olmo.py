@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import yaml
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 from memtui.orders.olmo import build_global_indices, match_revisions, olmo_core_stage, olmo_stage
 from memtui.orders.repetition import RepetitionFilter
 from memtui.orders.sampling import ID_SHIFT, NEVER, sample_order

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.text import clean
-
-from .sampling import ID_SHIFT, NEVER, SampledOrder, _cohorts
-from .tokenfiles import file_sizes, is_url, read_range
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.orders.sampling import ID_SHIFT, NEVER, SampledOrder, _cohorts
+from memtui.orders.tokenfiles import file_sizes, is_url, read_range
 
 AMBER_TOKENS = 2049
 N_CHUNKS = 360

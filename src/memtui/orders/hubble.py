@@ -27,8 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-
-from .neox import IndexedTokens, NeoxOrder, cohort
+from memtui.orders.neox import IndexedTokens, NeoxOrder, cohort
 
 REQUIRED = ("perturbation_file", "perturbation_idx", "pt_loc")
 

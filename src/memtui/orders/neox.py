@@ -30,9 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.orders.sources import ArrayView, exists, npy_array, open_source
 from memtui.panel.model import NEVER
-
-from .sources import ArrayView, exists, npy_array, open_source
 
 IDX_MAGIC = b"MMIDIDX\x00\x00"
 IDX_VERSION = 1

@@ -31,12 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.text import clean
-
-from .repetition import RepetitionFilter
-from .sampling import Stage
-from .tokenfiles import TokenFiles, remap, token_dtype
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.orders.repetition import RepetitionFilter
+from memtui.orders.sampling import Stage
+from memtui.orders.tokenfiles import TokenFiles, remap, token_dtype
 
 _NPY_MAGIC = b"\x93NUMPY"
 

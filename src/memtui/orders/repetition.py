@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memtui.errors import MemtuiError
+from memtui.core.errors import MemtuiError
 
 _BLOCK = 256  # instances compared at once: (block, L) int64 copies stay a few MB
 

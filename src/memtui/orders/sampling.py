@@ -23,10 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-
-from .repetition import RepetitionFilter
-from .tokenfiles import TokenFiles
+from memtui.core.errors import MemtuiError
+from memtui.orders.repetition import RepetitionFilter
+from memtui.orders.tokenfiles import TokenFiles
 
 ID_SHIFT = 40  # id = (2·stage + held-out) << 40 | instance number: unique across stages and sets
 NEVER = -1

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.errors import MemtuiError
-from memtui.text import clean
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 _RETRIES = 4  # a dropped connection or a 5xx is retried with backoff; a 4xx is not
