@@ -4,9 +4,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: app test test-blas lint bench
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt tests/orders/requirements-nodeps.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test]' -c constraints.txt
+	$(VENV)/bin/pip install -q --no-deps -r tests/orders/requirements-nodeps.txt -c constraints.txt
 	touch $@
 
 app: $(STAMP)

@@ -15,14 +15,13 @@ import math
 import numpy as np
 import pytest
 import yaml
+from order_files import write_tokens
 
 from memtui.core.errors import MemtuiError
 from memtui.orders.olmo import build_global_indices, match_revisions, olmo_core_stage, olmo_stage
 from memtui.orders.repetition import RepetitionFilter
 from memtui.orders.sampling import ID_SHIFT, NEVER, sample_order
 from memtui.orders.tokenfiles import TokenFiles
-
-from .conftest import write_tokens
 
 L = 16
 
