@@ -607,7 +607,7 @@ def _ratio(cov: np.ndarray) -> np.ndarray:
         return cov / root[..., :, None] / root[..., None, :]
 
 
-_SHIFTS = (1, 2, 3, 5)  # draws paired with the draw this many places on
+_SHIFTS = (1, 2)  # each draw is paired with the draws this many places on (a mean over 2 B pairs)
 
 
 def _corrected_pearson(
@@ -645,16 +645,18 @@ def _corrected_pearson(
     cross = np.empty((n_draws, m, m))  # per draw: covariance over cells of x_i with d_j
     noise = np.empty((n_draws, m, m))  # per draw: covariance over cells of d_i with d_j
     pairs = np.empty((n_draws, len(_SHIFTS), m, m))  # covariance over cells of d_i in a draw, d_j in another
-    sub = [d[rows] for d in draws]
+    sub = [np.ascontiguousarray(d[rows].T) for d in draws]  # B x K per model: a slab of draws is contiguous
 
     def one(start: int) -> None:
         stop = min(start + slab, n_draws)
-        d = np.stack([signs[j] * sub[j][:, start:stop].T.astype(np.float64) for j in range(m)], 1)  # slab x m x K
+        d = np.stack([sub[j][start:stop] for j in range(m)], 1).astype(np.float64)  # slab x m x K
+        d *= signs[None, :, None]
         d -= d.mean(axis=-1, keepdims=True)
-        cross[start:stop] = np.einsum("ik,bjk->bij", x, d) / (k - 1)
-        noise[start:stop] = np.matmul(d, np.swapaxes(d, 1, 2)) / (k - 1)
+        dt = np.swapaxes(d, 1, 2)
+        cross[start:stop] = np.matmul(x, dt) / (k - 1)
+        noise[start:stop] = np.matmul(d, dt) / (k - 1)
         for h, shift in enumerate(_SHIFTS):
-            pairs[start:stop, h] = np.matmul(d, np.swapaxes(np.roll(d, shift, axis=0), 1, 2)) / (k - 1)
+            pairs[start:stop, h] = np.matmul(d, np.roll(dt, shift, axis=0)) / (k - 1)
 
     _threads(one, list(range(0, n_draws, slab)))
     n = noise.mean(axis=0)
