@@ -575,10 +575,14 @@ def _corrected_record(true: dict, names: list[str], notes: list[str]) -> dict:
     clipped = np.abs(point) > 1
     upper = np.triu(clipped, 1)
     if upper.any():
-        pairs = ", ".join(f"{names[i]}–{names[j]} {point[i, j]:.3f}" for i, j in zip(*np.nonzero(upper), strict=True))
+        pairs = ", ".join(
+            f"{names[i]}–{names[j]} {point[i, j]:.3f} [{true['low'][i, j]:.3f}, {true['high'][i, j]:.3f}]"
+            for i, j in zip(*np.nonzero(upper), strict=True)
+        )
         notes.append(
             f"the corrected Pearson correlation fell outside [-1, 1] for {pairs} (noise around a true correlation "
-            "near ±1): shown at the bound, with its interval clipped"
+            "near ±1): shown at the bound, with its interval clipped (an interval wholly beyond the bound becomes the "
+            "bound alone)"
         )
     with np.errstate(invalid="ignore"):
         value = np.clip(point, -1, 1)
