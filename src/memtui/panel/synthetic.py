@@ -178,13 +178,22 @@ def simulate_suite(sim: SuiteSimulation) -> tuple[list, np.ndarray]:
     first = rng.normal(0, sim.noise_sd, (n, t))
     panels = []
     for k in range(sim.n_models):
-        noise = first if k == 0 else sim.noise_corr * first + np.sqrt(1 - sim.noise_corr**2) * rng.normal(
-            0, sim.noise_sd, (n, t)
+        noise = (
+            first
+            if k == 0
+            else sim.noise_corr * first + np.sqrt(1 - sim.noise_corr**2) * rng.normal(0, sim.noise_sd, (n, t))
         )
         y = level + trend[None, :] + noise
         y[:n_treated] += truth[k][cohort_row]
         panels.append(
-            Panel(ids=np.arange(n), treatment=treatment, steps=steps, done=np.ones(t, bool), metrics={"loglik": y},
-                  signs={"loglik": 1}, attrs={"model": f"model{k}"})  # fmt: skip
+            Panel(
+                ids=np.arange(n),
+                treatment=treatment,
+                steps=steps,
+                done=np.ones(t, bool),
+                metrics={"loglik": y},
+                signs={"loglik": 1},
+                attrs={"model": f"model{k}"},
+            )  # fmt: skip
         )
     return panels, truth
