@@ -200,7 +200,8 @@ def test_correlations_match_numpy_and_scipy(three):
     assert c.names == sr.names and c.metric == "loglik" and c.scope == "post"
     frame = c.frame()
     assert frame.columns == ["metric", "scope", "method", "model_a", "model_b", "correlation", "low", "high",
-                             "n_cells", "alpha", "draws"]  # fmt: skip
+                             "corrected", "corrected_low", "corrected_high", "clipped", "n_cells", "alpha",
+                             "draws"]  # fmt: skip
     assert frame.height == 2 * 9
 
 

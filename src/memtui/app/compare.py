@@ -244,10 +244,14 @@ class ComparePane(VerticalScroll, can_focus=True):
     def _show_grid(self, ready: Ready) -> None:
         c, names = ready.pearson, ready.suite_result.names
         scheme = palette.scheme(self.app.current_theme.dark)
-        title = f"Pearson correlation of the profiles ({c.n_cells} cells)"
-        grid = correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, title, scheme)
+        title = f"Pearson correlation of the true profiles, corrected for noise ({c.n_cells} cells)"
+        grid = correlation_grid(names, c.pearson_corrected, c.pearson_corrected_low, c.pearson_corrected_high, title,
+                                scheme)  # fmt: skip
         grid.append("\n")
-        grid.append_text(correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Spearman", scheme))
+        raw = "Raw Pearson correlation of the profiles (estimated: attenuated by their noise)"
+        grid.append_text(correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, raw, scheme))
+        grid.append("\n")
+        grid.append_text(correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Raw Spearman", scheme))
         self.query_one("#compare-grid", Static).update(grid)
 
 

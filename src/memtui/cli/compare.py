@@ -133,9 +133,14 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
         "instant. = mean instantaneous memorisation (c = g); c-g=k: persistent k checkpoints after training; plateau: "
         "first c - g (steps) from which the persistent curve keeps its final level inside its band; * significant",
     ]
-    for method in ("pearson", "spearman"):
-        lines += ["", f"{method.capitalize()} correlation of the profiles over {corr.n_cells} {corr.scope} cells "
-                  f"[{1 - corr.alpha:.0%} bootstrap interval]"]  # fmt: skip
+    titles = {  # the raw r of noisy estimates is attenuated; the corrected one estimates the true profiles'
+        "pearson": ("Raw Pearson correlation of the profiles", ", estimated: attenuated by their noise"),
+        "pearson_corrected": ("Pearson correlation of the TRUE profiles", ", corrected for the estimates' noise"),
+        "spearman": ("Raw Spearman correlation of the profiles", ", estimated"),
+    }
+    for method, (title, what) in titles.items():
+        lines += ["", f"{title} over {corr.n_cells} {corr.scope} cells{what} [{1 - corr.alpha:.0%} bootstrap "
+                  "interval]"]  # fmt: skip
         value, low, high = (getattr(corr, f"{method}{x}") for x in ("", "_low", "_high"))
         cell = 22
         lines.append(" " * width + "".join(f"{n[: cell - 2]:>{cell}}" for n in names))
