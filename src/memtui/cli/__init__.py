@@ -6,6 +6,7 @@ inside ``run``, so building the parser (every start of ``memtui``) loads no nume
 
 VERBS = {
     "app": "app",
+    "serve": "serve",
     "info": "info",
     "estimate": "estimate",
     "export": "export",

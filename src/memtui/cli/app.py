@@ -15,8 +15,8 @@ def add_arguments(p) -> None:
         "panel",
         nargs="*",
         type=Path,
-        help="panel file (default: the shipped synthetic sample); several panels of the same instances, one per "
-        "model, open as a suite with a Compare pane",
+        help="panel file; several panels of the same instances, one per model, open as a suite with a Compare pane "
+        "[default: the shipped synthetic sample]",
     )
     p.add_argument(
         "--sample",
@@ -25,13 +25,17 @@ def add_arguments(p) -> None:
     )
 
 
-def run(args) -> int:
-    from memtui.app import run_app
+def panel_paths(args) -> list[Path]:
+    """The panels the arguments name: the files given, the sample's, or none (the workbench's default sample)."""
     from memtui.panel.samples import sample_paths
 
     if args.sample and args.panel:
         raise MemtuiError("give a panel or --sample, not both.")
-    if args.sample:
-        paths = sample_paths(args.sample)
-        return run_app(paths if len(paths) > 1 else paths[0])
-    return run_app(args.panel if len(args.panel) > 1 else (args.panel[0] if args.panel else None))
+    return sample_paths(args.sample) if args.sample else list(args.panel)
+
+
+def run(args) -> int:
+    from memtui.app import run_app
+
+    paths = panel_paths(args)
+    return run_app(paths if len(paths) > 1 else (paths[0] if paths else None))

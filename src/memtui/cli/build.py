@@ -14,21 +14,30 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("out", type=Path)
+    p.add_argument("out", type=Path, help="panel file to create (.h5)")
     p.add_argument("--memmap", type=Path, help="Pythia-layout token file (.bin uint16 or .npy)")
     p.add_argument("--validation", type=Path, help="never-trained validation token ids (.npy, rows x length)")
     p.add_argument("--tokens", type=Path, help="token ids with treatment steps (.npz, .parquet, or .npy)")
-    p.add_argument("--treatment-column", default="treatment_step")
-    p.add_argument("--tokens-column", default="tokens")
+    p.add_argument(
+        "--treatment-column",
+        default="treatment_step",
+        help="column of a --tokens table holding each row's treatment step (derived from seq_idx when the table has "
+        "that column instead, as in Lesci et al.'s release)",
+    )
+    p.add_argument(
+        "--tokens-column",
+        default="tokens",
+        help="column of a --tokens table holding each row's token ids (input_ids when the table has that instead)",
+    )
     p.add_argument("--treatment-file", type=Path, help="treatment steps (.npy) for an .npy token matrix")
-    p.add_argument("--steps", help="the panel's checkpoint steps (default: every macro-batch / every treatment step)")
+    p.add_argument("--steps", help="the panel's checkpoint steps [default: every macro-batch / every treatment step]")
     p.add_argument("--batch-size", type=int, default=1024, help="rows per training step (memmap)")
     p.add_argument("--macro", type=int, default=1000, help="steps per macro-batch = checkpoint interval (memmap)")
     p.add_argument("--batches", "-k", type=int, default=10, help="batches sampled per macro-batch")
     p.add_argument("--rows", "-m", type=int, default=10, help="rows sampled per batch")
-    p.add_argument("--n-validation", type=int, default=None, help="validation rows to sample (default: all)")
-    p.add_argument("--seq-len", type=int, default=2049)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--n-validation", type=int, default=None, help="validation rows to sample [default: all]")
+    p.add_argument("--seq-len", type=int, default=2049, help="tokens per row of --memmap (Pythia's: 2049)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled batches, rows and validation rows (memmap)")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
 
 

@@ -4,22 +4,32 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Measured on a 2-core machine (docs/extraction.md, "The demo"): trained in 18 s and extracted in ~100 s on idle cores;
+# 6 min of training and 13-22 min of extraction where other processes held the cores (torch's threads wait on each
+# other). README's demo line quotes this phrase.
+FULL_DEMO_TIME = "about 2 min on 2 idle cores, 20-30 min where other processes share them"
+
 SUMMARY = "train a tiny GPT-NeoX on CPU and make a real panel from its checkpoints (runs detached)"
 DESCRIPTION = (
     "One pass over a corpus derived from the Unicode 3.2 database, checkpoints every few steps, "
     "then build and extract a panel. Runs as a detached job (closing the terminal does not stop it; its "
     "temporary files are removed when it ends) and follows its log, OUT.demo.log; ctrl-c stops following. "
-    "The full demo takes a few minutes on 2 idle cores (much longer where other processes hold the cores); "
-    "--small about 1. --suite OUT_DIR trains four sizes on the same rows with Pythia's schedule shape, "
+    f"The full demo takes {FULL_DEMO_TIME}; --small about 1 minute on idle cores. "
+    "--suite OUT_DIR trains four sizes on the same rows with Pythia's schedule shape, "
     "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature."
 )
 
 
 def add_arguments(p) -> None:
-    p.add_argument("out", type=Path, nargs="?", default=None,
-                   help="panel to write [tiny-gptneox.h5]; with --suite the folder [memtui-suite]")  # fmt: skip
+    p.add_argument(
+        "out",
+        type=Path,
+        nargs="?",
+        default=None,
+        help="panel to write; with --suite, the folder [default: tiny-gptneox.h5; with --suite, memtui-suite]",
+    )
     p.add_argument("--suite", action="store_true", help="a family of model sizes, their panels and a findings report")
-    p.add_argument("--small", action="store_true", help="the ~1 minute version used by the tests")
+    p.add_argument("--small", action="store_true", help="the small version the tests use (~1 minute on idle cores)")
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
     p.add_argument("--foreground", action="store_true", help="run in this process (stops with the terminal)")

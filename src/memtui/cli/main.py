@@ -4,32 +4,49 @@ statuses (MemtuiError -> 2, KeyboardInterrupt -> 130, a closed pipe -> 0)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
+from pathlib import Path
 
 from memtui import __version__
 from memtui.cli import VERBS
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 
+# A default a help text states itself: "(default: all pending)", "[default: all]" or a closing "[1000]".
+_STATED_DEFAULT = (
+    re.compile(r"\s*\(default:?\s+(?P<default>[^()]*)\)"),
+    re.compile(r"\s*\[default:\s*(?P<default>[^\[\]]*)\]"),
+    re.compile(r"\s*\[(?P<default>[^\[\]]*)\]\s*$"),
+)
+
+
+def stated_default(text: str) -> tuple[str, str | None]:
+    """``text`` without the default it states, and that default (None when it states none)."""
+    for pattern in _STATED_DEFAULT:
+        found = pattern.search(text)
+        if found:
+            return (text[: found.start()] + text[found.end() :]).strip(), found["default"].strip()
+    return text, None
+
 
 class DefaultsFormatter(argparse.HelpFormatter):
-    """Every option's default in its help (``[default: 2049]``) unless the help already says it."""
+    """Every default shown once, the same way, at the end of its help: ``[default: 2049]``. A help text that words its
+    default itself ("(default: all pending)", "[the pilot's]") has that wording moved there; otherwise the option's
+    value is shown. Flags (store_true) and options without a default show none."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        default = action.default
-        if (
-            not action.option_strings
-            or default is None
-            or isinstance(default, bool)
-            or default in (argparse.SUPPRESS, "", [])
-            or "[" in text
-            or "%(default)" in text
-        ):
-            return text
-        return f"{text} [default: %(default)s]"
+        text, default = stated_default(action.help or "")
+        if default is None and action.option_strings and _shows_default(action.default):
+            default = "%(default)s"
+        return f"{text} [default: {default}]" if default else text
+
+
+def _shows_default(value) -> bool:
+    return value is not None and not isinstance(value, bool) and value not in (argparse.SUPPRESS, "", [])
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -76,14 +93,49 @@ def _bind_option_values(argv: list[str]) -> list[str]:
     return out
 
 
+def suggested_verb(word: str, verbs) -> str | None:
+    """The verb ``word`` is probably a typo or a start of (``estimat``, ``est`` -> ``estimate``); None when it names an
+    existing file, looks like a path (a dot or a slash: verbs have neither) or is close to no verb."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z_-]*", word) or Path(word).exists():
+        return None
+    starting = [verb for verb in verbs if verb.startswith(word.lower())]
+    if len(starting) == 1:  # `memtui est`
+        return starting[0]
+    close = difflib.get_close_matches(word.lower(), sorted(verbs), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed; an option no parser knows is refused by the verb's own parser, whose message points to that
+    verb's help (`memtui estimate --help`), not to `memtui --help`."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        innermost(parser, args).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub-)command ``args`` ran: ``memtui sample synthetic``'s, not ``memtui``'s."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]  # noqa: SLF001
+        chosen = getattr(args, subs[0].dest, None) if subs else None
+        if chosen not in (subs[0].choices if subs else {}):
+            return parser
+        parser = subs[0].choices[chosen]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = _bind_option_values(sys.argv[1:] if argv is None else list(argv))
     parser = build_parser()
     known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 - argparse has no public accessor
     # `memtui` and `memtui PANEL` open the app; everything else is a subcommand.
     if not argv or (argv[0] not in known and not argv[0].startswith("-")) or argv[0].startswith("--sample"):
+        if argv and (verb := suggested_verb(argv[0], known)):
+            print(f"memtui: {clean(argv[0])} is neither a command nor a file; did you mean `memtui {verb}`?",
+                  file=sys.stderr)  # fmt: skip
+            return 2
         argv = ["app", *argv]
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
     try:
         return int(args.func(args) or 0)
     except MemtuiError as exc:

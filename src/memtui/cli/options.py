@@ -31,7 +31,7 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
 
     g = p.add_argument_group("estimation")
-    g.add_argument("-m", "--metric", help="metric to estimate [loglik, else the first metric with values]")
+    g.add_argument("-m", "--metric", help="metric to estimate [default: loglik, else the first metric with values]")
     g.add_argument(
         "--estimator",
         default="did",
@@ -51,7 +51,7 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
         choices=list(CHOICES["control_group"]),
         help="controls: validation instances only, or also instances not trained on yet",
     )
-    g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only) [1000]")
+    g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only)")
     g.add_argument("--multiplier", default="rademacher", choices=list(CHOICES["multiplier"]), help="bootstrap weights")
     g.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws")
     g.add_argument("--alpha", type=float, default=0.05, help="1 - alpha is the bands' simultaneous coverage")
@@ -64,7 +64,7 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--final-step",
         type=int,
-        help="checkpoint for residual memorisation: the last completed one at or before it [last completed]",
+        help="checkpoint for residual memorisation: the last completed one at or before it [default: last completed]",
     )
     g.add_argument(
         "--engine",
