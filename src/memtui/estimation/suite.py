@@ -612,47 +612,59 @@ def _ratio(cov: np.ndarray) -> np.ndarray:
 
 
 def _corrected_pearson(
-    est: np.ndarray, draws: list[np.ndarray], rows: np.ndarray, signs: np.ndarray, alpha: float, slab: int = 64
+    est: np.ndarray,
+    draws: list[np.ndarray],
+    rows: np.ndarray,
+    signs: np.ndarray,
+    alpha: float,
+    slab: int = 64,
+    shifts: tuple[int, ...] = (1, 2, 3),
 ) -> dict:
     """The Pearson correlation of the models' true profiles over the cells ``rows``, corrected for estimation noise
-    with the joint draws, and a 1 - alpha bootstrap interval (unclipped: ``_corrected_record`` clips).
+    with the joint draws, and a 1 - alpha interval (unclipped: ``_corrected_record`` clips).
 
-    Each model's estimated profile is x = t + e (t the true profile, e its estimation noise), so the cells'
-    covariance matrix S of the estimates has expectation S(t) + N, where N is the covariance over the cells of the
-    noise (its within-model part on the diagonal, its cross-model part off it, the instances being shared). The
-    multiplier draws d are copies of e (their law given the data is e's approximate law, jointly across models and
-    cells), so N is estimated by the mean over draws of the cells' covariance of d, and S - N estimates S(t): the
-    method-of-moments correction for measurement error (Spearman 1904's correction for attenuation; Fuller 1987,
-    *Measurement Error Models*, ch. 1-2), here with correlated errors.
+    Each model's estimated profile is x = t + e (t the true profile, e its estimation noise), so the cells' covariance
+    matrix S of the estimates has expectation S(t) + N, N the covariance over the cells of the noise (within a model
+    on the diagonal, across models off it, the instances being shared). The multiplier draws d are copies of e (their
+    law given the data is e's approximate law, jointly across models and cells), so N is estimated by the mean over
+    draws of the cells' covariance of d, and A = S - N estimates S(t): the method-of-moments correction for
+    measurement error (Spearman 1904; Fuller 1987, *Measurement Error Models*, ch. 1-2), with correlated errors.
 
-    The interval is a basic bootstrap interval (Davison & Hinkley 1997, sec. 5.2) from a **denoised bootstrap world**
-    per pair, so that the world's correlation is the estimate's and not the attenuated raw r (near 1 the corrected
-    estimator spreads far less than at 0.8: its first-order terms cancel at rho = 1). The world's profiles are
-    t~ = M'x, whose cells' covariance is A+ (S - N with negative eigenvalues set to 0; M = S^(-1/2) A+^(1/2)), so its
-    true correlation rho~ is the clipped estimate; draw b observes them as t~ + d_b, and its corrected correlation is
-    that of S(t~ + d_b) - N (computed from the cells' covariances of x with d_b and of d_b with itself, never forming
-    t~ + d_b). The interval is [r_c - (q_hi - rho~), r_c - (q_lo - rho~)], q the alpha/2 and 1 - alpha/2 quantiles of
-    the draws' corrected correlations; a draw whose corrected variances are not positive counts as beyond either end.
-    t~ still holds some noise (shrunk with x), so the world's first-order term is somewhat too variable and the
-    interval somewhat conservative; removing that excess (a delta-method variance from pairs of draws) narrowed the
-    intervals by ~15 % but fell to 90 % coverage at 20 instances per cohort, where the draws themselves are a little
-    too narrow. benchmarks/correlations.py measures its coverage of the true correlation (docs/estimation.md)."""
+    The interval is a generalised confidence interval (Weerahandi 1993, JASA 88:899-905): A's error is
+    W = C(t, e) + C(e, t) + (S(e) - N), C the cells' covariance, and draw b gives a copy W_b, so C_b = A - W_b is a
+    draw of the true covariance's generalised pivot and the interval is the alpha/2 and 1 - alpha/2 quantiles of
+    ratio(C_b), clipped to [-1, 1]; a draw whose C_b has a non-positive diagonal (the data allow a flat true profile)
+    counts at both ends. S(e) - N's copy is S(d_b) - N. C(t, d_b) needs the unknown t: C(x, d_b) holds it plus
+    C(e, d_b), whose variance is spurious, so the linear term's draws are rescaled (per pair, the 4 entries jointly)
+    to the covariance Var_b C(x, d_b) - E C(d', d_b)^2, the second term from pairs of independent draws (b, b + s).
+    Why not a bootstrap world around the profiles: with noise shared by many cells (a checkpoint's controls, a
+    cohort's instances; the shipped suite's noise has ~11 effective degrees of freedom over 820 post cells) S(e)
+    fluctuates as much as S(t) itself, the world's C(x, d) overstated W's spread by ~20 % and its basic interval fell
+    to [-1, 1] or beyond; fixing the true variances at their estimates (a test inversion) covered 87-90 %, since
+    A's diagonal is as uncertain as its off-diagonal. benchmarks/correlations.py measures the coverage."""
     m, k = est.shape
     n_draws = draws[0].shape[1]
     x = est - est.mean(axis=1, keepdims=True)
     s = x @ x.T / (k - 1)
     cross = np.empty((n_draws, m, m))  # per draw: covariance over cells of x_i with d_j
     noise = np.empty((n_draws, m, m))  # per draw: covariance over cells of d_i with d_j
+    pairs = np.empty((len(shifts), n_draws, m, m))  # covariance over cells of d_b,i with d_(b+s),j
     sub = [np.ascontiguousarray(d[rows].T) for d in draws]  # B x K per model: a slab of draws is contiguous
+
+    def centred(start: int, stop: int) -> np.ndarray:
+        idx = np.arange(start, stop) % n_draws
+        d = np.stack([sub[j][idx] for j in range(m)], 1).astype(np.float64)  # slab x m x K
+        d *= signs[None, :, None]
+        return d - d.mean(axis=-1, keepdims=True)
 
     def one(start: int) -> None:
         stop = min(start + slab, n_draws)
-        d = np.stack([sub[j][start:stop] for j in range(m)], 1).astype(np.float64)  # slab x m x K
-        d *= signs[None, :, None]
-        d -= d.mean(axis=-1, keepdims=True)
+        d = centred(start, stop)
         dt = np.swapaxes(d, 1, 2)
         cross[start:stop] = np.matmul(x, dt) / (k - 1)
         noise[start:stop] = np.matmul(d, dt) / (k - 1)
+        for q, shift in enumerate(shifts):
+            pairs[q, start:stop] = np.matmul(d, np.swapaxes(centred(start + shift, stop + shift), 1, 2)) / (k - 1)
 
     _threads(one, list(range(0, n_draws, slab)))
     n = noise.mean(axis=0)
@@ -661,21 +673,22 @@ def _corrected_pearson(
     low, high = np.full((m, m), np.nan), np.full((m, m), np.nan)
     for i in range(m):
         for j in range(i + 1, m):
-            pair = np.ix_([i, j], [i, j])
             if not np.isfinite(point[i, j]):
                 continue
-            root_a, _ = _psd_roots(a[pair])
-            _, inv_root_s = _psd_roots(s[pair])
-            mix = inv_root_s @ root_a  # t~ = mix' x: covariance mix' S mix = A+
-            world = mix.T @ s[pair] @ mix
-            truth = _ratio(world)[0, 1]
-            lin = np.einsum("ji,bjc->bic", mix, cross[:, [i, j]][:, :, [i, j]])  # cov(t~_i, d_c) per draw
-            boot = world + lin + np.swapaxes(lin, 1, 2) + noise[:, [i, j]][:, :, [i, j]] - n[pair]
-            r = _ratio(boot)[:, 0, 1]
-            q_hi = np.quantile(np.where(np.isfinite(r), r, 10.0), 1 - alpha / 2)
-            q_lo = np.quantile(np.where(np.isfinite(r), r, -10.0), alpha / 2)
-            low[i, j] = low[j, i] = point[i, j] - (q_hi - truth)
-            high[i, j] = high[j, i] = point[i, j] - (q_lo - truth)
+            pij = [i, j]
+            lin = cross[:, pij][:, :, pij].reshape(n_draws, 4)
+            spurious = pairs[:, :, pij][:, :, :, pij].reshape(-1, 4)
+            v_x = np.cov(lin.T)
+            root_t, _ = _psd_roots(v_x - spurious.T @ spurious / len(spurious))
+            _, inv_root_x = _psd_roots(v_x)
+            lin = (lin @ (root_t @ inv_root_x).T).reshape(n_draws, 2, 2)
+            w = lin + np.swapaxes(lin, 1, 2) + noise[:, pij][:, :, pij] - n[np.ix_(pij, pij)]
+            c = a[np.ix_(pij, pij)] - w
+            ok = (c[:, 0, 0] > 0) & (c[:, 1, 1] > 0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = np.clip(c[:, 0, 1] / np.sqrt(np.where(ok, c[:, 0, 0] * c[:, 1, 1], 1.0)), -1, 1)
+            low[i, j] = low[j, i] = np.quantile(np.where(ok, r, -1.0), alpha / 2)
+            high[i, j] = high[j, i] = np.quantile(np.where(ok, r, 1.0), 1 - alpha / 2)
     diag = np.diagonal(a) > 0
     np.fill_diagonal(point, np.where(diag, 1.0, np.nan))
     np.fill_diagonal(low, np.where(diag, 1.0, np.nan))
