@@ -588,6 +588,14 @@ def _corrected_record(true: dict, names: list[str], notes: list[str]) -> dict:
         value = np.clip(point, -1, 1)
         low = np.clip(np.fmin(true["low"], point), -1, 1)
         high = np.clip(np.fmax(true["high"], point), -1, 1)
+    whole = np.triu((low <= -1) & (high >= 1), 1)
+    if whole.any():
+        pairs = ", ".join(f"{names[i]}–{names[j]}" for i, j in zip(*np.nonzero(whole), strict=True))
+        notes.append(
+            f"the true profiles' correlation of {pairs} is not determined by these data (interval [-1, 1]): their "
+            "estimation noise, shared by the cells of a cohort or checkpoint, is as large as the profiles' own "
+            "variation; only the raw correlation is informative there (docs/estimation.md)"
+        )
     return {"pearson_corrected": value, "pearson_corrected_low": low, "pearson_corrected_high": high,
             "pearson_clipped": clipped}  # fmt: skip
 
