@@ -102,10 +102,12 @@ def _params(n) -> str:
 
 
 def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
+    from memtui.estimation.settings import coverage
+
     s = sr.settings
     names = [clean(n, 24) for n in sr.names]
     width = max(8, *(len(n) for n in names))
-    band = f"simultaneous {1 - s.alpha:.0%} bands, B={s.draws}" if s.draws else "no bootstrap"
+    band = f"simultaneous {coverage(s.alpha)} bands, B={s.draws}" if s.draws else "no bootstrap"
     lines = [
         f"{len(names)} models on {clean(corr.metric, 40)}, estimator {s.estimator}, controls "
         f"{s.control_group.replace('_', ' ')}, {band}; models by parameter count (else name)",
@@ -135,7 +137,7 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
     ]
     for method in ("pearson", "spearman"):
         lines += ["", f"{method.capitalize()} correlation of the profiles over {corr.n_cells} {corr.scope} cells "
-                  f"[{1 - corr.alpha:.0%} bootstrap interval]"]  # fmt: skip
+                  f"[{coverage(corr.alpha)} bootstrap interval]"]  # fmt: skip
         value, low, high = (getattr(corr, f"{method}{x}") for x in ("", "_low", "_high"))
         cell = 22
         lines.append(" " * width + "".join(f"{n[: cell - 2]:>{cell}}" for n in names))

@@ -27,6 +27,7 @@ def _fmt_row(r: dict) -> str:
 
 
 def run(args) -> int:
+    from memtui.estimation.settings import coverage
     from memtui.panel.model import METRIC_LABEL
 
     panel, res = estimate_from_args(args)
@@ -37,7 +38,7 @@ def run(args) -> int:
     print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
           f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
     band = (
-        f"simultaneous {1 - s.alpha:.0%} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
+        f"simultaneous {coverage(s.alpha)} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
     )
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
           f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip

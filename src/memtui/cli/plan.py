@@ -21,11 +21,15 @@ VALIDATION_MODES = ("optimal", "pilot")  # memtui.estimation.plan.VALIDATION_MOD
 
 
 def add_arguments(p) -> None:
+    from memtui.estimation.settings import ALPHA_RANGE
+
     p.add_argument("panel", type=Path, help="pilot panel: a smaller model's panel or a short extraction")
     p.add_argument("-m", "--metric", help="metric [loglik, else the first metric with values]")
     p.add_argument("--effect", type=float, help="an effect to detect, besides the pilot's instantaneous D, D/2, D/4")
     p.add_argument("--power", type=float, default=0.8, help="probability of detecting it [0.8]")
-    p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the simultaneous band [0.05]")
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help=f"1 - confidence of the simultaneous band; {ALPHA_RANGE} [0.05]"
+    )
     p.add_argument("--cohorts", type=_whole_number, help="cohorts of the planned panel [the pilot's]")
     p.add_argument("--checkpoints", type=_whole_number, help="checkpoints of the planned panel [the pilot's]")
     p.add_argument(
@@ -113,6 +117,8 @@ def run(args) -> int:
 
 
 def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> None:
+    from memtui.estimation.settings import coverage
+
     name = clean(pilot.metric, 80)
     print(f"pilot          {clean(panel.path)}: {name}, {pilot.n_cohorts} cohorts ({pilot.n_treated} instances) + "
           f"{pilot.n_control} validation, {pilot.checkpoints} checkpoints")  # fmt: skip
@@ -122,9 +128,9 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     if not args.draws:
         how = f"pointwise bands (-B 0): z = {plan.rows[0].crit:.3f}"
     elif plan.draws_used:
-        how = f"simultaneous {1 - args.alpha:.0%} band, critical value simulated ({plan.draws_used} draws)"
+        how = f"simultaneous {coverage(args.alpha)} band, critical value simulated ({plan.draws_used} draws)"
     else:
-        how = f"simultaneous {1 - args.alpha:.0%} band, Sidak bound (too many cells to simulate quickly)"
+        how = f"simultaneous {coverage(args.alpha)} band, Sidak bound (too many cells to simulate quickly)"
     print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
           f"cells: {how}")  # fmt: skip
     if args.draws:

@@ -19,7 +19,7 @@ from memtui.core.text import clean
 from memtui.engine import power as pw
 from memtui.engine.layout import NEVER_INDEX, build_layout
 from memtui.estimation.estimate import EstimateResult, z_value
-from memtui.estimation.settings import Settings
+from memtui.estimation.settings import Settings, check_alpha
 from memtui.panel.hdf5 import read_lengths
 from memtui.panel.model import NEVER, Panel
 
@@ -243,8 +243,7 @@ def check_plan_args(*, power: float, alpha: float, cohorts: int | None, checkpoi
     """One-line refusals of a plan that makes no sense (None: a size not chosen yet, the pilot's)."""
     if not 0 < power < 1:
         raise MemtuiError(f"--power must be between 0 and 1 (e.g. 0.8), not {power}.")
-    if not 0 < alpha < 1:
-        raise MemtuiError(f"--alpha must be between 0 and 1, not {alpha}.")
+    check_alpha(alpha, "--alpha")
     for name, value in (("--cohorts", cohorts), ("--checkpoints", checkpoints)):
         if value is not None and value < 1:
             raise MemtuiError(f"{name} must be at least 1, not {value}.")

@@ -26,8 +26,9 @@ Progress = Callable[[float, str], None]
 
 
 def z_value(alpha: float) -> float:
-    """Two-sided normal critical value (statistics.NormalDist: scipy.stats costs a second to import)."""
-    return NormalDist().inv_cdf(1 - alpha / 2)
+    """Two-sided normal critical value (statistics.NormalDist: scipy.stats costs a second to import); from the lower
+    tail, so that a small alpha is not lost in 1 - alpha / 2 rounding to 1."""
+    return -NormalDist().inv_cdf(alpha / 2)
 
 
 class _Record:
