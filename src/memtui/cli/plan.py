@@ -107,6 +107,13 @@ def run(args) -> int:
         pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=args.power, alpha=args.alpha,
         validation=args.validation, draws=sim_draws, seed=args.seed,
     )  # fmt: skip
+    given_row = next((r for r in plan.rows if r.label == "--effect"), None)
+    if given_row is not None and given_row.per_cohort is None and "more than" in given_row.reason:
+        raise MemtuiError(
+            f"--effect {args.effect:g} is too small to detect with any panel: it {given_row.reason.split(':')[0]} "
+            f"(an instance's change at c = g varies by {math.sqrt(pilot.s_treated):.3g} in the pilot); pass a "
+            "larger --effect."
+        )
     mde = minimum_detectable_effect(panel, settings, args.power, result=res)
     own_crit = z_value(args.alpha)
     if sim_draws:  # the model at the pilot's own sizes, beside the pilot's bootstrap: how far the pilot is from it
@@ -151,7 +158,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
         label = f"{row.effect:.4g} ({row.label})"
         size = row.panel_size(plan.cohorts)
         if size is None:
-            print(f"  {label:>16} {'not reachable with ' + plan.validation + ' validation instances':>40}")
+            print(f"  {label:>16} {row.reason:>40}")
             continue
         per_ckpt = size * length
         print(f"  {label:>16} {row.per_cohort:>11,} {row.validation:>11,} {size:>9,} {row.power:>6.1%} "
@@ -160,6 +167,6 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     if small:
         print("note           cohorts under 30 instances: the bootstrap bands run narrow there (docs/estimation.md, "
               "small cohorts); plan at least 30")  # fmt: skip
-    if any(r.per_cohort is None for r in plan.rows):
+    if any(r.per_cohort is None and "validation instances" in r.reason for r in plan.rows):
         print(f"note           with {plan.validation} validation instances the controls' own noise exceeds what "
               "that effect allows; add validation instances")  # fmt: skip
