@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from memtui.cli.numbers import p_value
 from memtui.cli.options import add_settings_args, estimate_from_args, printable_notes
 from memtui.core.text import clean
 
@@ -27,6 +28,7 @@ def _fmt_row(r: dict) -> str:
 
 
 def run(args) -> int:
+    from memtui.estimation.results import persistent_cells
     from memtui.estimation.settings import coverage
     from memtui.panel.model import METRIC_LABEL
 
@@ -48,9 +50,9 @@ def run(args) -> int:
             print(f"{name:<14} mean {frame['estimate'].mean():.4g} over {frame.height} cohorts{where}, "
                   f"{frame['significant'].sum()} significant; range {frame['estimate'].min():.4g} .. "
                   f"{frame['estimate'].max():.4g}")  # fmt: skip
-    pers = res.persistent.filter(res.persistent["event_time"] >= 0)
+    pers = persistent_cells(res)
     if pers.height:
-        print("persistent     by c - g: estimate [simultaneous band] (* significant)")
+        print("persistent (c > g) by c - g: estimate [simultaneous band] (* significant)")
         rows = pers.to_dicts()
         shown = rows if len(rows) <= 8 else rows[:5] + [None] + rows[-2:]
         for r in shown:
@@ -59,10 +61,13 @@ def run(args) -> int:
     print(f"overall        average post-treatment {o.estimate:.4g} (se {_num(o.std_error, '.3g')})"
           f"{', significant' if o.significant else ''}")  # fmt: skip
     pt = res.pretrend
-    if pt.n_cells and s.draws:
+    if pt.n_cells and s.draws and not math.isfinite(pt.p_value):  # no placebo cell has a standard error
+        print(f"pre-trend      {pt.n_cells} placebo cells (c < g), none with sampling variation (the metric changes "
+              "alike for every instance there): nothing to test")  # fmt: skip
+    elif pt.n_cells and s.draws:
         verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
         print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "
-              f"p = {pt.p_value:.3f}, {pt.n_significant} significant; {verdict}")  # fmt: skip
+              f"p = {p_value(pt.p_value, s.alpha)}, {pt.n_significant} significant; {verdict}")  # fmt: skip
     for note in printable_notes(res):
         print(f"note           {note}")
     return 0

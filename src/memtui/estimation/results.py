@@ -109,6 +109,13 @@ class EstimateResult:
         return out
 
 
+def persistent_cells(result: EstimateResult) -> pl.DataFrame:
+    """Persistent memorisation as the paper defines it: the event times c - g > 0, by event time (c = g is
+    instantaneous; c < g, placebo). ``result.persistent`` holds every event time, the whole event-study curve the
+    plots draw; every summary, `memtui estimate` and `export --scope persistent` read this one definition."""
+    return result.persistent.filter(pl.col("event_time") > 0).sort("event_time")
+
+
 def result_frame(
     settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre, n_folded,
     small,
