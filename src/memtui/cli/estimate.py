@@ -24,7 +24,9 @@ def _num(value, spec: str) -> str:
 
 def _fmt_row(r: dict) -> str:
     star = "*" if r["significant"] else " "
-    return f"{r['estimate']:10.4g} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
+    if r["band_low"] is None or not (math.isfinite(r["band_low"]) and math.isfinite(r["band_high"])):
+        return f"{_num(r['estimate'], '10.4g'):>10} (no band: no sampling variation){star}"
+    return f"{_num(r['estimate'], '10.4g'):>10} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
 
 
 def run(args) -> int:

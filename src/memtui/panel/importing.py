@@ -63,6 +63,7 @@ class Imported:
     folded: int = 0
     skipped: tuple[str, ...] = ()
     numbered: bool = False  # unit ids were not integers: instances are numbered in the sorted order of the ids
+    inferred: bool = False  # the metrics were not named: every other numeric column was taken
 
     def lines(self) -> list[str]:
         never = self.n_units - self.n_treated
@@ -70,6 +71,11 @@ class Imported:
             f"wrote {self.path}: {self.n_units} instances ({self.n_treated} treated in {self.n_cohorts} cohorts, "
             f"{never} never treated), {self.n_checkpoints} checkpoints, metrics {', '.join(map(clean, self.metrics))}"
         ]
+        if self.inferred:  # a numeric column that is no outcome (a treated dummy, a covariate) would become one
+            out.append(
+                f"took as metrics every numeric column besides the unit, time and treatment: "
+                f"{', '.join(map(clean, self.metrics))}; name the outcomes with --metrics to leave others out"
+            )
         if self.dropped_units:
             out.append(f"dropped {self.dropped_units} units ({self.dropped_rows} rows) with no treatment value")
         if self.folded:
@@ -419,4 +425,5 @@ def import_table(
         folded=count_folded(treatment, steps),
         skipped=tuple(skipped),
         numbered=numbered,
+        inferred=not spec.metrics,
     )
