@@ -118,6 +118,19 @@ def test_the_token_folder_still_imports_when_every_file_is_regular(tmp_path, cli
     assert read_panel(tmp_path / "p.h5").steps.tolist() == [0, 1000, 2000, 3000]
 
 
+def test_a_fifo_at_a_cache_entry_is_a_miss_not_a_hang(tmp_path, memtui):
+    from memtui.estimation import cache
+
+    path = sim_panel(tmp_path / "p.h5")
+    settings = Settings(metric="loglik", draws=100)
+    panel = read_panel(path)
+    folder = cache.cache_dir(panel)
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / (cache.cache_key(panel, settings) + ".json"))
+    result = memtui("estimate", path, "-B", "100", "-m", "loglik", timeout=120)
+    assert result.code == 0 and "instantaneous" in result.out, result.err
+
+
 # -- 4. lists that change length across checkpoints ----------------------------------------------------------------
 
 

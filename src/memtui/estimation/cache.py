@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sysconfig
 from pathlib import Path
 
@@ -99,8 +100,22 @@ def _schema() -> pl.Schema:
     return frame.schema
 
 
+def _regular_bytes(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file: a FIFO planted at an entry's name would block a plain read forever
+    (opened without blocking, then judged by fstat); anything else is a miss."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
 def _read(base: Path, settings: Settings, sign: int) -> EstimateResult:
-    meta = json.loads(base.with_suffix(".json").read_text())
+    meta = json.loads(_regular_bytes(base.with_suffix(".json")))
     if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
         raise ValueError("not a cache entry")
     if meta["sign"] != sign or meta.get("settings") != settings.key():  # the key says so too; an entry must agree
@@ -115,7 +130,7 @@ def _read(base: Path, settings: Settings, sign: int) -> EstimateResult:
         raise ValueError("summaries of another shape") from None
     if not all(isinstance(v, int) for v in meta["cohorts"] + meta["checkpoints"]):
         raise ValueError("steps are not integers")
-    frames = pl.read_parquet(base.with_suffix(".parquet"))
+    frames = pl.read_parquet(io.BytesIO(_regular_bytes(base.with_suffix(".parquet"))))
     if frames.schema != _schema():
         raise ValueError("columns differ")
     parts = {s: frames.filter(pl.col("scope") == s) for s in SCOPES}
