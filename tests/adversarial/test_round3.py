@@ -521,7 +521,7 @@ def test_the_mde_line_keeps_the_sign(sim_result):
 
     negative = replace(sim_result, instantaneous=sim_result.instantaneous.with_columns(pl.lit(-0.08).alias("estimate")))
     line = mde_line(0.8, negative)
-    assert "−0.1× that" in line and "−0.08" in line, line
+    assert "is −0.1× that" in line, line
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,7 @@ def mde_line(mde: float, result: EstimateResult, power: float = 0.8) -> str:
     if mde > 0 and math.isfinite(inst):  # signed: a negative mean is not "0.1x" an effect the panel detects
         times = inst / mde
         shown = f"{times:.1f}" if abs(times) >= 0.1 or times == 0 else f"{times:.1g}"
-        ratio = f" (the mean instantaneous estimate, {num(inst, signed=True)}, is {shown.replace('-', '−')}× that)"
+        ratio = f" (the mean instantaneous estimate is {shown.replace('-', '−')}× that)"
     return (
         f"Minimum detectable effect: {num(mde)} per cohort at c = g with {power:.0%} power under this band{ratio}; "
         "`memtui plan` sizes a study."
