@@ -247,7 +247,7 @@ def test_a_live_reader_is_not_told_a_panel_is_damaged(tmp_path):
     path = create_panel(tmp_path / "p.h5", ids=range(n), treatment=[NEVER] * (n // 2) + [10] * (n // 2),
                         steps=list(range(0, 400, 10)), tokens=np.ones((n, 4), int))  # fmt: skip
     reader = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom memtui.panel import read_panel\n"
+        [sys.executable, "-c", "import sys\nfrom memtui.panel.hdf5 import read_panel\n"
          "for _ in range(300): read_panel(sys.argv[1])\nprint('ok')", str(path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

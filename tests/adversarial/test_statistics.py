@@ -72,7 +72,7 @@ def test_bad_choice_is_refused(memtui, small_panel, option, value):
 
 @pytest.mark.parametrize("alpha", ["0", "1", "-0.1", "nan", "inf", "1.5"])
 def test_bad_alpha_is_refused(cli, small_panel, alpha):
-    assert_refused(cli("estimate", small_panel, "--alpha", alpha), expect="alpha must be between 0 and 1")
+    assert_refused(cli("estimate", small_panel, "--alpha", alpha), expect="alpha must be from 0.0001 to 0.5")
 
 
 @pytest.mark.parametrize("draws", ["1", "19", "-5"])

@@ -450,7 +450,7 @@ async def test_settings_dialog_changes_alpha_draws_family_and_final_step(panel_p
         assert app.is_running and app.settings.metric == "loglik" and app.screen is dialog
         dialog.query_one("#set-alpha").value = "2"
         await pilot.click("#settings-apply")
-        assert app.screen is dialog and "alpha must be between 0 and 1" in str(
+        assert app.screen is dialog and "alpha must be from 0.0001 to 0.5" in str(
             dialog.query_one("#settings-error").render()
         )
         dialog.query_one("#set-alpha").value = "0.1"

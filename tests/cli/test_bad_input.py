@@ -102,7 +102,7 @@ def test_panel_awaiting_extraction(cli, tmp_path):
 
 def test_unknown_metric_and_bad_settings(cli, small_panel):
     one_line_error(cli, "estimate", small_panel, "--metric", "bleu", expect="no metric 'bleu' in this panel")
-    one_line_error(cli, "estimate", small_panel, "--alpha", "2", expect="alpha must be between 0 and 1")
+    one_line_error(cli, "estimate", small_panel, "--alpha", "2", expect="alpha must be from 0.0001 to 0.5")
 
 
 def test_unwritable_export(cli, small_panel, tmp_path):

@@ -133,7 +133,7 @@ def test_reference_puts_the_published_estimates_beside_the_panels(cli, models, t
         (["A", "missing.h5"], "missing.h5: no such file"),
         (["A", "FAR"], "share no instance"),
         (["A", "A"], "given twice"),
-        (["A", "B", "--alpha", "2"], "alpha must be between 0 and 1"),
+        (["A", "B", "--alpha", "2"], "alpha must be from 0.0001 to 0.5"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(cli, tmp_path, args, message):

@@ -279,7 +279,7 @@ def test_plan_with_a_fixed_validation_set_too_small(plan_cli, tmp_path):
     [
         (["--power", "1.5"], "--power must be between 0 and 1"),
         (["--power", "0"], "--power must be between 0 and 1"),
-        (["--alpha", "1"], "--alpha must be between 0 and 1"),
+        (["--alpha", "1"], "--alpha must be from 0.0001 to 0.5"),
         (["--effect", "0"], "the effect to detect must be a positive number"),
         (["--effect", "-2"], "the effect to detect must be a positive number"),
         (["--effect", "nan"], "the effect to detect must be a positive number"),

@@ -46,7 +46,7 @@ def test_values_mark_checkpoints_done(tmp_path):
 def test_writer_commits_column_then_done_flag_while_a_reader_reads(tmp_path):
     path = make(tmp_path)
     reader = (
-        "import sys, time\nfrom memtui.panel import read_panel\n"
+        "import sys, time\nfrom memtui.panel.hdf5 import read_panel\n"
         "for _ in range(200):\n"
         "    p = read_panel(sys.argv[1])\n"
         "    y = p.metrics['loglik'][:, p.done]\n"

@@ -472,7 +472,7 @@ def test_bad_files_are_refused_in_one_line(stats, stats_file, token_folder, tmp_
         (("import", "--preset", "pythia-tokens", flat, out), "column 'sup' must hold a list per row"),
         (("import", "--preset", "pythia-tokens", uneven, out), "lists of different lengths"),
         (("import", "--preset", "pythia-tokens", text_index, out), "column 'seq_idx' must hold whole"),
-        (("import", "--preset", "pythia-tokens", token_folder, out, "--max-step", 0), "nothing to estimate"),
+        (("import", "--preset", "pythia-tokens", token_folder, out, "--max-step", 0), "before the first cohort"),
         (("import", stats_file, out, "--from-seq-idx", "--max-step", 5000), "--max-step works with --preset"),
     ]
     for args, words in cases:

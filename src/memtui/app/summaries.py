@@ -39,8 +39,13 @@ def pretrend_text(result: EstimateResult) -> str:
     p = result.pretrend
     if not p.n_cells:
         return "Pre-trend check: no pre-treatment (c < g) cells in this panel, so parallel trends cannot be checked."
-    if not math.isfinite(p.p_value):
+    if not result.settings.draws:
         return "Pre-trend check: needs the bootstrap; set draws > 0 in the settings (o)."
+    if not math.isfinite(p.p_value):
+        return (
+            f"Pre-trend check: none of the {p.n_cells} pre-treatment (placebo) cells has sampling variation (the "
+            "metric changes alike for every instance there), so there is nothing to test."
+        )
     level = f"{100 * (1 - result.settings.alpha):g}%"
     verdict = (
         "no evidence against parallel trends."
@@ -48,7 +53,8 @@ def pretrend_text(result: EstimateResult) -> str:
         else "evidence of pre-trends: read the profile with care."
     )
     return (
-        f"Pre-trend check: {p.n_significant} of {p.n_cells} pre-treatment (placebo) cells differ from zero "
+        f"Pre-trend check: {p.n_significant} of {p.n_cells} pre-treatment (placebo) cells "
+        f"{'differs' if p.n_significant == 1 else 'differ'} from zero "
         f"at the simultaneous {level} level (sup-t {num(p.sup_t, 3)}, p = {num(p.p_value, 2)}); {verdict}"
     )
 

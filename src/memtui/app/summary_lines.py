@@ -12,6 +12,7 @@ import polars as pl
 
 from memtui.app.fmt import num, short_step
 from memtui.estimation.estimate import Comparison, EstimateResult
+from memtui.estimation.results import persistent_cells
 
 ESTIMATOR_LABEL = {
     "did": "did (causal, difference-in-differences)",
@@ -28,8 +29,8 @@ def _mean(frame: pl.DataFrame) -> float:
 
 
 def post_persistent(result: EstimateResult) -> pl.DataFrame:
-    """Persistent memorisation after the step it was trained at (c − g ≥ 1): what is kept, not learnt."""
-    return result.persistent.filter(pl.col("event_time") > 0).sort("event_time")
+    """Persistent memorisation after the step it was trained at (c > g): what is kept, not learnt."""
+    return persistent_cells(result)
 
 
 def scope_means(result: EstimateResult) -> dict[str, float]:
@@ -75,8 +76,10 @@ def mde_line(mde: float, result: EstimateResult, power: float = 0.8) -> str:
         return "Minimum detectable effect: needs standard errors for the instantaneous cells."
     inst = _mean(result.instantaneous)
     ratio = ""
-    if mde > 0 and math.isfinite(inst):
-        ratio = f" (the mean instantaneous estimate is {abs(inst) / mde:.1f}× that)"
+    if mde > 0 and math.isfinite(inst):  # signed: a negative mean is not "0.1x" an effect the panel detects
+        times = inst / mde
+        shown = f"{times:.1f}" if abs(times) >= 0.1 or times == 0 else f"{times:.1g}"
+        ratio = f" (the mean instantaneous estimate is {shown.replace('-', '−')}× that)"
     return (
         f"Minimum detectable effect: {num(mde)} per cohort at c = g with {power:.0%} power under this band{ratio}; "
         "`memtui plan` sizes a study."

@@ -82,4 +82,21 @@ def run(args) -> int:
         f"{panel.n_checkpoints} checkpoints {panel.steps[0]}..{panel.steps[-1]}; "
         f"next: memtui extract {out} --model MODEL"
     )
+    short = _short_rows(panel)
+    if short:
+        print(short)
     return 0
+
+
+def _short_rows(panel) -> str | None:
+    """A warning when rows are too short for the extractability metrics, which extraction then leaves empty."""
+    if panel.lengths is None or panel.extractable_kl is None:
+        return None
+    k, ell = panel.extractable_kl
+    short = int((panel.lengths < k + ell).sum())
+    if not short:
+        return None
+    return (
+        f"warning: {short} of {panel.n_instances} instances are shorter than k + l = {k + ell} tokens, so their "
+        f"extractable and extractable_len stay empty ({k} prefix tokens, then {ell} to reproduce)"
+    )

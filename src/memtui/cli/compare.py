@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memtui.cli.numbers import fixed2, p_value
 from memtui.cli.options import add_settings_args
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean, compact_count
@@ -20,6 +21,7 @@ from memtui.core.text import clean, compact_count
 if TYPE_CHECKING:
     import polars as pl
 
+NAME_WIDTH = 24  # a model's name in the tables
 SUMMARY = "compare models (several panels: headline figures and profile correlations) or one panel's estimators"
 
 
@@ -66,6 +68,33 @@ def _write(frame: pl.DataFrame, path: Path) -> None:
     atomic_write(path, frame.write_csv)
 
 
+def write_together(frames: dict[Path, pl.DataFrame]) -> None:
+    """Write every frame as CSV, each beside its target, and rename them over their targets only once all are
+    written: a full disk or any other failure leaves every target as it was (a pair of files is one result; half of
+    it beside the other half of an older one would be read as one)."""
+    import os
+
+    from memtui.core.files import WriteError
+
+    temps: dict[Path, Path] = {}
+    try:
+        for path, frame in frames.items():
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            temps[path] = tmp
+            tmp.unlink(missing_ok=True)  # never write through a link planted at the temporary name
+            frame.write_csv(tmp)
+        for path, tmp in temps.items():
+            os.replace(tmp, path)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise WriteError(
+            f"cannot write {clean(path)}: {reason}; {' and '.join(clean(p) for p in frames)} are unchanged."
+        ) from None
+    finally:
+        for tmp in temps.values():
+            tmp.unlink(missing_ok=True)
+
+
 def _num(value, spec: str = ".4g") -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
@@ -91,8 +120,7 @@ def _suite(args, out: Path | None) -> int:
     for line in _suite_lines(sr, table, corr):
         print(line)
     if out is not None:
-        _write(table, out)
-        _write(corr.frame(), companion(out, "correlations"))
+        write_together({out: table, companion(out, "correlations"): corr.frame()})
         print(f"wrote {clean(out)} ({table.height} models) and {clean(companion(out, 'correlations'))}")
     return 0
 
@@ -101,11 +129,25 @@ def _params(n) -> str:
     return "?" if n is None else compact_count(n)
 
 
+def display_names(names: list[str], width: int = NAME_WIDTH) -> list[str]:
+    """The models' names cut to ``width`` from the start (a name's end tells models apart: ``…-160m-deduped``,
+    ``…exp1/checkpoints``), numbered where two still read alike, so that no two rows look the same."""
+    shown = [n if len(n) <= width else "…" + n[-(width - 1) :] for n in (clean(n, None) for n in names)]
+    for i, name in enumerate(shown):
+        if shown.count(name) > 1:  # the same tail: number all of them but the last
+            suffix = f"#{i + 1}"
+            keep = width - len(suffix)
+            shown[i] = (name if len(name) <= keep else "…" + name[-(keep - 1) :]) + suffix
+    return shown
+
+
 def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
+    from memtui.estimation.settings import coverage
+
     s = sr.settings
-    names = [clean(n, 24) for n in sr.names]
+    names = display_names(sr.names)
     width = max(8, *(len(n) for n in names))
-    band = f"simultaneous {1 - s.alpha:.0%} bands, B={s.draws}" if s.draws else "no bootstrap"
+    band = f"simultaneous {coverage(s.alpha)} bands, B={s.draws}" if s.draws else "no bootstrap"
     lines = [
         f"{len(names)} models on {clean(corr.metric, 40)}, estimator {s.estimator}, controls "
         f"{s.control_group.replace('_', ' ')}, {band}; models by parameter count (else name)",
@@ -121,7 +163,7 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
     for name, r in zip(names, table.iter_rows(named=True), strict=True):
         star = "*" if r["overall_significant"] else " "
         sig = f"{r['significant_cells']}/{r['post_cells']}"
-        pre = f"{r['pretrend']}" + (f" p={r['pretrend_p_value']:.2f}" if r["pretrend"] != "n/a" else "")
+        pre = f"{r['pretrend']}" + (f" p={p_value(r['pretrend_p_value'], s.alpha)}" if r["pretrend"] != "n/a" else "")
         lines.append(
             f"{name:<{width}} {_params(r['parameters']):>7} {_num(r['instantaneous']):>9} "
             + " ".join(f"{_num(r[c]):>9}" for c in events)
@@ -139,11 +181,11 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
         "spearman": ("Raw Spearman correlation of the profiles", ", estimated"),
     }
     for method, (title, what) in titles.items():
-        lines += ["", f"{title} over {corr.n_cells} {corr.scope} cells{what} [{1 - corr.alpha:.0%} bootstrap "
-                  "interval]"]  # fmt: skip
+        lines += ["", f"{title} over {corr.n_cells} {corr.scope} cells{what} [{coverage(corr.alpha)} "
+                  "bootstrap interval]"]  # fmt: skip
         value, low, high = (getattr(corr, f"{method}{x}") for x in ("", "_low", "_high"))
         cell = 22
-        lines.append(" " * width + "".join(f"{n[: cell - 2]:>{cell}}" for n in names))
+        lines.append(" " * width + "".join(f"{n:>{cell}}" for n in display_names(sr.names, cell - 2)))
         for i, name in enumerate(names):
             row = []
             for j in range(len(names)):
@@ -152,14 +194,14 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
                     continue
                 text = _num(value[i, j], ".3f")
                 if math.isfinite(low[i, j]):
-                    text += f" [{low[i, j]:.2f}, {high[i, j]:.2f}]"
+                    text += f" [{fixed2(low[i, j])}, {fixed2(high[i, j])}]"
                 row.append(f"{text:>{cell}}")
             lines.append(f"{name:<{width}}" + "".join(row))
     for note in (*sr.suite.notes, *sr.notes, *corr.notes):
         lines.append(f"note   {clean(note, limit=None)}")
-    for name in sr.names:
+    for name, shown in zip(sr.names, names, strict=True):
         for note in sr.results[name][corr.metric].notes:
-            lines.append(f"note   {clean(name, 24)}: {clean(note, limit=None)}")
+            lines.append(f"note   {shown}: {clean(note, limit=None)}")
     return lines
 
 
@@ -216,7 +258,7 @@ def _estimator_lines(panel, comp) -> list[str]:
                 continue
             vals = []
             for name in ("did", "difference", "extractable"):
-                est, sig = r.get(f"{name}estimate"), r.get(f"{name}_significant")
+                est, sig = r.get(f"{name}_estimate"), r.get(f"{name}_significant")
                 vals.append(f"{_num(est)}{'*' if sig else ' '}")
             ease_v = f"{_num(r.get('ease_estimate'))}{'*' if r.get('ease_significant') else ' '}"
             lines.append(f"{r['cohort']:>10} " + " ".join(f"{v:>12}" for v in vals) + f" {ease_v:>12}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from memtui.cli.numbers import p_value
 from memtui.cli.options import add_settings_args, estimate_from_args, printable_notes
 from memtui.core.text import clean
 
@@ -23,10 +24,14 @@ def _num(value, spec: str) -> str:
 
 def _fmt_row(r: dict) -> str:
     star = "*" if r["significant"] else " "
-    return f"{r['estimate']:10.4g} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
+    if r["band_low"] is None or not (math.isfinite(r["band_low"]) and math.isfinite(r["band_high"])):
+        return f"{_num(r['estimate'], '10.4g'):>10} (no band: no sampling variation){star}"
+    return f"{_num(r['estimate'], '10.4g'):>10} [{r['band_low']:.4g}, {r['band_high']:.4g}]{star}"
 
 
 def run(args) -> int:
+    from memtui.estimation.results import persistent_cells
+    from memtui.estimation.settings import coverage
     from memtui.panel.model import METRIC_LABEL
 
     panel, res = estimate_from_args(args)
@@ -37,7 +42,7 @@ def run(args) -> int:
     print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
           f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
     band = (
-        f"simultaneous {1 - s.alpha:.0%} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
+        f"simultaneous {coverage(s.alpha)} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
     )
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
           f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
@@ -47,9 +52,9 @@ def run(args) -> int:
             print(f"{name:<14} mean {frame['estimate'].mean():.4g} over {frame.height} cohorts{where}, "
                   f"{frame['significant'].sum()} significant; range {frame['estimate'].min():.4g} .. "
                   f"{frame['estimate'].max():.4g}")  # fmt: skip
-    pers = res.persistent.filter(res.persistent["event_time"] >= 0)
+    pers = persistent_cells(res)
     if pers.height:
-        print("persistent     by c - g: estimate [simultaneous band] (* significant)")
+        print("persistent (c > g) by c - g: estimate [simultaneous band] (* significant)")
         rows = pers.to_dicts()
         shown = rows if len(rows) <= 8 else rows[:5] + [None] + rows[-2:]
         for r in shown:
@@ -58,10 +63,13 @@ def run(args) -> int:
     print(f"overall        average post-treatment {o.estimate:.4g} (se {_num(o.std_error, '.3g')})"
           f"{', significant' if o.significant else ''}")  # fmt: skip
     pt = res.pretrend
-    if pt.n_cells and s.draws:
+    if pt.n_cells and s.draws and not math.isfinite(pt.p_value):  # no placebo cell has a standard error
+        print(f"pre-trend      {pt.n_cells} placebo cells (c < g), none with sampling variation (the metric changes "
+              "alike for every instance there): nothing to test")  # fmt: skip
+    elif pt.n_cells and s.draws:
         verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
         print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "
-              f"p = {pt.p_value:.3f}, {pt.n_significant} significant; {verdict}")  # fmt: skip
+              f"p = {p_value(pt.p_value, s.alpha)}, {pt.n_significant} significant; {verdict}")  # fmt: skip
     for note in printable_notes(res):
         print(f"note           {note}")
     return 0

@@ -17,7 +17,7 @@ def add_arguments(p) -> None:
         "--scope",
         default="profile",
         choices=["profile", "instantaneous", "persistent", "residual"],
-        help="which estimates: every (g, c) cell, the diagonal c = g, by c - g, or at the final checkpoint",
+        help="which estimates: every (g, c) cell, the diagonal c = g, by c - g for c > g, or at the final checkpoint",
     )
     sig = p.add_mutually_exclusive_group()
     sig.add_argument(

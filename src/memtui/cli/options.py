@@ -29,6 +29,7 @@ def count(text: str) -> int:
 
 def add_settings_args(p: argparse.ArgumentParser) -> None:
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
+    from memtui.estimation.settings import ALPHA_RANGE
 
     g = p.add_argument_group("estimation")
     g.add_argument("-m", "--metric", help="metric to estimate [default: loglik, else the first metric with values]")
@@ -54,7 +55,12 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only)")
     g.add_argument("--multiplier", default="rademacher", choices=list(CHOICES["multiplier"]), help="bootstrap weights")
     g.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws")
-    g.add_argument("--alpha", type=float, default=0.05, help="1 - alpha is the bands' simultaneous coverage")
+    g.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help=f"1 - alpha is the bands' simultaneous coverage; {ALPHA_RANGE} [0.05]",
+    )
     g.add_argument(
         "--family",
         default="post",

@@ -21,11 +21,15 @@ VALIDATION_MODES = ("optimal", "pilot")  # memtui.estimation.plan.VALIDATION_MOD
 
 
 def add_arguments(p) -> None:
+    from memtui.estimation.settings import ALPHA_RANGE
+
     p.add_argument("panel", type=Path, help="pilot panel: a smaller model's panel or a short extraction")
     p.add_argument("-m", "--metric", help="metric [loglik, else the first metric with values]")
     p.add_argument("--effect", type=float, help="an effect to detect, besides the pilot's instantaneous D, D/2, D/4")
     p.add_argument("--power", type=float, default=0.8, help="probability of detecting it [0.8]")
-    p.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the simultaneous band [0.05]")
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help=f"1 - confidence of the simultaneous band; {ALPHA_RANGE} [0.05]"
+    )
     p.add_argument("--cohorts", type=_whole_number, help="cohorts of the planned panel [the pilot's]")
     p.add_argument("--checkpoints", type=_whole_number, help="checkpoints of the planned panel [the pilot's]")
     p.add_argument(
@@ -103,6 +107,13 @@ def run(args) -> int:
         pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=args.power, alpha=args.alpha,
         validation=args.validation, draws=sim_draws, seed=args.seed,
     )  # fmt: skip
+    given_row = next((r for r in plan.rows if r.label == "--effect"), None)
+    if given_row is not None and given_row.per_cohort is None and "more than" in given_row.reason:
+        raise MemtuiError(
+            f"--effect {args.effect:g} is too small to detect with any panel: it {given_row.reason.split(':')[0]} "
+            f"(an instance's change at c = g varies by {math.sqrt(pilot.s_treated):.3g} in the pilot); pass a "
+            "larger --effect."
+        )
     mde = minimum_detectable_effect(panel, settings, args.power, result=res)
     own_crit = z_value(args.alpha)
     if sim_draws:  # the model at the pilot's own sizes, beside the pilot's bootstrap: how far the pilot is from it
@@ -113,6 +124,8 @@ def run(args) -> int:
 
 
 def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> None:
+    from memtui.estimation.settings import coverage
+
     name = clean(pilot.metric, 80)
     print(f"pilot          {clean(panel.path)}: {name}, {pilot.n_cohorts} cohorts ({pilot.n_treated} instances) + "
           f"{pilot.n_control} validation, {pilot.checkpoints} checkpoints")  # fmt: skip
@@ -122,9 +135,9 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     if not args.draws:
         how = f"pointwise bands (-B 0): z = {plan.rows[0].crit:.3f}"
     elif plan.draws_used:
-        how = f"simultaneous {1 - args.alpha:.0%} band, critical value simulated ({plan.draws_used} draws)"
+        how = f"simultaneous {coverage(args.alpha)} band, critical value simulated ({plan.draws_used} draws)"
     else:
-        how = f"simultaneous {1 - args.alpha:.0%} band, Sidak bound (too many cells to simulate quickly)"
+        how = f"simultaneous {coverage(args.alpha)} band, Sidak bound (too many cells to simulate quickly)"
     print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
           f"cells: {how}")  # fmt: skip
     if args.draws:
@@ -145,7 +158,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
         label = f"{row.effect:.4g} ({row.label})"
         size = row.panel_size(plan.cohorts)
         if size is None:
-            print(f"  {label:>16} {'not reachable with ' + plan.validation + ' validation instances':>40}")
+            print(f"  {label:>16} {row.reason:>40}")
             continue
         per_ckpt = size * length
         print(f"  {label:>16} {row.per_cohort:>11,} {row.validation:>11,} {size:>9,} {row.power:>6.1%} "
@@ -154,6 +167,6 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     if small:
         print("note           cohorts under 30 instances: the bootstrap bands run narrow there (docs/estimation.md, "
               "small cohorts); plan at least 30")  # fmt: skip
-    if any(r.per_cohort is None for r in plan.rows):
+    if any(r.per_cohort is None and "validation instances" in r.reason for r in plan.rows):
         print(f"note           with {plan.validation} validation instances the controls' own noise exceeds what "
               "that effect allows; add validation instances")  # fmt: skip

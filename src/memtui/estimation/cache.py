@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import sysconfig
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from memtui.core.text import clean
 from memtui.estimation.estimate import SCOPES, EstimateResult, Progress, estimate, result_frame
 from memtui.estimation.results import Overall, Pretrend
 from memtui.estimation.settings import Settings
-from memtui.panel.model import Panel
+from memtui.panel.model import NEVER, Panel
 from memtui.panel.samples import is_sample
 
 # what an entry's JSON holds, and the types each value must have
@@ -36,6 +37,7 @@ _META = {
     "cohorts": list,
     "checkpoints": list,
     "notes": list,
+    "sign": int,
 }
 # the numbers the CLI and the app read from the summaries
 _OVERALL = ("estimate", "std_error", "ci_low", "ci_high", "significant", "n_cells")
@@ -48,14 +50,26 @@ def _numbers(record: dict, keys: tuple[str, ...]) -> bool:
     )
 
 
-def cache_key(panel: Panel, settings: Settings) -> str:
-    h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps({"settings": settings.key(), "version": __version__}, sort_keys=True).encode())
-    if settings.metric not in panel.metrics or not panel.done.any():
-        panel.values(settings.metric)  # raises the one-line "no metric" / "no values yet" error
+def key_inputs(panel: Panel, metric: str) -> tuple[dict, list[np.ndarray]]:
+    """Everything of the panel an estimate of ``metric`` reads (estimate.py, crosscheck.py): the metric's sign (tau =
+    sign x ATT: an entry made before a re-import with --lower-is-better has the other sign), the never-treated code,
+    and the arrays: treatment steps, checkpoint steps, done flags and the metric's whole matrix. Add here whatever an
+    estimator starts to read, or a cached result outlives the data it came from."""
+    if metric not in panel.metrics or not panel.done.any():
+        panel.values(metric)  # raises the one-line "no metric" / "no values yet" error
+    scalars = {"sign": int(panel.sign(metric)), "never": NEVER}
     # the whole matrix with the done flags: no masked copy (a tenth of a second at the paper's size)
-    for arr in (panel.treatment, panel.steps, panel.done, panel.metrics[settings.metric]):
-        h.update(np.ascontiguousarray(arr).tobytes())
+    return scalars, [panel.treatment, panel.steps, panel.done, panel.metrics[metric]]
+
+
+def cache_key(panel: Panel, settings: Settings) -> str:
+    scalars, arrays = key_inputs(panel, settings.metric)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(json.dumps({"settings": settings.key(), "version": __version__, **scalars}, sort_keys=True).encode())
+    for arr in arrays:
+        arr = np.ascontiguousarray(arr)
+        h.update(f"{arr.dtype.str}{arr.shape}".encode())  # the same bytes as another dtype or shape are other data
+        h.update(arr.tobytes())
     return h.hexdigest()
 
 
@@ -86,10 +100,26 @@ def _schema() -> pl.Schema:
     return frame.schema
 
 
-def _read(base: Path, settings: Settings) -> EstimateResult:
-    meta = json.loads(base.with_suffix(".json").read_text())
+def _regular_bytes(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file: a FIFO planted at an entry's name would block a plain read forever
+    (opened without blocking, then judged by fstat); anything else is a miss."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _read(base: Path, settings: Settings, sign: int) -> EstimateResult:
+    meta = json.loads(_regular_bytes(base.with_suffix(".json")))
     if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
         raise ValueError("not a cache entry")
+    if meta["sign"] != sign or meta.get("settings") != settings.key():  # the key says so too; an entry must agree
+        raise ValueError("an entry of other data or settings")
     if not all(isinstance(n, str) for n in meta["notes"]):
         raise ValueError("notes are not text")
     if not (_numbers(meta["overall"], _OVERALL) and _numbers(meta["pretrend"], _PRETREND)):
@@ -100,7 +130,7 @@ def _read(base: Path, settings: Settings) -> EstimateResult:
         raise ValueError("summaries of another shape") from None
     if not all(isinstance(v, int) for v in meta["cohorts"] + meta["checkpoints"]):
         raise ValueError("steps are not integers")
-    frames = pl.read_parquet(base.with_suffix(".parquet"))
+    frames = pl.read_parquet(io.BytesIO(_regular_bytes(base.with_suffix(".parquet"))))
     if frames.schema != _schema():
         raise ValueError("columns differ")
     parts = {s: frames.filter(pl.col("scope") == s) for s in SCOPES}
@@ -124,7 +154,7 @@ def load(panel: Panel, settings: Settings) -> EstimateResult | None:
     if panel.path is None:
         return None
     try:
-        return _read(cache_dir(panel) / cache_key(panel, settings), settings)
+        return _read(cache_dir(panel) / cache_key(panel, settings), settings, panel.sign(settings.metric))
     except MemtuiError:
         raise  # cache_key's "no such metric" / "no values yet": the estimate would say the same
     except Exception:  # noqa: BLE001 - a cache entry is a file anyone may have damaged; any failure is a miss
@@ -143,6 +173,7 @@ def store(panel: Panel, result: EstimateResult) -> str | None:
         "checkpoints": result.checkpoints.tolist(),
         "notes": result.notes,
         "settings": result.settings.key(),
+        "sign": int(panel.sign(result.settings.metric)),
     }
     try:
         folder = cache_dir(panel)

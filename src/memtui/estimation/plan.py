@@ -16,15 +16,19 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.engine import did
 from memtui.engine import power as pw
 from memtui.engine.layout import NEVER_INDEX, build_layout
 from memtui.estimation.estimate import EstimateResult, z_value
-from memtui.estimation.settings import Settings
+from memtui.estimation.settings import Settings, check_alpha
 from memtui.panel.hdf5 import read_lengths
 from memtui.panel.model import NEVER, Panel
 
 PYTHIA_ROW = 2049  # tokens per Pythia training row (2048 + 1): the row length assumed when a pilot stores no tokens
 VALIDATION_MODES = ("optimal", "pilot")
+# No plan asks for more instances in one cohort or validation set than this: Pythia's whole training set is 146M
+# sequences (143,000 steps x 1024), so a larger answer says the effect cannot be detected, not how to detect it.
+MAX_INSTANCES = 10**9
 
 
 @dataclass(frozen=True)
@@ -107,11 +111,15 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
     gap = np.abs(np.arange(t)[:, None] - np.arange(t)[None, :])
     v_c = np.bincount(gap.ravel(), weights=change.ravel(), minlength=t) / np.bincount(gap.ravel(), minlength=t)
     v_c[0] = 0.0
+    # an instance's change with a standard deviation at the engine's floor (a cell without sampling variation) is
+    # rounding, not noise: planning on it would divide by ~0 (a plan of 10^16 validation instances)
+    floor = did.se_floor(lay.scale)
     for who, v in (("treated", v_t), ("validation", v_c)):
-        if not v[1] > 0:  # the cell's standard error would be 0 whatever the size: nothing to plan
+        if not math.sqrt(max(v[1], 0.0)) > floor:  # the cell's standard error would be 0 whatever the size
             raise MemtuiError(
                 f"in the pilot, {who} instances all change alike from one checkpoint to the next in "
-                f"'{clean(metric, 80)}', so its noise cannot be measured; plan with a metric that varies."
+                f"'{clean(metric, 80)}' (up to rounding: standard deviation {math.sqrt(max(v[1], 0.0)):.2g}, the "
+                f"metric's {lay.scale:.3g}), so its noise cannot be measured; plan with a metric that varies."
             )
     return Pilot(
         metric=metric,
@@ -138,10 +146,11 @@ def row_length(panel: Panel) -> float | None:
 class PlanRow:
     label: str
     effect: float
-    per_cohort: int | None  # None: not reachable (a fixed validation set too small for this effect)
+    per_cohort: int | None  # None: not reachable (``reason`` says why)
     validation: int | None
     crit: float
     power: float  # achieved at the rounded sizes
+    reason: str = ""  # why a row is not reachable
 
     def panel_size(self, cohorts: int) -> int | None:
         return None if self.per_cohort is None else cohorts * self.per_cohort + self.validation
@@ -214,18 +223,29 @@ def plan_sizes(
         crit = crit_for(kappa)
         for label, effect in effects:
             ratio = pw.detectable_ratio(power, crit)
-            n = max(2, math.ceil(ratio**2 * (pilot.s_treated + pilot.s_control / kappa) / effect**2))
-            n0 = max(2, math.ceil(kappa * n))
+            # (ratio * sd / effect)^2 as a product: ** on a float overflows with an exception, * gives inf
+            root = ratio * math.sqrt(pilot.s_treated + pilot.s_control / kappa) / effect
+            need = root * root
+            n = max(2, math.ceil(need)) if need <= MAX_INSTANCES else math.inf
+            n0 = max(2, math.ceil(kappa * n)) if kappa * n <= MAX_INSTANCES else math.inf
+            if not (n <= MAX_INSTANCES and n0 <= MAX_INSTANCES):
+                rows.append(PlanRow(label, effect, None, None, crit, float("nan"), _too_many(n, n0)))
+                continue
             rows.append(PlanRow(label, effect, n, n0, crit, float(pw.power(effect, _se(pilot, n, n0), crit))))
     else:
         n0 = int(validation)
         for label, effect in effects:
             n, crit, seen = None, crit_for(validation_ratio(pilot, "optimal", cohorts)), set()
             # the critical value depends on n_0 / n_g: iterate to a fixed point (a cycle ends at its largest n)
+            reason = ""
             while True:
-                room = (effect / pw.detectable_ratio(power, crit)) ** 2 - pilot.s_control / n0
+                step = effect / pw.detectable_ratio(power, crit)
+                room = step * step - pilot.s_control / n0
                 if room <= 0:
-                    n = None
+                    n, reason = None, f"not reachable with {n0} validation instances"
+                    break
+                if not pilot.s_treated / room <= MAX_INSTANCES:
+                    n, reason = None, _too_many(pilot.s_treated / room, n0)
                     break
                 n = max(2, math.ceil(pilot.s_treated / room))
                 if n in seen:
@@ -235,16 +255,20 @@ def plan_sizes(
                 seen.add(n)
                 crit = crit_for(n0 / n)
             achieved = float(pw.power(effect, _se(pilot, n, n0), crit)) if n else float("nan")
-            rows.append(PlanRow(label, effect, n, n0 if n else None, crit, achieved))
+            rows.append(PlanRow(label, effect, n, n0 if n else None, crit, achieved, reason))
     return Plan(cohorts, checkpoints, power, alpha, str(validation), n_cells, used[0], rows)
+
+
+def _too_many(per_cohort: float, validation: float) -> str:
+    who = "per cohort" if per_cohort > MAX_INSTANCES else "validation"
+    return f"needs more than {MAX_INSTANCES:.0e} instances {who}: too small to detect"
 
 
 def check_plan_args(*, power: float, alpha: float, cohorts: int | None, checkpoints: int | None, effects=()) -> None:
     """One-line refusals of a plan that makes no sense (None: a size not chosen yet, the pilot's)."""
     if not 0 < power < 1:
         raise MemtuiError(f"--power must be between 0 and 1 (e.g. 0.8), not {power}.")
-    if not 0 < alpha < 1:
-        raise MemtuiError(f"--alpha must be between 0 and 1, not {alpha}.")
+    check_alpha(alpha, "--alpha")
     for name, value in (("--cohorts", cohorts), ("--checkpoints", checkpoints)):
         if value is not None and value < 1:
             raise MemtuiError(f"{name} must be at least 1, not {value}.")

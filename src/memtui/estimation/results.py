@@ -26,8 +26,9 @@ Progress = Callable[[float, str], None]
 
 
 def z_value(alpha: float) -> float:
-    """Two-sided normal critical value (statistics.NormalDist: scipy.stats costs a second to import)."""
-    return NormalDist().inv_cdf(1 - alpha / 2)
+    """Two-sided normal critical value (statistics.NormalDist: scipy.stats costs a second to import); from the lower
+    tail, so that a small alpha is not lost in 1 - alpha / 2 rounding to 1."""
+    return -NormalDist().inv_cdf(alpha / 2)
 
 
 class _Record:
@@ -106,6 +107,13 @@ class EstimateResult:
         c = np.searchsorted(self.checkpoints, self.cells["checkpoint"].to_numpy())
         out[r, c] = self.cells[column].cast(pl.Float64).to_numpy()
         return out
+
+
+def persistent_cells(result: EstimateResult) -> pl.DataFrame:
+    """Persistent memorisation as the paper defines it: the event times c - g > 0, by event time (c = g is
+    instantaneous; c < g, placebo). ``result.persistent`` holds every event time, the whole event-study curve the
+    plots draw; every summary, `memtui estimate` and `export --scope persistent` read this one definition."""
+    return result.persistent.filter(pl.col("event_time") > 0).sort("event_time")
 
 
 def result_frame(

@@ -8,6 +8,25 @@ from typing import ClassVar
 from memtui.core.errors import MemtuiError
 from memtui.estimation.choices import SETTING_CHOICES
 
+# The bands' alpha: at most 0.5 (a band covering less than half the time says nothing), at least 0.0001 (a 99.99%
+# band: its critical value is the bootstrap's 1 - alpha quantile, which 1000 draws already cannot place beyond their
+# largest, and below ~1e-16 the normal quantile itself is 1 - alpha = 1 in floating point).
+ALPHA_MIN, ALPHA_MAX = 0.0001, 0.5
+ALPHA_RANGE = f"from {ALPHA_MIN:g} to {ALPHA_MAX:g}"
+
+
+def check_alpha(alpha: float, name: str = "alpha") -> None:
+    """One-line refusal of an alpha outside [ALPHA_MIN, ALPHA_MAX] (NaN included)."""
+    if not ALPHA_MIN <= alpha <= ALPHA_MAX:
+        raise MemtuiError(
+            f"{name} must be {ALPHA_RANGE} (a {1 - ALPHA_MAX:.0%} to {1 - ALPHA_MIN:.2%} band), not {alpha:g}."
+        )
+
+
+def coverage(alpha: float) -> str:
+    """A band's coverage in words, exact for every allowed alpha: 0.05 -> '95%', 0.0001 -> '99.99%' (never '100%')."""
+    return f"{100 * (1 - alpha):.6g}%"
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -33,8 +52,7 @@ class Settings:
         for name, allowed in self.CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise MemtuiError(f"{name} must be one of {', '.join(allowed)}, not '{getattr(self, name)}'.")
-        if not 0 < self.alpha < 1:
-            raise MemtuiError(f"alpha must be between 0 and 1, not {self.alpha}.")
+        check_alpha(self.alpha)
         if self.draws < 0 or 0 < self.draws < 20:
             raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
         if self.seed < 0:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import polars as pl
@@ -75,6 +75,29 @@ def _parameters(panel: Panel) -> int | None:
     return None
 
 
+def short_paths(names: list[str]) -> list[str]:
+    """Local models are recorded by their folder's absolute path: each such name becomes its shortest tail of folder
+    names that no other model's name ends with (``/home/u/runs/exp1/checkpoints`` beside ``.../exp2/checkpoints``:
+    ``exp1/checkpoints``). Hub ids (``EleutherAI/pythia-70m``) and other names stay as they are."""
+    parts = [PurePosixPath(n).parts if n.startswith(("/", "~", "./", "../")) else None for n in names]
+    out = list(names)
+    for i, mine in enumerate(parts):
+        if mine is None:
+            continue
+        mine = tuple(p for p in mine if p != "/")
+        for k in range(1, len(mine) + 1):
+            tail = "/".join(mine[-k:])
+            others = [
+                names[j] if parts[j] is None else "/".join(q for q in parts[j] if q != "/")
+                for j in range(len(names))
+                if j != i
+            ]
+            if not any(o == tail or o.endswith("/" + tail) for o in others):
+                out[i] = tail
+                break
+    return out
+
+
 def _model_names(panels: list[Panel], paths: list[Path]) -> list[str]:
     """The model recorded in each panel (``model`` attribute, else who scored its checkpoints); the file's stem where
     there is none or two panels record the same model (two seeds of one model, or synthetic panels)."""
@@ -84,6 +107,7 @@ def _model_names(panels: list[Panel], paths: list[Path]) -> list[str]:
     names = [
         r if r and recorded.count(r) == 1 else clean(path.stem, 80) for r, path in zip(recorded, paths, strict=True)
     ]
+    names = short_paths(names)
     seen: dict[str, int] = {}
     for i, name in enumerate(names):  # the same stem in two folders: number them, never merge them
         if names.count(name) > 1:

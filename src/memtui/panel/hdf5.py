@@ -409,7 +409,18 @@ def _read(f: h5py.File, path: Path) -> Panel:
         truth=truth,
         path=path,
         has_tokens="instances/tokens" in f,
+        lengths=_dataset(f, path, "instances/length", "iu", (n,), optional=True),
+        extractable_kl=_lenient(_extractable_kl, f, path),
     )
+
+
+def _lenient(read, f: h5py.File, path: Path):
+    """``read(f, path)``, or None where the panel records it badly: a reader that only explains (why an extractability
+    metric is empty) never makes the whole panel unreadable; read_extractable, for extraction, refuses instead."""
+    try:
+        return read(f, path)
+    except MemtuiError:
+        return None
 
 
 def _read_live(path: Path, read):
@@ -448,24 +459,25 @@ def read_extractable(path: str | os.PathLike) -> tuple[int, int] | None:
     """The (k, l) a panel's extractability metrics are defined with (their datasets' ``k`` and ``l``), or None when it
     has neither metric. Both datasets must carry the same whole numbers >= 1."""
     path = Path(path)
+    return _read_live(path, lambda f: _extractable_kl(f, path))
 
-    def read(f):
-        found = set()
-        for name in EXTRACTABLE_METRICS:
-            if f"metrics/{name}" not in f:
-                continue
-            attrs = _dataset_handle(f, path, f"metrics/{name}", "f").attrs
-            try:
-                found.add((int(attrs["k"]), int(attrs["l"])))
-            except (KeyError, TypeError, ValueError):
-                raise MemtuiError(
-                    f"{path}: metric '{name}' does not record its k and l (attributes); rebuild the panel."
-                ) from None
-        if len(found) > 1 or any(k < 1 or ell < 1 for k, ell in found):
-            raise MemtuiError(f"{path}: the extractability metrics record inconsistent k and l; rebuild the panel.")
-        return found.pop() if found else None
 
-    return _read_live(path, read)
+def _extractable_kl(f: h5py.File, path: Path) -> tuple[int, int] | None:
+    """The (k, l) recorded on the extractability metrics' datasets; None without either metric."""
+    found = set()
+    for name in EXTRACTABLE_METRICS:
+        if f"metrics/{name}" not in f:
+            continue
+        attrs = _dataset_handle(f, path, f"metrics/{name}", "f").attrs
+        try:
+            found.add((int(attrs["k"]), int(attrs["l"])))
+        except (KeyError, TypeError, ValueError):
+            raise MemtuiError(
+                f"{path}: metric '{name}' does not record its k and l (attributes); rebuild the panel."
+            ) from None
+    if len(found) > 1 or any(k < 1 or ell < 1 for k, ell in found):
+        raise MemtuiError(f"{path}: the extractability metrics record inconsistent k and l; rebuild the panel.")
+    return found.pop() if found else None
 
 
 def read_shape(path: str | os.PathLike) -> tuple[int, int]:

@@ -10,6 +10,8 @@ numbers, a panel without controls. The rules are in docs/panel-format.md ("Impor
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +63,7 @@ class Imported:
     folded: int = 0
     skipped: tuple[str, ...] = ()
     numbered: bool = False  # unit ids were not integers: instances are numbered in the sorted order of the ids
+    inferred: bool = False  # the metrics were not named: every other numeric column was taken
 
     def lines(self) -> list[str]:
         never = self.n_units - self.n_treated
@@ -68,6 +71,11 @@ class Imported:
             f"wrote {self.path}: {self.n_units} instances ({self.n_treated} treated in {self.n_cohorts} cohorts, "
             f"{never} never treated), {self.n_checkpoints} checkpoints, metrics {', '.join(map(clean, self.metrics))}"
         ]
+        if self.inferred:  # a numeric column that is no outcome (a treated dummy, a covariate) would become one
+            out.append(
+                f"took as metrics every numeric column besides the unit, time and treatment: "
+                f"{', '.join(map(clean, self.metrics))}; name the outcomes with --metrics to leave others out"
+            )
         if self.dropped_units:
             out.append(f"dropped {self.dropped_units} units ({self.dropped_rows} rows) with no treatment value")
         if self.folded:
@@ -117,13 +125,31 @@ def read_table(path: str | Path) -> pl.DataFrame:
     return table
 
 
+def open_regular(path: Path):
+    """``path`` opened for reading only if it is a regular file, without ever blocking: a FIFO opened for reading
+    waits for a writer forever, and a check before the open leaves a moment in which the file can be swapped for one.
+    O_NONBLOCK makes that open return at once; fstat of what was opened then decides."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise MemtuiError(f"{clean(path)}: cannot open it ({clean(exc.strerror or exc, 80)}).") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise MemtuiError(f"{clean(path)} is not a regular file (a device or a pipe); save the table to a file first.")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def _parse(path: Path) -> pl.DataFrame:
     try:
-        if path.suffix in (".parquet", ".pq"):
-            return pl.read_parquet(path)
-        # the whole column decides its type, so one bad cell far down is reported by name, not as a parse error;
-        # NA is how R writes a missing value
-        return pl.read_csv(path, infer_schema_length=None, null_values=["NA"])
+        with open_regular(path) as source:
+            if path.suffix in (".parquet", ".pq"):
+                return pl.read_parquet(source)
+            # the whole column decides its type, so one bad cell far down is reported by name, not as a parse
+            # error; NA is how R writes a missing value
+            return pl.read_csv(source, infer_schema_length=None, null_values=["NA"])
+    except MemtuiError:
+        raise
     except (Exception, pl.exceptions.PanicException) as exc:  # a hostile file can make the reader panic
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise MemtuiError(f"{path}: cannot read the table ({clean(first, 160)}); expected CSV or parquet.") from None
@@ -399,4 +425,5 @@ def import_table(
         folded=count_folded(treatment, steps),
         skipped=tuple(skipped),
         numbered=numbered,
+        inferred=not spec.metrics,
     )

@@ -53,6 +53,8 @@ class Panel:
     truth: dict[str, np.ndarray] | None = None  # simulated panels: cohorts, steps and the true tau per metric
     path: Path | None = None
     has_tokens: bool = False
+    lengths: np.ndarray | None = None  # each instance's row length in tokens, where the panel stores tokens
+    extractable_kl: tuple[int, int] | None = None  # the (k, l) its extractability metrics are defined with
 
     @property
     def n_instances(self) -> int:
@@ -85,6 +87,9 @@ class Panel:
             )
         y = self.metrics[metric][:, self.done]
         if not np.isfinite(y).any():
+            short = self._too_short_for(metric)
+            if short:
+                raise MemtuiError(f"{self._name}: metric '{metric}' has no values: {short}.")
             # only point to extraction where it can work: a panel without token ids cannot be extracted
             how = (
                 f"run `memtui extract {self._name} --model MODEL`"
@@ -93,6 +98,19 @@ class Panel:
             )
             raise MemtuiError(f"{self._name}: metric '{metric}' has no values yet; {how}.")
         return y
+
+    def _too_short_for(self, metric: str) -> str | None:
+        """Why an extractability metric can have no value: every row shorter than k + l (None if some row is not)."""
+        if metric not in EXTRACTABLE_METRICS or self.lengths is None or not len(self.lengths):
+            return None
+        k, ell = self.extractable_kl or EXTRACTABLE_DEFAULT
+        if (self.lengths >= k + ell).any():
+            return None
+        return (
+            f"every instance is shorter than k + l = {k + ell} tokens (the longest has {int(self.lengths.max())}), "
+            f"and ({k}, {ell})-extractability decodes l = {ell} tokens after a prefix of k = {k}; extraction leaves it "
+            "empty: choose another metric, or build a panel with longer rows"
+        )
 
     @property
     def default_metric(self) -> str:

@@ -14,6 +14,7 @@ derived from ``seq_idx`` (``pythia_treatment_step``), so every refusal of a plai
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,14 @@ import polars as pl
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
-from memtui.panel.importing import Imported, ImportSpec, import_table, pythia_treatment_step, read_table
+from memtui.panel.importing import (
+    Imported,
+    ImportSpec,
+    import_table,
+    open_regular,
+    pythia_treatment_step,
+    read_table,
+)
 from memtui.panel.model import EXTRACTABLE_DEFAULT, NEVER
 
 PRESETS = ("pythia-stats", "pythia-tokens")
@@ -109,9 +117,16 @@ def drop_after_last_checkpoint(
     last = table["step"].max()
     seq = table["seq_idx"].cast(pl.Float64).to_numpy()
     g = pythia_treatment_step(seq, batch_size, macro_steps)
-    late = (g != NEVER) & (g > last)
+    treated = g != NEVER
+    late = treated & (g > last)
     if not late.any():
         return table, 0
+    if late[treated].all():  # what is wrong is the step, not the treatment values it leaves behind
+        first = int(g[treated].min())
+        raise MemtuiError(
+            f"--max-step {max_step} is before the first cohort: no instance is trained on until the checkpoint at "
+            f"step {first}, so no kept checkpoint sees one trained; raise --max-step to {first} or more."
+        )
     return table.filter(pl.Series(~late)), int(np.unique(seq[late]).size)
 
 
@@ -155,6 +170,7 @@ def checkpoint_files(folder: Path, max_step: int | None = None) -> list[tuple[in
         raise MemtuiError(f"{folder} is a file; --preset pythia-tokens reads a folder of per-checkpoint parquet files.")
     found: dict[int, Path] = {}
     for path in sorted(folder.rglob("*.parquet")):
+        _require_regular(path)
         steps = _STEP_IN_NAME.findall(path.name) or _STEP_IN_NAME.findall(str(path.relative_to(folder)))
         if not steps:
             raise MemtuiError(f"{clean(path)}: no 'step<N>' in its name, so its checkpoint is unknown; rename it.")
@@ -170,19 +186,67 @@ def checkpoint_files(folder: Path, max_step: int | None = None) -> list[tuple[in
     return kept
 
 
+def _require_regular(path: Path) -> None:
+    """Refuse anything but a regular file (a link to one is fine): opening a FIFO for reading waits for a writer
+    forever, a device may block or never end, and a folder or a dangling link is no checkpoint file either."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise MemtuiError(
+            f"{clean(path)} is not a regular file ({clean(exc.strerror or exc, 80)}); remove it."
+        ) from None
+    if not stat.S_ISREG(mode):
+        kind = "a folder" if stat.S_ISDIR(mode) else "a pipe" if stat.S_ISFIFO(mode) else "a device or socket"
+        raise MemtuiError(f"{clean(path)} is not a regular file ({kind}); remove it or rename it without .parquet.")
+
+
+_TARGETS = "_targets"  # each row's list length, carried beside the metrics to check it across checkpoints
+
+
 def tokens_table(folder: Path, max_step: int | None = None) -> pl.DataFrame:
     """The per-instance metrics of every checkpoint file, computed record batch by record batch."""
     frames = [checkpoint_frame(path, step) for step, path in checkpoint_files(folder, max_step)]
-    return pl.concat(frames, how="vertical_relaxed")
+    table = pl.concat(frames, how="vertical_relaxed")
+    _check_lengths(table)
+    return table.drop(_TARGETS)
+
+
+def _check_lengths(table: pl.DataFrame) -> None:
+    """Refuse an instance whose lists have another length at another checkpoint: each checkpoint must score the same
+    targets of it, or its metrics (a sum over targets, a share of them) are not comparable across checkpoints and the
+    estimate measures the change of length. A missing list (null or empty) is a missing value, not a length."""
+    scored = table.filter(pl.col(_TARGETS) > 0)
+    spread = scored.group_by("seq_idx").agg(
+        pl.col(_TARGETS).min().alias("shortest"), pl.col(_TARGETS).max().alias("longest")
+    )
+    bad = spread.filter(pl.col("shortest") != pl.col("longest")).sort("seq_idx")
+    if bad.height:
+        first = bad.row(0, named=True)
+        steps = scored.filter(pl.col("seq_idx") == first["seq_idx"]).sort("step")
+        seen = ", ".join(f"{n} at step {s}" for s, n in zip(steps["step"], steps[_TARGETS], strict=True))
+        raise MemtuiError(
+            f"{bad.height} instance{'s have' if bad.height > 1 else ' has'} lists of different lengths at different "
+            f"checkpoints (seq_idx {first['seq_idx']}: {clean(seen, 200)}); every checkpoint must score the same "
+            "targets of an instance: re-extract the checkpoints that differ."
+        )
 
 
 def checkpoint_frame(path: Path, step: int) -> pl.DataFrame:
-    """seq_idx, step and the per-instance metrics of one checkpoint's per-token file."""
+    """seq_idx, step, the per-instance metrics and each row's list length of one checkpoint's per-token file."""
+    source = open_regular(path)
+    try:
+        return _read_frame(source, path, step)
+    finally:
+        source.close()
+
+
+def _read_frame(source, path: Path, step: int) -> pl.DataFrame:
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     try:
-        reader = pq.ParquetFile(path, buffer_size=_READ_BUFFER, pre_buffer=False)
+        reader = pq.ParquetFile(source, buffer_size=_READ_BUFFER, pre_buffer=False)
         names = reader.schema_arrow.names
     except Exception as exc:  # noqa: BLE001 - any reader error is a one-line refusal
         raise MemtuiError(f"{clean(path)}: cannot read it as parquet ({clean(type(exc).__name__)}).") from None
@@ -200,7 +264,9 @@ def checkpoint_frame(path: Path, step: int) -> pl.DataFrame:
         for batch in reader.iter_batches(batch_size=_ROWS_PER_BATCH, columns=list(TOKEN_COLUMNS)):
             metrics = instance_metrics(*(batch.column(c) for c in ("sup", "rank", "entropy")), where=path)
             ids = pl.from_arrow(batch.select(["seq_idx"])).to_series()
-            parts.append(pl.DataFrame({"seq_idx": ids, "step": np.full(batch.num_rows, step), **metrics}))
+            targets = pc.list_value_length(batch.column("sup")).fill_null(0).to_numpy(zero_copy_only=False)
+            frame = {"seq_idx": ids, "step": np.full(batch.num_rows, step), **metrics, _TARGETS: targets}
+            parts.append(pl.DataFrame(frame))
     except MemtuiError:
         raise
     except Exception as exc:  # noqa: BLE001 - a damaged file fails mid-read: one line, not a traceback

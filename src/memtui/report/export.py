@@ -9,6 +9,7 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.estimation.estimate import EstimateResult
+from memtui.estimation.results import persistent_cells
 
 # what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Export columns")
 COLUMNS = [
@@ -19,7 +20,9 @@ COLUMNS = [
 
 
 def export_frame(result: EstimateResult, scope: str = "profile", significant_only: bool = True) -> pl.DataFrame:
-    frame = result.scope(scope).select(COLUMNS)
+    """The scope's rows in the export's columns; ``persistent`` is c > g (``persistent_cells``), as everywhere."""
+    rows = persistent_cells(result) if scope == "persistent" else result.scope(scope)
+    frame = rows.select(COLUMNS)
     return frame.filter(pl.col("significant")) if significant_only else frame
 
 

@@ -68,9 +68,24 @@ class ReferenceComparison:
     n_memtui: int
     notes: tuple[str, ...] = ()
 
+    def _estimates(self, side: str) -> np.ndarray:
+        return self.cells[f"{side}_estimate"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+
+    @property
+    def missing(self) -> dict[str, int]:
+        """Matched cells without an estimate, by side (a null or NaN ATT in the file; a NaN cell of memtui's)."""
+        return {side: int(np.isnan(self._estimates(side)).sum()) for side in ("reference", "memtui")}
+
+    @property
+    def comparable(self) -> np.ndarray:
+        return np.isfinite(self._estimates("memtui")) & np.isfinite(self._estimates("reference"))
+
     @property
     def max_difference(self) -> float:
-        return float(self.cells["difference"].abs().max())
+        """The largest |difference| over the cells both sides estimate (NaN when there is none): a cell without an
+        estimate is counted in ``missing``, never skipped as if it agreed."""
+        d = np.abs(self._estimates("memtui") - self._estimates("reference"))[self.comparable]
+        return float(d.max()) if len(d) else float("nan")
 
     @property
     def scale(self) -> float:
@@ -80,8 +95,10 @@ class ReferenceComparison:
 
     @property
     def relative_difference(self) -> float:
-        scale = self.scale
-        return self.max_difference / scale if scale > 0 else (0.0 if self.max_difference == 0 else float("inf"))
+        scale, most = self.scale, self.max_difference
+        if np.isnan(most):
+            return float("nan")
+        return most / scale if scale > 0 else (0.0 if most == 0 else float("inf"))
 
     @property
     def significance_agreement(self) -> float:
@@ -89,7 +106,12 @@ class ReferenceComparison:
 
     @property
     def agrees(self) -> bool:
-        return self.relative_difference <= AGREE_RELATIVE and self.significance_agreement >= AGREE_SIGNIFICANCE
+        return (
+            not any(self.missing.values())
+            and self.comparable.any()
+            and self.relative_difference <= AGREE_RELATIVE
+            and self.significance_agreement >= AGREE_SIGNIFICANCE
+        )
 
     def lines(self) -> list[str]:
         c = self.cells
@@ -104,14 +126,31 @@ class ReferenceComparison:
             f"{self.settings.control_group.replace('_', '-')} controls, {self.settings.draws} draws",
             f"{n} cells compared ({self.n_reference} in the reference, {self.n_memtui} estimated by memtui; "
             f"{self.n_reference - n} reference and {self.n_memtui - n} memtui cells have no counterpart)",
-            f"max |difference| {self.max_difference:.4g} = {100 * self.relative_difference:.3g}% of the largest "
-            f"|estimate| ({self.scale:.4g}); median {float(c['difference'].abs().median()):.4g}",
+            self._difference_line(),
+            *self._missing_lines(),
             f"significance agrees on {int(c['agree'].sum())} of {n} cells ({100 * self.significance_agreement:.1f}%): "
             f"both significant {both}, memtui only {only_m}, reference only {only_r}",
             *self.notes,
             self.verdict(),
         ]
         return out
+
+    def _difference_line(self) -> str:
+        if not self.comparable.any():
+            return "no cell has an estimate on both sides, so no difference can be measured"
+        d = np.abs(self._estimates("memtui") - self._estimates("reference"))[self.comparable]
+        return (
+            f"max |difference| {self.max_difference:.4g} = {100 * self.relative_difference:.3g}% of the largest "
+            f"|estimate| ({self.scale:.4g}); median {float(np.median(d)):.4g}"
+        )
+
+    def _missing_lines(self) -> list[str]:
+        where = {"reference": "in the reference (ATT empty or NaN)", "memtui": "from memtui (NaN)"}
+        return [
+            f"{count} {'cell has' if count == 1 else 'cells have'} no estimate {where[side]}"
+            for side, count in self.missing.items()
+            if count
+        ]
 
     def verdict(self) -> str:
         if self.agrees:
@@ -120,6 +159,9 @@ class ReferenceComparison:
                 f"scale, significance the same on at least {100 * AGREE_SIGNIFICANCE:g}% of cells)"
             )
         why = []
+        missing = sum(self.missing.values())
+        if missing:
+            why.append(f"{missing} matched {'cell has' if missing == 1 else 'cells have'} no estimate on one side")
         if self.relative_difference > AGREE_RELATIVE:
             why.append(f"estimates differ by up to {100 * self.relative_difference:.3g}% of their scale")
         if self.significance_agreement < AGREE_SIGNIFICANCE:
@@ -139,7 +181,31 @@ def read_reference(path: str | Path) -> pl.DataFrame:
     for col in ("cohort", "base_period", "time", "ATT", "std_error", "lower", "upper"):
         if not table[col].dtype.is_numeric():
             raise MemtuiError(f"{clean(path)}: column '{col}' must hold numbers, not {table[col].dtype}.")
-    return table.with_columns(pl.col("model_size").cast(pl.String), pl.col("stat").cast(pl.String))
+    steps = {col: _whole_steps(table[col], col, path) for col in STEP_COLUMNS}
+    return table.with_columns(
+        *(pl.Series(col, values) for col, values in steps.items()),
+        pl.col("model_size").cast(pl.String),
+        pl.col("stat").cast(pl.String),
+    )
+
+
+STEP_COLUMNS = ("cohort", "base_period", "time")
+_EXACT = 2.0**53  # beyond it a float64 no longer holds every whole number: another step could be matched
+
+
+def _whole_steps(column: pl.Series, name: str, path) -> np.ndarray:
+    """A step column as int64, refusing what is no checkpoint step: empty, NaN, infinite, fractional (2000.5 was
+    truncated to 2000 and matched) or beyond 2^53 (1e30 overflowed the cast). base_period is -1 before the first."""
+    values = column.cast(pl.Float64).to_numpy()
+    bad = ~np.isfinite(values) | (np.abs(values) > _EXACT)
+    bad[~bad] = values[~bad] != np.round(values[~bad])
+    if bad.any():
+        first = values[bad][0]
+        raise MemtuiError(
+            f"{clean(path)}: column '{name}' must hold whole checkpoint steps; {int(bad.sum())} cells do not "
+            f"(first: {'empty' if np.isnan(first) else f'{first:g}'}); fix the file."
+        )
+    return values.astype(np.int64)
 
 
 def _one(table: pl.DataFrame, column: str, wanted: str | None, path, option: str) -> str:
@@ -172,14 +238,34 @@ def _stat_for(table: pl.DataFrame, metric: str, path) -> str:
     raise MemtuiError(f"{clean(path)} has no {metric} estimates and several others; pick one: {choices}.")
 
 
-def _significant(column: pl.Series) -> np.ndarray:
-    """zero_not_in_cband as booleans: the paper's files mark a significant cell with "*" and leave others empty."""
+_MARKED = ("*", "true", "1", "yes")  # how a file marks zero outside the band
+_UNMARKED = ("", "false", "0", "no", "nan")  # ... and inside it (the paper's files leave it empty)
+
+
+def _significant(column: pl.Series, path) -> np.ndarray:
+    """zero_not_in_cband as booleans: the paper's files mark a significant cell with "*" and leave others empty; a
+    number is 1 (significant) or 0, empty or NaN (not: a float column stores the empty cells as NaN). Any other value
+    is refused rather than guessed at (NaN != 0 read as significant)."""
     if column.dtype == pl.Boolean:
         return column.fill_null(False).to_numpy()
     if column.dtype.is_numeric():
-        return (column.fill_null(0).cast(pl.Float64) != 0).to_numpy()
+        values = column.cast(pl.Float64).fill_null(np.nan).to_numpy()
+        known = np.isnan(values) | (values == 0) | (values == 1)
+        if not known.all():
+            raise MemtuiError(
+                f"{clean(path)}: column 'zero_not_in_cband' must be 1 or 0 (or empty) where it holds numbers; "
+                f"{int((~known).sum())} cells hold other values (first: {values[~known][0]:g})."
+            )
+        return values == 1
     text = column.cast(pl.String).fill_null("").str.strip_chars().str.to_lowercase()
-    return text.is_in(["*", "true", "1", "yes"]).to_numpy()
+    known = text.is_in([*_MARKED, *_UNMARKED])
+    if not known.all():
+        raise MemtuiError(
+            f"{clean(path)}: column 'zero_not_in_cband' must mark significant cells with '*' (or true, 1, yes) and "
+            f"leave others empty (or false, 0, no); {int((~known).sum())} cells hold other text "
+            f"(first: '{clean(text.filter(~known)[0], 40)}')."
+        )
+    return text.is_in(list(_MARKED)).to_numpy()
 
 
 def base_period_of(rows: pl.DataFrame, path) -> str:
@@ -230,9 +316,9 @@ def compare_reference(
     ref = rows.select(
         pl.col("cohort").cast(pl.Int64),
         pl.col("time").cast(pl.Int64).alias("checkpoint"),
-        (pl.col("ATT").cast(pl.Float64) * to_memtui).alias("reference_estimate"),
+        (pl.col("ATT").cast(pl.Float64).fill_null(np.nan) * to_memtui).alias("reference_estimate"),
         (pl.col("std_error").cast(pl.Float64) * abs(to_memtui)).alias("reference_std_error"),
-        pl.Series("reference_significant", _significant(rows["zero_not_in_cband"])),
+        pl.Series("reference_significant", _significant(rows["zero_not_in_cband"], path)),
     )
     ours = result.cells.select(
         "cohort",
@@ -253,9 +339,13 @@ def compare_reference(
     both = cells["memtui_significant"] & cells["reference_significant"]
     cells = cells.with_columns(
         (m - r).alias("difference"),
-        ((cells["memtui_significant"] == cells["reference_significant"]) & (~both | (m.sign() == r.sign()))).alias(
-            "agree"
-        ),
+        # a cell without an estimate on either side cannot agree (its significance says nothing)
+        (
+            (cells["memtui_significant"] == cells["reference_significant"])
+            & (~both | (m.sign() == r.sign()))
+            & m.is_finite()
+            & r.is_finite()
+        ).alias("agree"),
     ).select(
         "cohort",
         "checkpoint",
