@@ -159,7 +159,7 @@ def test_stop_event_abandons_the_current_checkpoint(extract_panel, extract_check
 
 READER = """
 import sys, time, pathlib, numpy as np
-from memtui.panel import read_panel
+from memtui.panel.hdf5 import read_panel
 panel, stop, report = sys.argv[1:]
 reads, errors = 0, []
 while not pathlib.Path(stop).exists():
