@@ -73,13 +73,13 @@ def _num(value, spec: str = ".4g") -> str:
 
 
 def _settings(args, panel):
-    from memtui.cli.commands import settings_from_args
+    from memtui.cli.options import settings_from_args
 
     return settings_from_args(args, panel)
 
 
 def _suite(args, out: Path | None) -> int:
-    from memtui.cli.commands import progress_bar
+    from memtui.cli.options import progress_bar
     from memtui.estimation.suite import correlations, estimate_suite, headline, load_suite
 
     suite = load_suite(args.panels)
@@ -90,11 +90,34 @@ def _suite(args, out: Path | None) -> int:
     corr = correlations(sr, metric, scope=args.scope)
     for line in _suite_lines(sr, table, corr):
         print(line)
+    for line in _seed_lines(sr, metric):
+        print(line)
     if out is not None:
         _write(table, out)
         _write(corr.frame(), companion(out, "correlations"))
         print(f"wrote {clean(out)} ({table.height} models) and {clean(companion(out, 'correlations'))}")
     return 0
+
+
+def _seed_lines(sr, metric: str) -> list[str]:
+    """A seed suite's between-seed spread of the profile (how much of memorisation is data order)."""
+    from memtui.estimation.suite import seed_spread
+
+    spread = seed_spread(sr, metric)
+    if spread is None:
+        return []
+    if not spread.n_cells:
+        return ["", "between-seed spread: no post-treatment cell is estimated under every seed"]
+    inst = (
+        f"; instantaneous (c = g, {spread.instantaneous_cells} cells) {_num(spread.instantaneous_spread)}"
+        if spread.instantaneous_cells
+        else ""
+    )
+    return [
+        "",
+        f"between-seed spread of the profile over {spread.n_cells} post-treatment cells every seed estimates: mean "
+        f"SD across seeds {_num(spread.spread)}{inst}; mean within-seed standard error {_num(spread.std_error)}",
+    ]
 
 
 def _params(n) -> str:
@@ -159,7 +182,7 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
 
 
 def _estimators(args, out: Path | None) -> int:
-    from memtui.cli.commands import progress_bar
+    from memtui.cli.options import progress_bar
     from memtui.estimation.estimate import compare
     from memtui.panel.hdf5 import read_panel
 
