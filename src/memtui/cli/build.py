@@ -39,8 +39,8 @@ def add_arguments(p) -> None:
     o = p.add_argument_group(
         "any --order",
         "-k/-m: batches per cohort x instances per batch (neox: k x m sequences per cohort); --steps: the panel's "
-        "checkpoints (default: every --macro steps); --n-validation: controls to draw [beyond: 1000; validation: "
-        "all]; --seed: the sampling seed.",
+        "checkpoints (default: every --macro steps); --n-validation: controls to draw [1000; neox --validation "
+        "rows: all]; --seed: the sampling seed.",
     )
     o.add_argument("--order", choices=ORDERS, help="build from this family's data order (docs/suites.md)")
     o.add_argument("--controls", choices=("beyond", "validation"), default="beyond",
