@@ -119,10 +119,33 @@ def _suite(args, out: Path | None) -> int:
     corr = correlations(sr, metric, scope=args.scope)
     for line in _suite_lines(sr, table, corr):
         print(line)
+    for line in _seed_lines(sr, metric):
+        print(line)
     if out is not None:
         write_together({out: table, companion(out, "correlations"): corr.frame()})
         print(f"wrote {clean(out)} ({table.height} models) and {clean(companion(out, 'correlations'))}")
     return 0
+
+
+def _seed_lines(sr, metric: str) -> list[str]:
+    """A seed suite's between-seed spread of the profile (how much of memorisation is data order)."""
+    from memtui.estimation.suite import seed_spread
+
+    spread = seed_spread(sr, metric)
+    if spread is None:
+        return []
+    if not spread.n_cells:
+        return ["", "between-seed spread: no post-treatment cell is estimated under every seed"]
+    inst = (
+        f"; instantaneous (c = g, {spread.instantaneous_cells} cells) {_num(spread.instantaneous_spread)}"
+        if spread.instantaneous_cells
+        else ""
+    )
+    return [
+        "",
+        f"between-seed spread of the profile over {spread.n_cells} post-treatment cells every seed estimates: mean "
+        f"SD across seeds {_num(spread.spread)}{inst}; mean within-seed standard error {_num(spread.std_error)}",
+    ]
 
 
 def _params(n) -> str:

@@ -51,6 +51,8 @@ def run(args) -> int:
     if p.n_parameters:
         config = next((c for c, done in zip(p.configs, p.done, strict=False) if done and c), "")
         rows.append(("model size", f"{p.n_parameters:,} parameters" + (f"; {clean(config)}" if config else "")))
+    if p.provenance:
+        rows.append(("order", _order_note(p)))
     if p.truth is not None:
         rows.append(("truth", "simulated panel: the true profile is stored"))
     rows += [(clean(key, 40), clean(value)) for key, value in _provenance(p.attrs)]
@@ -72,3 +74,17 @@ def _folded_note(treatment: np.ndarray, steps: np.ndarray) -> str | None:
 
     folded = count_folded(treatment, steps)
     return f"{folded} instances have a treatment step between checkpoints: {FOLDED_RULE}" if folded else None
+
+
+def _order_note(p) -> str:
+    """What the panel records of each instance's place in its data order (``instances/provenance``)."""
+    rows = [k for k in p.provenance if not k.endswith("_names")]
+    text = "per instance: " + ", ".join(rows)
+    if p.stage_names:
+        stages = np.unique(p.provenance["stage"]) if "stage" in p.provenance else []
+        text += f"; stages {', '.join(clean(p.stage_names[int(s)], 40) for s in stages)}"
+        text += " (controls within each stage)" if len(stages) < 2 else " (mixed: estimated only per stage)"
+    seeds = p.provenance_attrs.get("seeds")
+    if seeds:
+        text += f"; seed suite {clean(seeds, 200)} (this panel: {clean(p.attrs.get('seed', '?'), 40)})"
+    return text

@@ -40,6 +40,7 @@ ALL_ESTIMATORS = ESTIMATORS
 def estimate(panel: Panel, settings: Settings, progress: Progress | None = None) -> EstimateResult:
     """Estimate the memorisation profile of one metric, with its summaries and bootstrap bands."""
     settings = settings.validate()
+    panel.refuse_mixed_stages()  # controls must come from the instance's own stage (staged curricula)
     if settings.engine == "differences":
         from memtui.estimation.crosscheck import estimate_with_differences
 

@@ -145,6 +145,7 @@ def _restrict(panel: Panel, rows: np.ndarray | None, cols: np.ndarray | None) ->
         revisions=pick(panel.revisions, c),
         weight_hashes=pick(panel.weight_hashes, c),
         models=pick(panel.models, c),
+        provenance={k: v if k.endswith("_names") else v[r] for k, v in panel.provenance.items()},
         truth=None,  # the simulated truth is per cohort of the whole panel: not kept on a part of it
         **extra,
     )
@@ -166,6 +167,14 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
     panels = [read_panel(p) for p in paths]
     names = _model_names(panels, paths)
     notes: list[str] = []
+    seeds = is_seed_suite(panels)
+    if seeds:  # one model's data orders: name each panel by its seed, keep each seed's own treatment steps
+        labels = [clean(p.attrs.get("seed", ""), 40) for p in panels]
+        if all(labels) and len(set(labels)) == len(labels):
+            names = labels
+        notes.append(
+            "seed suite: the same instances under each seed's data order, each panel with its own treatment steps"
+        )
 
     # instances: (id, treatment) pairs every panel has, in the first panel's order
     first = panels[0]
@@ -175,7 +184,7 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
         pos = _positions(first.ids, p.ids)
         found = pos >= 0
         same = np.zeros_like(found)
-        same[found] = p.treatment[pos[found]] == first.treatment[found]
+        same[found] = True if seeds else p.treatment[pos[found]] == first.treatment[found]
         moved += int((found & ~same & common).sum())
         common &= same
     if not common.any():
@@ -224,6 +233,13 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
         paths=[paths[i] for i in order],
         originals=[panels[i] for i in order],
     )
+
+
+def is_seed_suite(panels: Sequence[Panel]) -> bool:
+    """Panels ``memtui build --seeds`` wrote together: one model's instances under several data orders (attribute
+    ``seed_suite``, the same in all). Their instances match by id alone: the treatment step is the seed's."""
+    marks = {str(p.attrs.get("seed_suite", "")) for p in panels}
+    return len(panels) > 1 and len(marks) == 1 and bool(marks.pop())
 
 
 def _positions(wanted: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -345,6 +361,7 @@ def _prepare(job: _Job) -> None:
     """The layout and point estimates of one job (``estimate``'s first steps, with its one-line refusals)."""
     s = job.settings
     try:
+        job.panel.refuse_mixed_stages()
         y = job.panel.values(s.metric)
         lay = build_layout(
             y,
@@ -878,3 +895,48 @@ __all__ = [
     "load_suite",
     "plateau",
 ]
+
+
+@dataclass
+class SeedSpread:
+    """How much of a seed suite's profile is data order: per (cohort, checkpoint) cell that every seed estimates
+    (post-treatment), the standard deviation of the estimates across seeds, beside the mean standard error of one
+    seed's estimate. A spread well above the standard error says the profile depends on the order the data came in,
+    not only on sampling noise. ``instantaneous`` restricts to c = g."""
+
+    n_cells: int
+    spread: float  # mean over cells of the between-seed standard deviation
+    std_error: float  # mean over cells and seeds of the within-seed standard error
+    instantaneous_spread: float
+    instantaneous_cells: int
+
+
+def seed_spread(suite_result: SuiteResult, metric: str | None = None) -> SeedSpread | None:
+    """The between-seed spread of a seed suite's profile (None for a suite of models, or fewer than 2 panels)."""
+    sr = suite_result
+    metric = metric or sr.metrics[0]
+    if len(sr.names) < 2 or not is_seed_suite(sr.suite.panels):
+        return None
+    frames = []
+    for k, name in enumerate(sr.names):
+        c = sr.results[name][metric].cells.filter(~pl.col("pre_treatment"))
+        se = pl.when(pl.col("std_error").is_finite()).then(pl.col("std_error")).otherwise(pl.col("analytic_se"))
+        frames.append(c.select("cohort", "checkpoint", "event_time", pl.col("estimate").alias(f"e{k}"),
+                               se.alias(f"s{k}")))  # fmt: skip
+    joined = frames[0]
+    for f in frames[1:]:
+        joined = joined.join(f.drop("event_time"), on=["cohort", "checkpoint"], how="inner")
+    est = joined.select([f"e{k}" for k in range(len(frames))]).to_numpy()
+    se = joined.select([f"s{k}" for k in range(len(frames))]).to_numpy()
+    ok = np.isfinite(est).all(axis=1)
+    est, se, inst = est[ok], se[ok], joined["event_time"].to_numpy()[ok] == 0
+    if not len(est):
+        return SeedSpread(0, math.nan, math.nan, math.nan, 0)
+    sd = est.std(axis=1, ddof=1)
+    return SeedSpread(
+        n_cells=len(est),
+        spread=float(sd.mean()),
+        std_error=float(np.nanmean(se)) if np.isfinite(se).any() else math.nan,
+        instantaneous_spread=float(sd[inst].mean()) if inst.any() else math.nan,
+        instantaneous_cells=int(inst.sum()),
+    )

@@ -333,3 +333,393 @@ def build_from_tokens(
         attrs={"source": f"tokens {path}", **(attrs or {})},
         overwrite=overwrite,
     )
+
+
+# -- panels from a family's data order (memtui.orders; docs/suites.md) ----------------------------------------------
+
+
+def _order_steps(steps, macro: int, last: int | None, what: str) -> list[int]:
+    """The panel's checkpoint steps: ``--steps`` as given, else every ``macro`` steps up to ``last``."""
+    if steps is not None:
+        step_list = parse_checkpoints(steps) if isinstance(steps, str) else sorted({int(s) for s in steps})
+        if step_list is None:
+            raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
+        return step_list
+    if last is None or last < macro:
+        raise MemtuiError(f"{what}: give the panel's checkpoint steps (--steps).")
+    return list(range(0, last + 1, macro))
+
+
+def _check_outputs(outs: Sequence[Path], overwrite: bool) -> None:
+    for out in outs:
+        refuse_existing(out, overwrite)
+
+
+def _write_order_panel(
+    out: Path,
+    *,
+    ids,
+    treatment,
+    steps,
+    tokens: np.ndarray,
+    lengths,
+    provenance: dict,
+    provenance_attrs: dict | None = None,
+    revisions=None,
+    attrs: dict,
+    overwrite: bool,
+) -> Path:
+    """The step every order shares: check the token ids, refuse a panel without controls, write it atomically."""
+    treatment = np.asarray(treatment, dtype=np.int64)
+    if not (treatment == NEVER).any():
+        raise MemtuiError("the panel would have no never-trained controls; give --n-validation > 0 (and a source).")
+    if not (treatment != NEVER).any():
+        raise MemtuiError("no training instance falls into the panel's checkpoint steps; check --steps.")
+    check_token_range(tokens, lengths, out)
+    return create_panel(
+        out,
+        ids=ids,
+        treatment=treatment,
+        steps=steps,
+        source_index=provenance.get("position"),
+        tokens=tokens,
+        lengths=lengths,
+        revisions=revisions,
+        attrs=attrs,
+        provenance=provenance,
+        provenance_attrs=provenance_attrs,
+        overwrite=overwrite,
+    )
+
+
+def _stack_rows(rows: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Token rows of any lengths as a PAD-filled matrix and their lengths."""
+    lengths = np.array([len(r) for r in rows], dtype=np.int64)
+    out = np.full((len(rows), max(int(lengths.max()), 1)), PAD, dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out, lengths
+
+
+def _validation_rows(validation, n_validation: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(rows picked, their tokens) of a never-trained validation token file (.npy / .npz, rows x length)."""
+    if validation is None:
+        raise MemtuiError("--controls validation needs --validation FILE (.npy, rows x length of never-trained ids).")
+    val = load_token_array(validation)
+    if n_validation is not None and n_validation < len(val):
+        pick = np.sort(np.random.default_rng(seed + 1).choice(len(val), size=n_validation, replace=False))
+    else:
+        pick = np.arange(len(val))
+    return pick, np.asarray(val[pick]).astype(np.int64)
+
+
+def _seed_name(prefix: str, k: int) -> str:
+    """``seed{N}`` from a GPT-NeoX map prefix (``..._{N}s``), else by position."""
+    import re
+
+    found = re.search(r"_(\d+)s$", str(prefix))
+    return f"seed{found.group(1)}" if found else f"seed{k}"
+
+
+def build_from_neox(
+    out: str | os.PathLike,
+    tokens: str | os.PathLike,
+    maps: str | os.PathLike,
+    *,
+    batch_size: int,
+    seq_len: int | None = None,
+    steps: str | Sequence[int] | None = None,
+    macro: int = 1000,
+    k: int = 10,
+    m: int = 10,
+    n_controls: int | None = None,
+    controls: str = "beyond",
+    validation: str | os.PathLike | None = None,
+    train_steps: int | None = None,
+    seed: int = 0,
+    seeds: Sequence[str] | None = None,
+    seed_names: Sequence[str] | None = None,
+    perturbation_info: str | os.PathLike | None = None,
+    examples: str | os.PathLike | None = None,
+    cache: str | os.PathLike | None = None,
+    attrs: dict | None = None,
+    overwrite: bool = False,
+) -> list[Path]:
+    """Panel(s) from a GPT-NeoX / Megatron order: ``k x m`` sequences per cohort drawn uniformly over the cohort's
+    training positions, never-trained controls past the last trained step ("beyond") or from ``validation``.
+
+    ``seq_len`` is the row length (tokens per instance, the maps' seq_len + 1). ``seeds``: the map prefixes of other
+    seeds' orders of the same corpus (``maps`` is the home seed): one panel per seed over the same instances, each
+    with that seed's treatment (``OUT-{seed}.h5``). ``perturbation_info``: Hubble's inserted examples are added, each
+    treated at its first insertion, with its duplication count and insertion steps. Returns the panels written."""
+    from memtui.orders.neox import IndexedTokens, IndexMaps, NeoxOrder, cohort, sample_panel_instances, seed_steps
+
+    out = Path(out)
+    if controls not in ("beyond", "validation"):
+        raise MemtuiError(f"--controls must be beyond or validation for --order neox, not '{controls}'.")
+    if seeds and controls == "beyond":
+        raise MemtuiError(
+            "a seed suite needs --controls validation: a sequence beyond the home seed's last step is trained under "
+            "the other seeds' orders."
+        )
+    names = [*seed_names] if seed_names else [_seed_name(p, i) for i, p in enumerate([maps, *(seeds or [])])]
+    if seeds and len(set(names)) != len(names):
+        raise MemtuiError(f"seed names must differ: {', '.join(names)}.")
+    outs = [out.with_name(f"{out.stem}-{name}{out.suffix or '.h5'}") for name in names] if seeds else [out]
+    _check_outputs(outs, overwrite)
+    data = IndexedTokens(tokens, cache_dir=cache)
+    order = NeoxOrder(data, IndexMaps(maps, cache_dir=cache), batch_size, None if seq_len is None else seq_len - 1)
+    step_list = _order_steps(steps, macro, order.n_sequences // order.batch_size, str(maps))
+    beyond = controls == "beyond"
+    n_beyond = (1000 if n_controls is None else n_controls) if beyond else 0
+    inst = sample_panel_instances(
+        order,
+        steps=step_list,
+        per_cohort=k * m,
+        n_controls=n_beyond,
+        seed=seed,
+        controls="beyond" if beyond else "none",
+        train_steps=train_steps,
+    )
+    ids, treat, rows = inst.ids, inst.treatment, list(inst.tokens)
+    first_piece = np.r_[0, np.flatnonzero(np.diff(inst.pieces.instance)) + 1]
+    prov = {
+        "position": ids,
+        "step": inst.step,
+        "document": inst.pieces.document[first_piece],  # the corpus document the sequence starts in
+        "offset": inst.pieces.offset[first_piece],  # and the token it starts at
+    }
+    notes = [f"order {maps}: {order.n_sequences:,} sequences of {order.seq_len + 1} tokens, batch {batch_size}"]
+    if perturbation_info is not None:
+        ids, treat, rows, prov, note = _with_insertions(order, perturbation_info, examples, step_list, ids, treat,
+                                                        rows, prov)  # fmt: skip
+        notes.append(note)
+    if not beyond:
+        pick, val = _validation_rows(validation, n_controls, seed)
+        ids = np.r_[ids, order.n_sequences + pick]  # validation ids follow the order's positions
+        treat = np.r_[treat, np.full(len(pick), NEVER)]
+        rows += list(val)
+        prov = {key: _pad_rows(v, len(pick)) for key, v in prov.items()}
+        notes.append(f"controls: {len(pick)} validation rows of {validation}")
+    matrix, lengths = _stack_rows(rows)
+    base = {"source": f"neox order {maps} over {tokens}", "order": "neox", "order_notes": "; ".join(notes),
+            "batch_size": str(batch_size), **(attrs or {})}  # fmt: skip
+    if not seeds:
+        return [_write_order_panel(out, ids=ids, treatment=treat, steps=step_list, tokens=matrix, lengths=lengths,
+                                   provenance=prov, attrs=base, overwrite=overwrite)]  # fmt: skip
+    others = [NeoxOrder(data, IndexMaps(p, cache_dir=cache), batch_size, order.seq_len) for p in seeds]
+    trained = prov["position"] >= 0
+    # under every seed, the home seed included: when the instance's input tokens were first trained (any, all). In a
+    # later epoch of the home order that is before the sequence's own step (its tokens were cut into other
+    # sequences in an earlier epoch), so the home seed is measured as the others are
+    first = np.full((len(ids), len(names)), -1, dtype=np.int64)
+    full = first.copy()
+    first[trained], full[trained] = seed_steps(order, prov["position"][trained], [order, *others])
+    last = max(step_list)
+    # an instance some of whose tokens a seed trained by the last checkpoint, but not all, is neither treated nor a
+    # clean control under that seed: it leaves the whole suite (the suite needs the same instances in every panel)
+    partial = ((first >= 1) & (first <= last) & ((full < 1) | (full > last))).any(axis=1)
+    keep = ~partial
+    treatments = [np.where(trained, cohort(full[:, s], step_list), NEVER)[keep] for s in range(len(names))]
+    prov = {key: v[keep] for key, v in prov.items()} | {"seed_steps": full[keep], "seed_first_steps": first[keep]}
+    suite = _suite_mark(maps, ids[keep])
+    written: list[Path] = []
+    try:
+        for s, (name, path) in enumerate(zip(names, outs, strict=True)):
+            seed_attrs = {**base, "seed": name, "seeds": ",".join(names), "seed_suite": suite,
+                          "order_notes": base["order_notes"] + f"; {int(partial.sum())} instances partly trained "
+                          "by the last checkpoint under some seed left out"}  # fmt: skip
+            written.append(_write_order_panel(
+                path, ids=ids[keep], treatment=treatments[s], steps=step_list, tokens=matrix[keep],
+                lengths=lengths[keep], provenance=prov, attrs=seed_attrs, overwrite=overwrite,
+                provenance_attrs={"seeds": ",".join(names), "seed_maps": " ".join(map(str, [maps, *seeds]))},
+            ))  # fmt: skip
+    except BaseException:
+        for path in written:  # a suite is whole or absent
+            path.unlink(missing_ok=True)
+        raise
+    return written
+
+
+def _pad_rows(values: np.ndarray, n: int) -> np.ndarray:
+    """``values`` followed by ``n`` rows of "unknown": -1, or empty text."""
+    fill = "" if values.dtype.kind in "USO" else -1
+    return np.concatenate([values, np.full((n, *values.shape[1:]), fill, dtype=values.dtype)])
+
+
+def _suite_mark(maps, ids: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(str(maps).encode() + np.asarray(ids, dtype=np.int64).tobytes()).hexdigest()[:16]
+
+
+def _with_insertions(order, info, examples, step_list, ids, treat, rows, prov):
+    """Hubble: every inserted example as an instance (treated at its first insertion, with its duplication count and
+    every copy's step); sampled sequences at an insertion's position are replaced by it."""
+    from memtui.orders.hubble import hubble_instances, read_perturbation_info
+
+    records = read_perturbation_info(info)
+    ins = hubble_instances(order, records, checkpoints=step_list, examples=examples)
+    seen = ins.treatment != NEVER  # inserted after the last checkpoint: not a clean control (another distribution)
+    copies = np.concatenate(ins.steps)
+    clash = np.isin(ids, np.array([r.position for r in records], dtype=np.int64))  # sampled sequences holding a copy
+    width = max(len(s) for s in ins.steps)
+    steps_pad = np.full((len(ins.steps), width), -1, dtype=np.int64)
+    for i, s in enumerate(ins.steps):
+        steps_pad[i, : len(s)] = s
+    keep_rows = [r for r, c in zip(rows, clash, strict=True) if not c]
+    n_old = int((~clash).sum())
+    new_prov = {key: _pad_rows(v[~clash], int(seen.sum())) for key, v in prov.items()}
+    new_prov["position"][n_old:] = ins.first_position[seen]
+    new_prov["step"][n_old:] = order.step(ins.first_position[seen])
+    new_prov["duplicates"] = np.r_[np.zeros(n_old, dtype=np.int64), ins.duplicates[seen]]
+    new_prov["insertion_steps"] = np.r_[np.full((n_old, width), -1, dtype=np.int64), steps_pad[seen]]
+    new_prov["source"] = np.r_[np.full(n_old, ""), np.array(ins.files, dtype=object)[seen]].astype(str)
+    note = (f"{int(seen.sum())} inserted examples ({len(copies)} copies); {int((~seen).sum())} first inserted after "
+            f"the last checkpoint left out; {int(clash.sum())} sampled sequences holding a copy replaced")  # fmt: skip
+    return (
+        np.r_[ids[~clash], ins.first_position[seen]],
+        np.r_[treat[~clash], ins.treatment[seen]],
+        keep_rows + [t for t, s in zip(ins.tokens, seen, strict=True) if s],
+        new_prov,
+        note,
+    )
+
+
+def _sampled_panel(out: Path, sampled, *, order: str, source: str, attrs: dict | None, overwrite: bool) -> Path:
+    """A panel from an OLMo / OLMo-core / Amber sample (memtui.orders.sampling.SampledOrder)."""
+    files = [f for stage_files in sampled.files for f in stage_files]
+    first_file = np.cumsum([0, *(len(f) for f in sampled.files)])[:-1]
+    prov = {
+        "position": sampled.position,
+        "stage": sampled.stage,
+        "file": first_file[sampled.stage] + sampled.file,
+        "offset": sampled.offset,
+        "stage_names": np.array(sampled.stage_names, dtype=object),
+        "file_names": np.array(files, dtype=object),
+    }
+    if sampled.source is not None:
+        prov["source"] = np.asarray(sampled.source).astype(str)
+    counts = ", ".join(f"{key} {value}" for key, value in sampled.counts.items())
+    base = {"source": source, "order": order, "order_notes": "; ".join([*sampled.notes, counts])[:4000],
+            **(attrs or {})}  # fmt: skip
+    return _write_order_panel(
+        out, ids=sampled.ids, treatment=sampled.treatment, steps=sampled.steps, tokens=sampled.tokens,
+        lengths=np.full(len(sampled.ids), sampled.tokens.shape[1]), provenance=prov, revisions=sampled.revisions,
+        attrs=base, overwrite=overwrite,
+    )  # fmt: skip
+
+
+def _olmo_controls(controls: str) -> str:
+    if controls not in ("beyond", "validation"):
+        raise MemtuiError(f"--controls must be beyond or validation, not '{controls}'.")
+    return "held-out" if controls == "validation" else "beyond"
+
+
+def _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps):
+    from memtui.orders.sampling import sample_order
+
+    if train_steps is not None:
+        stage.last_step = int(train_steps) - stage.offset
+    last = stage.offset + stage.steps_in_order(stage.files.n_instances)
+    step_list = _order_steps(steps, macro, last, stage.name)
+    if controls == "validation" and stage.heldout is None:
+        raise MemtuiError("--controls validation needs --heldout FILES (never-trained token files of the same kind).")
+    return sample_order([stage], step_list, k=k, m=m, n_controls=1000 if n_controls is None else n_controls,
+                        controls=_olmo_controls(controls), seed=seed)  # fmt: skip
+
+
+def build_from_olmo(
+    out: str | os.PathLike,
+    config: str | os.PathLike,
+    *,
+    global_indices=None,
+    data_root=None,
+    heldout: Sequence[str] | None = None,
+    stage_name: str | None = None,
+    step_offset: int = 0,
+    steps=None,
+    macro: int = 1000,
+    k: int = 10,
+    m: int = 10,
+    n_controls: int | None = None,
+    controls: str = "beyond",
+    train_steps: int | None = None,
+    seed: int = 0,
+    attrs: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Panel from an OLMo 1/2 training config (one stage: a stage-2 config with ``step_offset`` = stage 1's steps)."""
+    from memtui.orders.olmo import olmo_stage
+
+    _check_out(out, overwrite)
+    prefix = f"{stage_name}-" if stage_name and stage_name.startswith("stage") else ""
+    stage = olmo_stage(config, global_indices=global_indices, data_root=data_root, name=stage_name,
+                       offset=step_offset, heldout=heldout, revision_prefix=prefix)  # fmt: skip
+    sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
+    extra = {"tokens_per_step": str(stage.batch * stage.files.seq_len), "batch_size": str(stage.batch)}
+    return _sampled_panel(Path(out), sampled, order="olmo", source=f"OLMo config {config}",
+                          attrs={**extra, **(attrs or {})}, overwrite=overwrite)  # fmt: skip
+
+
+def build_from_olmo_core(
+    out: str | os.PathLike,
+    config: str | os.PathLike,
+    *,
+    data_root=None,
+    data_paths=None,
+    epoch: int = 1,
+    heldout: Sequence[str] | None = None,
+    stage_name: str | None = None,
+    step_offset: int = 0,
+    steps=None,
+    macro: int = 1000,
+    k: int = 10,
+    m: int = 10,
+    n_controls: int | None = None,
+    controls: str = "beyond",
+    train_steps: int | None = None,
+    seed: int = 0,
+    attrs: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Panel from the ``config.json`` an OLMo-core run wrote (its ``dataset`` and ``data_loader`` sections)."""
+    from memtui.orders.olmo import olmo_core_stage
+
+    _check_out(out, overwrite)
+    stage = olmo_core_stage(config, data_root=data_root, data_paths=data_paths, epoch=epoch, name=stage_name,
+                            offset=step_offset, heldout=heldout)  # fmt: skip
+    sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
+    extra = {"tokens_per_step": str(stage.batch * stage.files.seq_len), "batch_size": str(stage.batch)}
+    return _sampled_panel(Path(out), sampled, order="olmo-core", source=f"OLMo-core config {config}",
+                          attrs={**extra, **(attrs or {})}, overwrite=overwrite)  # fmt: skip
+
+
+def build_from_amber(
+    out: str | os.PathLike,
+    chunks: str,
+    *,
+    steps=None,
+    k: int = 1,
+    m: int = 50,
+    n_controls: int | None = None,
+    controls: str = "beyond",
+    heldout: Sequence[str] | None = None,
+    seq_len: int = 2049,
+    seed: int = 0,
+    attrs: dict | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Panel from LLM360 Amber's chunks (a folder, or a URL laid out as the hub dataset): cohort = chunk."""
+    from memtui.orders.amber import N_CHUNKS, remote_chunks, sample_amber
+    from memtui.orders.tokenfiles import is_url
+
+    _check_out(out, overwrite)
+    if steps is None:
+        raise MemtuiError("--order amber: give the panel's checkpoints (--steps, chunk numbers 0..359).")
+    step_list = _order_steps(steps, 1, None, "amber")
+    found = remote_chunks(chunks, range(N_CHUNKS)) if is_url(chunks) else chunks
+    sampled = sample_amber(found, step_list, k=k, m=m, n_controls=1000 if n_controls is None else n_controls,
+                           controls=_olmo_controls(controls), heldout=heldout, seed=seed, seq_len=seq_len)  # fmt: skip
+    return _sampled_panel(Path(out), sampled, order="amber", source=f"Amber chunks {chunks}", attrs=attrs,
+                          overwrite=overwrite)  # fmt: skip

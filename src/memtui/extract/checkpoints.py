@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtui.core.errors import MemtuiError
+from memtui.orders.revisions import revision_name
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the job API stays light for the app
     import torch
@@ -90,7 +91,7 @@ class Source:
         """What the panel records for the checkpoint: the folder, or ``repo@revision``."""
         if self.local is not None:
             return str(self.local[step])
-        return f"{self.model}@{self.revision_template.format(step=step)}"
+        return f"{self.model}@{revision_name(self.revision_template, step)}"
 
     def load(self, step: int) -> torch.nn.Module:
         """The checkpoint as a CPU model in its stored dtype (honours HF_HOME, HF_HUB_CACHE, HF_HUB_OFFLINE)."""
@@ -104,7 +105,7 @@ class Source:
                 raise MemtuiError(f"{self.model}: no folder for step {step}.")
             where, kwargs = str(self.local[step]), {}
         else:
-            where, kwargs = self.model, {"revision": self.revision_template.format(step=step)}
+            where, kwargs = self.model, {"revision": revision_name(self.revision_template, step)}
             # huggingface_hub reads HF_HUB_OFFLINE once, at import: honour it as set now, without network retries
             if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
                 kwargs["local_files_only"] = True

@@ -107,13 +107,9 @@ def missing_revisions(model: str, steps: Sequence[int], revision_template: str =
 
 
 def _revision(template: str, step: int) -> str:
-    try:
-        return template.format(step=step)
-    except (KeyError, IndexError, ValueError, AttributeError) as exc:
-        raise MemtuiError(
-            f"cannot use revision template '{template}' ({type(exc).__name__}: {exc}); use {{step}} for the step, "
-            "e.g. step{step}."
-        ) from None
+    from memtui.orders.revisions import revision_name
+
+    return revision_name(template, step)
 
 
 def _endpoint() -> str | None:

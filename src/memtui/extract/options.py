@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from memtui.core.errors import MemtuiError
 from memtui.extract.checkpoints import parse_checkpoints
+from memtui.orders.revisions import PRESETS, preset_template
 
 
 @dataclass(frozen=True)
@@ -163,6 +164,9 @@ class ExtractOptions:
         p.add_argument("--batch-size", default="auto", help="instances per batch, or auto (halves on out-of-memory)")
         p.add_argument("--chunk", type=int, default=None, help="target positions per output-head chunk [auto]")
         p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision of a step [step{step}]")
+        p.add_argument("--revisions", default=None, choices=sorted(PRESETS), metavar="FAMILY",
+                       help="the family's hub revision names instead of a template: "
+                            f"{', '.join(PRESETS)} (OLMo: tokens per step from the panel)")  # fmt: skip
         p.add_argument("--split", type=int, default=1,
                        help="instance ranges per checkpoint, when workers outnumber checkpoints [1]")  # fmt: skip
         p.add_argument("--extractable", default=None, metavar="K,L",
@@ -208,7 +212,7 @@ class ExtractOptions:
             dtype=args.dtype,
             batch_size=str(args.batch_size),
             chunk=args.chunk,
-            revision_template=args.revision_template,
+            revision_template=_revision_template(args),
             split=args.split,
             extractable=getattr(args, "extractable", None),
             workers=workers if workers is not None else 1,
@@ -233,6 +237,23 @@ class ExtractOptions:
     def record(self) -> dict:
         """For the log and the launch record."""
         return asdict(self)
+
+
+def _revision_template(args: argparse.Namespace) -> str:
+    """``--revisions FAMILY`` as a template (the OLMo presets read the tokens per step the panel records), else
+    ``--revision-template``; both at once is refused."""
+    preset = getattr(args, "revisions", None)
+    if preset is None:
+        return args.revision_template
+    if args.revision_template != "step{step}":
+        raise MemtuiError("give either --revisions or --revision-template, not both.")
+    tokens = None
+    if "*T}" in PRESETS[preset] and getattr(args, "panel", None) is not None:
+        from memtui.panel.hdf5 import read_panel
+
+        text = read_panel(args.panel).attrs.get("tokens_per_step", "")
+        tokens = int(text) if text.isdigit() else None
+    return preset_template(preset, tokens)
 
 
 def _parse_gpus(spec: str | None, visible) -> tuple[int, ...] | None:

@@ -158,6 +158,13 @@ class RemoteFile:
                     attempt.failed(exc)
         raise AssertionError
 
+    def read_exact(self, offset: int, n: int) -> bytes:
+        """Exactly bytes ``offset .. offset + n`` in one request (retried), bypassing the block cache: for callers
+        that read each range once (OLMo's instances, Amber's lines)."""
+        if offset < 0 or offset + n > self.size:
+            raise MemtuiError(f"{self.name}: reading bytes {offset}..{offset + n} past its end ({self.size} bytes).")
+        return self._fetch(offset, offset + n) if n else b""
+
     class _retrying:
         """``for _ in attempt: try ... except: attempt.failed(exc)``: up to RETRIES tries with a growing pause."""
 

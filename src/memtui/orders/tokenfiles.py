@@ -8,16 +8,15 @@ the order given. So the file sizes alone fix the global numbering, and only a pa
 OLMo-core's ``max_target_sequence_length`` (M, a multiple of L) counts a file in whole blocks of M tokens:
 ``(size // (itemsize · M)) · (M / L)`` instances (``NumpyFSLDataset._get_file_size_and_length``).
 
-Files are local paths or http(s) URLs (read by byte ranges; sizes by HEAD requests); any other scheme goes through
-fsspec when it is installed with that scheme's backend.
+Files are local paths or http(s) URLs (read by exact byte ranges and sized by HEAD requests through
+``sources.RemoteFile``, the GPT-NeoX reader's, with its retries); any other scheme goes through fsspec when it is
+installed with that scheme's backend.
 """
 
 from __future__ import annotations
 
 import os
-import time
-import urllib.error
-import urllib.request
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,7 +28,6 @@ from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64")
-_RETRIES = 4  # a dropped connection or a 5xx is retried with backoff; a 4xx is not
 _THREADS = 8  # concurrent range requests to one server
 
 
@@ -65,30 +63,19 @@ def remap(paths: Sequence[str], data_root: str | os.PathLike | None, base: str |
 # -- sizes and byte ranges --------------------------------------------------------------------------------------------
 
 
-def _http(request: urllib.request.Request, what: str) -> bytes | int:
-    delay = 0.5
-    for attempt in range(_RETRIES):
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                if request.get_method() == "HEAD":
-                    length = response.headers.get("Content-Length")
-                    if length is None:
-                        raise MemtuiError(f"{what}: the server gives no Content-Length, so its size is unknown.")
-                    return int(length)
-                body = response.read()
-                if request.has_header("Range") and response.status != 206:
-                    raise MemtuiError(f"{what}: the server ignores byte ranges (status {response.status}).")
-                return body
-        except urllib.error.HTTPError as exc:
-            if exc.code < 500 or attempt == _RETRIES - 1:
-                raise MemtuiError(f"{what}: HTTP {exc.code} ({clean(exc.reason, 60)}).") from None
-        except (urllib.error.URLError, OSError) as exc:
-            if attempt == _RETRIES - 1:
-                reason = getattr(exc, "reason", None) or exc
-                raise MemtuiError(f"{what}: cannot reach it ({clean(reason, 100)}).") from None
-        time.sleep(delay)
-        delay *= 2
-    raise AssertionError("unreachable")
+def _remote(path: str):
+    """The one reader of remote byte ranges (``sources.RemoteFile``: retries, HEAD for the size), one per URL: its
+    size is asked once, however many instances are read from it."""
+    from memtui.orders.sources import RemoteFile
+
+    with _REMOTE_LOCK:
+        if path not in _REMOTE:
+            _REMOTE[path] = RemoteFile(path)
+        return _REMOTE[path]
+
+
+_REMOTE: dict = {}
+_REMOTE_LOCK = threading.Lock()
 
 
 def _fsspec(path: str):
@@ -110,7 +97,7 @@ def file_size(path: str) -> int:
         except OSError as exc:
             raise MemtuiError(f"{clean(path, 200)}: cannot read it ({exc.strerror}).") from None
     if path.startswith(("http://", "https://")):
-        return int(_http(urllib.request.Request(path, method="HEAD"), clean(path, 200)))
+        return int(_remote(path).size)
     fs, inner = _fsspec(path)
     try:
         return int(fs.size(inner))
@@ -125,8 +112,7 @@ def read_range(path: str, start: int, length: int) -> bytes:
             f.seek(start)
             data = f.read(length)
     elif path.startswith(("http://", "https://")):
-        headers = {"Range": f"bytes={start}-{start + length - 1}"}
-        data = _http(urllib.request.Request(path, headers=headers), clean(path, 200))
+        data = _remote(path).read_exact(start, length)
     else:
         fs, inner = _fsspec(path)
         data = fs.cat_file(inner, start=start, end=start + length)

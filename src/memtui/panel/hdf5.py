@@ -105,12 +105,17 @@ def create_panel(
     truth: Mapping[str, np.ndarray] | None = None,
     extractable: tuple[int, int] = EXTRACTABLE_DEFAULT,
     overwrite: bool = False,
+    provenance: Mapping[str, np.ndarray] | None = None,
+    provenance_attrs: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a new panel with every dataset at its final shape.
 
     ``values`` fills metric matrices now (import, simulation): checkpoints with any finite value are marked done.
     ``extractable`` is the (k, l) recorded on the extractability metrics' datasets (attributes ``k`` and ``l``).
     Without it the metrics are NaN and no checkpoint is done (a panel waiting for extraction).
+    ``provenance``: where each instance came from in its data order (``instances/provenance``, see
+    docs/panel-format.md): arrays whose first axis is the instances (integers or text), and lookup tables named
+    ``*_names`` (text) that they index; ``provenance_attrs``: short texts kept on that group (e.g. the seeds).
     Written to a temporary name and renamed, so a crash never leaves a half-made panel under ``path``.
     """
     path = Path(path)
@@ -157,6 +162,8 @@ def create_panel(
         lengths = np.full(n, tokens.shape[1]) if lengths is None else lengths
         lengths = _checked_array("lengths", lengths, np.int32, (n,))
 
+    provenance = _checked_provenance(provenance or {}, n)
+
     root_attrs = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
@@ -179,6 +186,12 @@ def create_panel(
             if tokens is not None:
                 _put(inst, "tokens", tokens, chunks=(1, tokens.shape[1]))
                 _put(inst, "length", lengths)
+            if provenance:
+                prov = inst.create_group("provenance")
+                for key, value in (provenance_attrs or {}).items():
+                    prov.attrs[str(key)] = text_attr(str(value))
+                for key, arr in provenance.items():
+                    _put(prov, key, arr)
             ck = f.create_group("checkpoints")
             _put(ck, "step", steps)
             _put(ck, "done", done.astype(np.uint8))
@@ -205,6 +218,54 @@ def create_panel(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, write)
     return path
+
+
+PROVENANCE_TABLE = "_names"  # provenance datasets ending so are lookup tables, not one row per instance
+
+
+def _checked_provenance(provenance: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Per-instance provenance arrays (first axis n) as int64 or fixed-length UTF-8, and ``*_names`` tables."""
+    out = {}
+    for key, values in provenance.items():
+        if not isinstance(key, str) or not key.replace("_", "").isalnum() or not key.isascii():
+            raise MemtuiError(f"provenance name '{clean(key, 60)}' must be letters, digits and '_'.")
+        arr = np.asarray(values)
+        if arr.dtype.kind in "USO":
+            arr = np.array([str(v).encode("utf-8", "replace") for v in arr.ravel()], dtype="S").reshape(arr.shape)
+            if arr.dtype.itemsize == 0:
+                arr = arr.astype("S1")
+        elif arr.dtype.kind in "iub":
+            arr = arr.astype(np.int64)
+        else:
+            raise MemtuiError(f"provenance '{key}' holds {arr.dtype}; it must be whole numbers or text.")
+        if key.endswith(PROVENANCE_TABLE):
+            if arr.ndim != 1 or arr.dtype.kind != "S":
+                raise MemtuiError(f"provenance table '{key}' must be a list of names.")
+        elif arr.ndim not in (1, 2) or arr.shape[0] != n:
+            raise MemtuiError(f"provenance '{key}' has shape {arr.shape}; its first axis must be the {n} instances.")
+        out[key] = arr
+    return out
+
+
+def _read_provenance(f: h5py.File, path: Path, n: int) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """``instances/provenance`` checked as every dataset is (links, kinds, shapes); empty for panels without it."""
+    name = "instances/provenance"
+    if name not in f:
+        return {}, {}
+    if not isinstance(f.get(name, getlink=True), h5py.HardLink) or not isinstance(f[name], h5py.Group):
+        raise MemtuiError(f"{path}: '{name}' is not a group; rebuild the panel.")
+    out = {}
+    for key in f[name]:
+        ds = _dataset_handle(f, path, f"{name}/{key}", "iuS", label=f"provenance '{clean(key, 40)}'")
+        if not key.endswith(PROVENANCE_TABLE) and (ds.ndim not in (1, 2) or ds.shape[0] != n):
+            raise MemtuiError(f"{path}: provenance '{clean(key, 40)}' has shape {ds.shape}, not one row per instance.")
+        values = ds[()]
+        out[key] = (
+            np.array(_strings(values.ravel(), path, key), dtype=object).reshape(values.shape)
+            if values.dtype.kind == "S"
+            else values.astype(np.int64)
+        )
+    return out, {k: _attr_text(v) for k, v in f[name].attrs.items()}
 
 
 def _check_file(path: Path) -> None:
@@ -388,6 +449,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
     if "truth" in f and isinstance(f.get("truth", getlink=True), h5py.HardLink) and isinstance(f["truth"], h5py.Group):
         truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
     attrs = {k: _attr_text(v) for k, v in f.attrs.items()}
+    provenance, provenance_attrs = _read_provenance(f, path, n)
     models = _strings(models, path, "checkpoints/model") if models is not None else []
     if not attrs.get("model") and any(models):
         attrs["model"] = ", ".join(dict.fromkeys(m for m in models if m))  # who scored the checkpoints
@@ -411,6 +473,8 @@ def _read(f: h5py.File, path: Path) -> Panel:
         has_tokens="instances/tokens" in f,
         lengths=_dataset(f, path, "instances/length", "iu", (n,), optional=True),
         extractable_kl=_lenient(_extractable_kl, f, path),
+        provenance=provenance,
+        provenance_attrs=provenance_attrs,
     )
 
 

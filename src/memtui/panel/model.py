@@ -55,6 +55,10 @@ class Panel:
     has_tokens: bool = False
     lengths: np.ndarray | None = None  # each instance's row length in tokens, where the panel stores tokens
     extractable_kl: tuple[int, int] | None = None  # the (k, l) its extractability metrics are defined with
+    # where each instance came from in its family's data order (``instances/provenance``; empty for panels built
+    # before it or from a table): per-instance arrays (first axis = instances) and the lookup tables they index
+    provenance: dict[str, np.ndarray] = field(default_factory=dict)
+    provenance_attrs: dict[str, str] = field(default_factory=dict)
 
     @property
     def n_instances(self) -> int:
@@ -124,6 +128,25 @@ class Panel:
     @property
     def done_steps(self) -> np.ndarray:
         return self.steps[self.done]
+
+    @property
+    def stage_names(self) -> list[str]:
+        """The training stages the instances come from (``provenance/stage_names``), empty where none is recorded."""
+        names = self.provenance.get("stage_names")
+        return [] if names is None else [str(v) for v in names]
+
+    def refuse_mixed_stages(self) -> None:
+        """Instances of different training stages (another data mix) are not exchangeable: a control from stage 1
+        says nothing about what a stage-2 instance would have scored untrained. One panel per stage is estimated."""
+        stage = self.provenance.get("stage")
+        if stage is None or len(np.unique(stage)) < 2:
+            return
+        names = self.stage_names
+        found = [names[int(s)] if 0 <= int(s) < len(names) else str(int(s)) for s in np.unique(stage)]
+        raise MemtuiError(
+            f"{self._name}: its instances come from {len(found)} training stages ({', '.join(found)}), whose controls "
+            "are not exchangeable; build one panel per stage (memtui build --order ... --stage-name) and estimate each."
+        )
 
     @property
     def _name(self) -> str:
