@@ -39,7 +39,7 @@ def add_arguments(p) -> None:
 
 
 def _whole_number(text: str) -> int:
-    from memtui.cli.commands import count
+    from memtui.cli.options import count
 
     return count(text)
 

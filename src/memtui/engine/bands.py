@@ -264,20 +264,52 @@ def calibrated_bootstrap(
 ) -> CalibratedBands:
     """One layout's calibrated bootstrap: ``did.bootstrap``'s draws (bitwise the same for the same seed) plus the
     studentised sup law of every mask in ``masks`` and, with ``members``, of the aggregates (``summaries``)."""
-    var = cell_variances(lay, est)
-    se = did.floored(var.se, floor)
-    spec = aggregate_spec(lay, est, members) if members is not None else None
-    laws = studentized_bootstrap(
-        [lay], [est], [var], [list(masks.values())], draws=draws, seed=seed, multiplier=multiplier,
-        aggregates=[spec], usable=[np.isfinite(se)], progress=progress,
+    return calibrated_bootstraps(
+        [lay], [est], [masks], draws=draws, seed=seed, floors=[floor], multiplier=multiplier, members=[members],
+        progress=progress,
     )[0]  # fmt: skip
-    return CalibratedBands(
-        boot=laws.boot,
-        se=se,
-        tmax=dict(zip(masks, laws.tmax, strict=True)),
-        agg_se=did.floored(spec.ase, floor) if spec is not None else None,
-        agg_correction=laws.agg_correction,
-    )
+
+
+def calibrated_bootstraps(
+    lays: list[Layout],
+    ests: list[did.CellEstimates],
+    masks: list[dict[str, np.ndarray]],
+    *,
+    draws: int,
+    seed: int,
+    floors: list[float],
+    multiplier: str = "rademacher",
+    members: list[list[np.ndarray] | None] | None = None,
+    progress: Callable[[float], None] | None = None,
+    mapper: Callable | None = None,
+) -> list[CalibratedBands]:
+    """``calibrated_bootstrap`` of several layouts with the same groups and cells (a suite's models or metrics) from
+    one set of multipliers (``did.bootstrap_shared``): each result is that layout's lone ``calibrated_bootstrap``,
+    bit for bit, and the draws are joint. ``mapper(fn, items)``: how the per-layout preparation (variances, the
+    aggregates' analytic standard errors) is spread over cores (default: one after another)."""
+    members = members or [None] * len(lays)
+
+    def prepare(j: int) -> tuple[CellVariances, np.ndarray, AggregateSpec | None]:
+        var = cell_variances(lays[j], ests[j])
+        spec = aggregate_spec(lays[j], ests[j], members[j]) if members[j] is not None else None
+        return var, did.floored(var.se, floors[j]), spec
+
+    parts = list((mapper or map)(prepare, range(len(lays))))
+    laws = studentized_bootstrap(
+        lays, ests, [p[0] for p in parts], [list(m.values()) for m in masks], draws=draws, seed=seed,
+        multiplier=multiplier, aggregates=[p[2] for p in parts], usable=[np.isfinite(p[1]) for p in parts],
+        progress=progress,
+    )  # fmt: skip
+    return [
+        CalibratedBands(
+            boot=law.boot,
+            se=se,
+            tmax=dict(zip(mask, law.tmax, strict=True)),
+            agg_se=did.floored(spec.ase, floor) if spec is not None else None,
+            agg_correction=law.agg_correction,
+        )
+        for (_, se, spec), law, mask, floor in zip(parts, laws, masks, floors, strict=True)
+    ]
 
 
 def aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correction: np.ndarray, mask: np.ndarray, alpha: float):
