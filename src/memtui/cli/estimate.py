@@ -37,7 +37,9 @@ def run(args) -> int:
     print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
           f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
     band = (
-        f"simultaneous {1 - s.alpha:.0%} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
+        f"{res.band} simultaneous {1 - s.alpha:.0%} band, crit {_num(res.crit, '.3f')}"
+        if s.draws
+        else "pointwise, no bootstrap"
     )
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
           f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
@@ -58,7 +60,9 @@ def run(args) -> int:
     print(f"overall        average post-treatment {o.estimate:.4g} (se {_num(o.std_error, '.3g')})"
           f"{', significant' if o.significant else ''}")  # fmt: skip
     pt = res.pretrend
-    if pt.n_cells and s.draws:
+    if pt.n_cells and s.draws and not math.isfinite(pt.sup_t):
+        print(f"pre-trend      {pt.n_cells} placebo cells (c < g): none has a band, so no test")
+    elif pt.n_cells and s.draws:
         verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
         print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "
               f"p = {pt.p_value:.3f}, {pt.n_significant} significant; {verdict}")  # fmt: skip

@@ -170,8 +170,13 @@ def studentized_bootstrap(
         k_t = np.divide(1, var.n_t - shift, out=np.zeros_like(var.n_t), where=var.n_t - shift > 0)
         k_c = np.divide(1, var.n_c - shift, out=np.zeros_like(var.n_c), where=var.n_c - shift > 0)
         groups, labels = _labels(masks[j], usable[j])
+        # squares of float32 draws overflow beyond ~1e19 and underflow below ~1e-19 (memtui takes outcomes with a
+        # standard deviation from 1e-30 to 1e30): the squares are formed in units of the outcome's sd
+        scale = float(lays[j].scale) if lays[j].scale > 0 else 1.0
         return {
-            "var": (var.var_t + var.var_c).astype(f32)[:, None],
+            "unit": f32(1 / scale),
+            "unit2": scale * scale,
+            "var": ((var.var_t + var.var_c) / (scale * scale)).astype(f32)[:, None],
             "k_t": k_t.astype(f32)[:, None],
             "k_c": k_c.astype(f32)[:, None],
             "groups": groups,
@@ -186,11 +191,15 @@ def studentized_bootstrap(
         """One chunk of layout j's draws: the aggregates' correction, then each cell group's studentised maximum."""
         c = per_job[j]
         bc = out.shape[1]
+        treated *= c["unit"]
+        ctrl *= c["unit"]
         spec = aggregates[j]
         if spec is not None:
             corr = spec.treated @ (treated * treated)
             corr += (spec.control @ ctrl) ** 2
-            agg_corr[j][:, start : start + bc] = corr
+            kept = agg_corr[j][:, start : start + bc]
+            kept[:] = corr
+            kept *= c["unit2"]  # back to the outcome's units, in float64
         # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
         np.multiply(treated, treated, out=treated)
         treated *= c["k_t"]
@@ -200,7 +209,8 @@ def studentized_bootstrap(
         den -= ctrl
         np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
         with np.errstate(divide="ignore", invalid="ignore"):
-            t2 = np.divide(out * out, den, out=ctrl)
+            d = np.multiply(out, c["unit"])
+            t2 = np.divide(np.multiply(d, d, out=d), den, out=ctrl)
         t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
         for i, idx in enumerate(c["groups"]):
             group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
@@ -225,16 +235,22 @@ def studentized_bootstrap(
 def aggregate_laws(
     agg_draws: np.ndarray, ase: np.ndarray, correction: np.ndarray, masks: list[np.ndarray]
 ) -> list[np.ndarray]:
-    """Studentised sup laws of aggregates: per draw, max over each mask of |A* / se*|, se*^2 = ase^2 - correction."""
-    var = ase[:, None] ** 2 - correction
-    np.maximum(var, 0, out=var)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.abs(agg_draws) / np.sqrt(var)
-    t[np.isnan(t)] = 0
+    """Studentised sup laws of aggregates: per draw, max over each mask of |A* / se*|, se*^2 = ase^2 - correction.
+    Two (mask x draws) temporaries per mask, never one over every aggregate."""
     out = []
     for mask in masks:
         m = np.asarray(mask, bool) & np.isfinite(ase) & (ase > 0)
-        out.append(t[m].max(axis=0) if m.any() else np.full(agg_draws.shape[1], np.nan))
+        if not m.any():
+            out.append(np.full(agg_draws.shape[1], np.nan))
+            continue
+        sd = ase[m, None] ** 2 - correction[m]
+        np.maximum(sd, 0, out=sd)
+        np.sqrt(sd, out=sd)
+        t = np.abs(agg_draws[m])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.divide(t, sd, out=t)
+        t[np.isnan(t)] = 0
+        out.append(t.max(axis=0))
     return out
 
 
@@ -310,6 +326,29 @@ def calibrated_bootstraps(
         )
         for (_, se, spec), law, mask, floor in zip(parts, laws, masks, floors, strict=True)
     ]
+
+
+def bootstrap_bytes(
+    draws: int,
+    n_cells: int,
+    n_groups: int,
+    n_aggregates: int,
+    n_units: int = 0,
+    width: int = 0,
+    chunk: int = 128,
+    n_masks: int = 5,
+) -> int:
+    """Peak memory of a calibrated bootstrap of ``draws`` draws and its summaries (``did.bootstrap_bytes`` for the
+    classic band), from how this module, did.py and summaries.py hold them.
+
+    Held throughout: the cells' float32 draws, the groups' float64 multiplier sums, per mask (and per group of cells
+    sharing masks, as many at most) a float32 running maximum and a float64 law, the aggregates' float64 draws and
+    variance corrections; on top of them ``aggregate_laws``' two float64 temporaries per aggregate of a mask. No IQR
+    partition of the draws: the calibrated band studentises by analytic standard errors. Per chunk of draws, what
+    ``did.bootstrap_shared`` holds plus one cells x chunk temporary."""
+    held = 4 * n_cells + 8 * n_groups + 12 * n_masks + 16 * n_aggregates
+    per_chunk = 4 * chunk * (n_units + 2 * (n_groups + 1) * width + 9 * n_cells)
+    return int(draws) * (held + 16 * n_aggregates) + per_chunk + (32 << 20)
 
 
 def aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correction: np.ndarray, mask: np.ndarray, alpha: float):

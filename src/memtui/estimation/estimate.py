@@ -299,13 +299,14 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     notes = list(lay.notes) + group_notes(lay, est)
     flat = ~np.isfinite(c.se)
     if cal is not None:
-        # a cohort of one instance has no variance of its own: the calibrated band gives its cells no band (the
-        # classic band studentised them by the controls' variance alone and flagged them far too often)
-        lone = flat & (est.n_treated == 1)
+        # a cohort (or control set) of one instance has no variance of its own: the calibrated band gives its cells
+        # no band (the classic band studentised them by the other group's variance alone: far too narrow)
+        lone = flat & ((est.n_treated == 1) | ((est.n_control == 1) & lay.controls))
         if lone.any():
             notes.append(
-                f"{int(lone.sum())} cells of cohorts with a single instance have no band under the calibrated band "
-                "(one instance has no variance of its own): never marked significant"
+                f"{int(lone.sum())} cells whose cohort or control set has a single instance have no band under the "
+                "calibrated band (one instance has no variance of its own): never marked significant; --band classic "
+                "ignores that part of the variance"
             )
         flat &= ~lone
     if flat.any():

@@ -166,12 +166,13 @@ def final_index(steps: np.ndarray, final_step: int | None) -> int:
 
 
 def bootstrap_bytes(draws: int, lay, band: str = "classic") -> int:
-    """Peak memory of an estimate's bootstrap (``did.bootstrap_bytes``); the calibrated band also holds each
-    aggregate's per-draw variance correction (float64)."""
+    """Peak memory of an estimate's bootstrap under ``band`` (``did.bootstrap_bytes``, ``bands.bootstrap_bytes``)."""
+    from memtui.engine import bands
+
     n_events = len(np.unique(lay.cell_t - lay.group_index[lay.cell_group]))
     size = {"n_cells": len(lay.cell_group), "n_groups": lay.n_groups, "n_aggregates": n_events + 1}
-    extra = 8 * size["n_aggregates"] * int(draws) if band == "calibrated" else 0
-    return did.bootstrap_bytes(draws, **size, n_units=lay.n_units, width=lay.y.shape[1]) + extra
+    count = bands.bootstrap_bytes if band == "calibrated" else did.bootstrap_bytes
+    return count(draws, **size, n_units=lay.n_units, width=lay.y.shape[1])
 
 
 def check_memory(draws: int, lay, band: str = "classic") -> None:
