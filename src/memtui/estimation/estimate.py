@@ -366,7 +366,8 @@ class Comparison:
     has no cell), and the **ease** = extractable − DiD per cell: the part of the naive "extractable memorisation"
     that is not memorisation (the cohort's level before training plus the controls' change), with its own
     ``ease_std_error`` (and ``ease_analytic_se``), simultaneous band (``ease_band_low``/``_high``; post-treatment
-    cells are one family, placebo cells another, or all one with ``family="all"``) and ``ease_significant``."""
+    cells are one family, placebo cells another, or all one with ``family="all"``; the classic band whatever
+    ``settings.band``, and a note says so) and ``ease_significant``; ``band``: the estimators' band."""
 
     settings: Settings
     results: dict[str, EstimateResult]
@@ -441,11 +442,17 @@ def compare(
         frame = frame.join(part, on=key, how="left")
     frame = frame.join(ease, on=key, how="left").sort(key)
     post = ~pre
+    notes = list(dict.fromkeys(n for r in results.values() for n in r.notes))
+    if settings.draws and settings.band != "classic":
+        # the ease is a linear functional of many groups' means: its bootstrap-t is not built yet
+        notes.append(
+            f"the ease band is the classic band (R did's), not the {settings.band} one of the three estimators"
+        )
     report(1.0, "done")
     return Comparison(
         settings=settings,
         results=results,
-        cells=frame,
+        cells=frame.with_columns(pl.lit(settings.band).alias("band")),
         ease_crit=float(crit[post][0]) if post.any() else float("nan"),
-        notes=list(dict.fromkeys(n for r in results.values() for n in r.notes)),
+        notes=notes,
     )
