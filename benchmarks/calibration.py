@@ -218,7 +218,7 @@ def check_against_estimate(n_panels: int = 3) -> None:
         panel = Panel(ids=np.arange(len(treatment)), treatment=treatment, steps=steps, done=np.ones(len(steps), bool),
                       metrics={"loglik": y}, signs={"loglik": 1})  # fmt: skip
         settings = Settings(estimator=d.estimator, base_period=d.base_period, control_group=d.control_group,
-                            draws=200, seed=i)  # fmt: skip
+                            draws=200, seed=i, band="classic")  # fmt: skip
         res = estimate(panel, settings)
         lay, est, masks, events, every = setup(d, y, treatment, steps)
         boot = did.bootstrap(lay, est, draws=200, seed=i)
@@ -289,11 +289,10 @@ def diagnose(designs: list[Design], draws: int) -> None:
 
 
 def timing(repeats: int = 3) -> None:
-    """One estimate at the paper's full size (16,300 x 144, B = 1000): estimation.estimate.estimate (the classic band)
-    against the same pipeline with the calibrated band (layout, point estimates, the studentised bootstrap, every
-    band's critical value, the aggregates and their bands, the profile frame), alternated in this process."""
+    """One estimate at the paper's full size (16,300 x 144, B = 1000): ``estimate`` under the classic band against
+    ``estimate`` under the calibrated band (the default), alternated in this process, best of ``repeats``; wall time
+    and the process's CPU time (every thread), with the load average beside them (the machine may be shared)."""
     from memtui.estimation.estimate import estimate
-    from memtui.estimation.results import result_frame
     from memtui.estimation.settings import Settings
     from memtui.panel.model import Panel
 
@@ -301,42 +300,24 @@ def timing(repeats: int = 3) -> None:
     y, treatment, steps, _ = panel_arrays(d, seed=0)
     panel = Panel(ids=np.arange(len(treatment)), treatment=treatment, steps=steps, done=np.ones(len(steps), bool),
                   metrics={"loglik": y}, signs={"loglik": 1})  # fmt: skip
-    settings = Settings()
-
-    def frame(lay, est, masks, b) -> None:
-        crit = np.where(masks["pre"], b["crit"]["pre"], b["crit"]["post"])
-        n = len(crit)
-        result_frame(settings, "profile", cohort=steps[lay.group_index[lay.cell_group]], checkpoint=steps[lay.cell_t],
-                     event_time=np.zeros(n, int), att=est.att, sign=1, se=b["se"], ase=est.se, crit=crit,
-                     n_treated=est.n_treated, n_control=est.n_control, pre=masks["pre"], n_folded=np.zeros(n, int),
-                     small=np.zeros(n, bool))  # fmt: skip
-
-    def calibrated() -> None:
-        lay, est, masks, events, every = setup(d, y, treatment, steps)
-        cal, _ = calibrated_bands(lay, est, masks, events, every, draws=settings.draws, seed=settings.seed)
-        frame(lay, est, masks, cal)
-
-    def classic() -> None:  # the same pipeline as calibrated(), with the classic band
-        lay, est, masks, events, every = setup(d, y, treatment, steps)
-        boot = did.bootstrap(lay, est, draws=settings.draws, seed=settings.seed)
-        frame(lay, est, masks, classic_bands(lay, est, boot, masks, events, every))
-
-    runs = {"classic (estimation.estimate)": lambda: estimate(panel, settings), "classic (this pipeline)": classic,
-            "calibrated (this pipeline)": calibrated}  # fmt: skip
-    times = {name: [] for name in runs}
+    runs = {band: Settings(band=band) for band in ("classic", "calibrated")}
+    estimate(panel, Settings(draws=20))  # first imports outside the measurement
+    wall = {name: [] for name in runs}
+    cpu = {name: [] for name in runs}
     for _ in range(repeats):
-        for name, fn in runs.items():
-            began = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - began)
-    best = {name: min(t) for name, t in times.items()}
-    base = best["classic (estimation.estimate)"]
-    print(
-        f"\n### One estimate at 16,300 x 144, B = 1000 (best of {repeats}, threads: "
-        f"{os.environ.get('OMP_NUM_THREADS')})\n"
-    )
-    for name, t in best.items():
-        print(f"- {name}: {t:.2f} s ({t / base:.2f}x)")
+        for name, settings in runs.items():
+            began, began_cpu = time.perf_counter(), time.process_time()
+            estimate(panel, settings)
+            wall[name].append(time.perf_counter() - began)
+            cpu[name].append(time.process_time() - began_cpu)
+    load = "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+    print(f"\n### One estimate at 16,300 x 144, B = 1000 (best of {repeats}; {os.cpu_count()} cores seen, threads: "
+          f"{os.environ.get('OMP_NUM_THREADS')}; {load})\n")  # fmt: skip
+    base, base_cpu = min(wall["classic"]), min(cpu["classic"])
+    for name in runs:
+        t, c = min(wall[name]), min(cpu[name])
+        print(f"- estimate, {name} band: {t:.2f} s wall ({t / base:.2f}x), {c:.2f} s CPU ({c / base_cpu:.2f}x); "
+              f"all runs: {', '.join(f'{x:.2f}' for x in wall[name])} s")  # fmt: skip
 
 
 def designs(quick: bool) -> tuple[list[Design], list[Design]]:

@@ -2,12 +2,14 @@
 
     python benchmarks/suite.py                      # estimate_suite, then a loop of estimate(), same process
     python benchmarks/suite.py --models 4 --skip-loop
+    python benchmarks/suite.py --skip-loop --band both   # the calibrated band (default), then the classic one
 
 The panels are simulated (memtui.panel.synthetic, one seed and effect size per "model", the same instances and treatment
 steps) and written to a temporary folder, then read with ``load_suite`` (timed on its own). Both timings are cold:
 nothing is cached, nothing was estimated before in the process (``estimate_suite`` runs first, so it also pays the
 first imports of scipy's sparse module). Peak memory is the process's peak RSS (``resource.getrusage``) after the
-suite estimate, and the part of it above the RSS with the panels loaded. The target (issue 9) is <= 5 s and <= 2 GB
+suite estimate, and the part of it above the RSS with the panels loaded (with ``--band both`` the classic band runs
+second, so its peak is the larger of the two). The target (issue 9) is <= 5 s and <= 2 GB
 on 2 cores; the machine may be shared, so the load average is printed beside every figure.
 """
 
@@ -18,6 +20,7 @@ import os
 import resource
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +72,7 @@ def main() -> None:
     ap.add_argument("--models", type=int, default=8)
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--skip-loop", action="store_true", help="time only estimate_suite")
+    ap.add_argument("--band", choices=["calibrated", "classic", "both"], default="calibrated")
     args = ap.parse_args()
     print(f"{os.cpu_count()} CPUs seen; {_load()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,22 +83,26 @@ def main() -> None:
         start = time.perf_counter()
         suite = load_suite(paths)
         print(f"load_suite      {time.perf_counter() - start:7.2f} s   ({_load()})")
-    settings = Settings(draws=args.draws)
     n_est = len(suite.names) * len(METRICS)
     before = _rss_gb()
-    start = time.perf_counter()
-    sr = estimate_suite(suite, settings, metrics=METRICS)
-    t_suite = time.perf_counter() - start
-    peak = _peak_gb()
-    print(f"estimate_suite  {t_suite:7.2f} s   {n_est} estimates, B = {args.draws}; peak RSS {peak:.2f} GB "
-          f"({peak - before:.2f} GB above the loaded panels) ({_load()})")  # fmt: skip
+    for band in ("calibrated", "classic") if args.band == "both" else (args.band,):
+        settings = Settings(draws=args.draws, band=band)
+        start, start_cpu = time.perf_counter(), time.process_time()
+        sr = estimate_suite(suite, settings, metrics=METRICS)
+        t_suite = time.perf_counter() - start
+        cpu = time.process_time() - start_cpu
+        peak = _peak_gb()
+        print(f"estimate_suite  {t_suite:7.2f} s   ({cpu:.2f} s CPU) {band} band, {n_est} estimates, B = {args.draws}; "
+              f"peak RSS {peak:.2f} GB ({peak - before:.2f} GB above the loaded panels) ({_load()})")  # fmt: skip
+        del sr
     if args.skip_loop:
         return
+    sr = estimate_suite(suite, settings, metrics=METRICS)
     start = time.perf_counter()
     worst = 0.0
     for name, panel in zip(suite.names, suite.panels, strict=True):
         for metric in METRICS:
-            res = estimate(panel, Settings(metric=metric, draws=args.draws))
+            res = estimate(panel, replace(settings, metric=metric))
             other = sr.results[name][metric].cells
             assert res.cells["estimate"].equals(other["estimate"])
             se = res.cells["std_error"].to_numpy()

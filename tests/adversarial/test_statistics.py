@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import did
+from memtui.engine import bands, did
 from memtui.engine.layout import build_layout
 from memtui.estimation import cache
 from memtui.estimation.estimate import estimate
@@ -86,24 +86,26 @@ def test_draws_that_cannot_fit_in_memory_are_refused_up_front(cli, small_panel, 
     assert "of memory and" in line and "available; use at most about" in line
 
 
-def test_the_memory_bound_is_the_measured_peak_per_draw():
+@pytest.mark.parametrize("band", ["calibrated", "classic"])
+def test_the_memory_bound_is_the_measured_peak_per_draw(band):
     """bootstrap_bytes' per-draw bytes cover what estimate really allocates per draw (tracemalloc sees numpy)."""
+    count = bands.bootstrap_bytes if band == "calibrated" else did.bootstrap_bytes
     for sim in (SIM, Simulation(n_cohorts=20, per_cohort=3, n_never=30, n_checkpoints=21, seed=1)):
         d = simulate(sim)
         panel = Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(len(d["steps"]), bool),
                       metrics={"loglik": d["values"]["loglik"]}, signs={"loglik": 1})  # fmt: skip
-        estimate(panel, Settings(draws=20))  # imports and caches outside the measurement
+        estimate(panel, Settings(draws=20, band=band))  # imports and caches outside the measurement
         peaks = []
         for draws in (1000, 5000):
             tracemalloc.start()
             base = tracemalloc.get_traced_memory()[0]
-            estimate(panel, Settings(draws=draws))
+            estimate(panel, Settings(draws=draws, band=band))
             peaks.append(tracemalloc.get_traced_memory()[1] - base)
             tracemalloc.stop()
         measured = (peaks[1] - peaks[0]) / 4000
         lay = build_layout(panel.values("loglik"), panel.treatment, panel.done_steps, never=NEVER)
         size = dict(n_cells=len(lay.cell_group), n_groups=lay.n_groups, n_aggregates=2 * len(lay.steps))
-        predicted = did.bootstrap_bytes(1, **size) - did.bootstrap_bytes(0, **size)
+        predicted = count(1, **size) - count(0, **size)
         assert measured <= predicted <= 2 * measured, (measured, predicted)
 
 
@@ -227,8 +229,16 @@ def test_one_never_treated_instance_is_answered_and_flagged(cli, tmp_path):
     path = make_panel(tmp_path / "p.h5", sim)
     out = assert_answer(cli("estimate", path, *FAST))
     assert "the control group has only 1 never-treated instance(s): standard errors run low" in out
+    # the calibrated band (the default): one control instance has no variance of its own, so no cell has a band
+    assert "12 cells whose cohort or control set has a single instance have no band under the calibrated band" in out
+    assert "none has a band" in out  # the pre-trend test: nothing to test, said so (no "nan")
     res = estimate(read_panel(path), Settings(draws=200))
     assert res.cells["small_group"].all() and res.overall["small_group"]
+    assert np.isnan(res.cells["std_error"].to_numpy()).all() and not res.cells["significant"].any()
+    # the classic band (R did's) studentises by the cohorts' variance alone, as before
+    out = assert_answer(cli("estimate", path, *FAST, "--band", "classic"))
+    assert "the control group has only 1 never-treated instance(s): standard errors run low" in out
+    res = estimate(read_panel(path), Settings(draws=200, band="classic"))
     assert np.isfinite(res.cells["std_error"].to_numpy()).all()
 
 

@@ -1,5 +1,6 @@
 """memtui's engine against the `differences` library (an independent implementation) and R `did`'s published
-results on the classic minimum-wage panel."""
+results on the classic minimum-wage panel. Under the classic band (``band="classic"``): the band these libraries share;
+the calibrated band is memtui's own (tests/estimation/test_band_calibrated.py, tests/engine/test_bands.py)."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def differences_cells(frame, base_period, control_group, draws=0, seed=1):
 
 
 def ours(panel, **kw):
-    res = estimate(panel, Settings(**kw))
+    res = estimate(panel, Settings(band="classic", **kw))
     frame = res.cells.to_pandas().rename(columns={"checkpoint": "time"}).set_index(["cohort", "time"]).sort_index()
     return res, frame
 
@@ -82,8 +83,8 @@ def test_bootstrap_se_and_critical_value_agree_with_differences(small_panel):
 
 def test_aggregates_agree_with_differences(small_panel):
     panel = read_panel(small_panel)
-    mine = estimate(panel, Settings(draws=4000, family="all"))
-    theirs = estimate(panel, Settings(draws=4000, family="all", engine="differences"))
+    mine = estimate(panel, Settings(band="classic", draws=4000, family="all"))
+    theirs = estimate(panel, Settings(band="classic", draws=4000, family="all", engine="differences"))
     a = mine.persistent.to_pandas().set_index("event_time")
     b = theirs.persistent.to_pandas().set_index("event_time")
     np.testing.assert_allclose(a["estimate"], b["estimate"], atol=1e-9)
@@ -108,7 +109,7 @@ def test_analytic_aggregates_equal_differences(small_panel, control_group):
         simple = att.results("simple")
     event.columns = [c[-1] for c in event.columns]
     simple.columns = [c[-1] for c in simple.columns]
-    mine = estimate(panel, Settings(draws=0, control_group=control_group))
+    mine = estimate(panel, Settings(band="classic", draws=0, control_group=control_group))
     pers = mine.persistent.to_pandas().set_index("event_time")
     event = event.reset_index().set_index("relative_period")
     assert list(pers.index) == list(event.index)
@@ -123,8 +124,8 @@ def test_differences_engine_counts_folded_instances_and_small_cohorts_alike(smal
     treatment[np.flatnonzero(treatment == 2000)[:3]] = 1500  # between checkpoints: counted in cohort 2000
     treatment[np.flatnonzero(treatment == 4000)[3:]] = -1  # cohort 4000 keeps 3 instances
     panel = Panel(**{**panel.__dict__, "treatment": treatment})
-    a = estimate(panel, Settings(draws=0))
-    b = estimate(panel, Settings(draws=0, engine="differences"))
+    a = estimate(panel, Settings(band="classic", draws=0))
+    b = estimate(panel, Settings(band="classic", draws=0, engine="differences"))
     cols = ["cohort", "checkpoint", "n_treated", "n_folded", "small_group"]
     assert a.cells.select(cols).sort(cols[:2]).equals(b.cells.select(cols).sort(cols[:2]))
     assert set(a.cells.filter(pl.col("n_folded") > 0)["cohort"]) == {2000}
@@ -168,8 +169,8 @@ def test_mpdta_matches_differences(mpdta, control_group):
 
 def test_differences_engine_switch_gives_the_same_profile(small_panel):
     panel = read_panel(small_panel)
-    a = estimate(panel, Settings(draws=0))
-    b = estimate(panel, Settings(draws=0, engine="differences"))
+    a = estimate(panel, Settings(band="classic", draws=0))
+    b = estimate(panel, Settings(band="classic", draws=0, engine="differences"))
     np.testing.assert_allclose(a.matrix(), b.matrix(), atol=1e-9, equal_nan=True)
     # the same table, not just the same point estimates: every column, and the analytic SEs and bands of -B 0
     assert a.cells.columns == b.cells.columns

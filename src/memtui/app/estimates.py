@@ -29,7 +29,7 @@ HEADER = 1
 CELL_LIMIT = 60  # a text cell (a metric name from the panel) is cut to this many characters
 GAP = 2  # spaces between columns
 # the same for every row of one estimate: said once in the line above the table instead of taking ~35 columns
-CONSTANT = ("metric", "estimator", "scope", "alpha", "draws", "seed")
+CONSTANT = ("metric", "estimator", "scope", "alpha", "draws", "seed", "band")
 # stay put while the rest scrolls sideways: they say which cell a row is
 FIXED = ("cohort", "checkpoint")
 # the estimate and its inference first, so that they are on screen at 80 columns; the data behind them after
@@ -316,7 +316,7 @@ class EstimatesPane(Vertical):
         s = result.settings
         info.update(
             f"{self.scope}: {frame.height} {which} of {total} │ {clean(s.metric, 60)} · {s.estimator} · "
-            f"α {s.alpha:g} · {s.draws} draws · seed {s.seed}"
+            f"α {s.alpha:g} · {s.draws} draws · seed {s.seed} · {s.band} band"
         )
 
     def watch_significant_only(self) -> None:

@@ -170,7 +170,7 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
     s = sr.settings
     names = display_names(sr.names)
     width = max(8, *(len(n) for n in names))
-    band = f"simultaneous {coverage(s.alpha)} bands, B={s.draws}" if s.draws else "no bootstrap"
+    band = f"{s.band} simultaneous {coverage(s.alpha)} bands, B={s.draws}" if s.draws else "no bootstrap"
     lines = [
         f"{len(names)} models on {clean(corr.metric, 40)}, estimator {s.estimator}, controls "
         f"{s.control_group.replace('_', ' ')}, {band}; models by parameter count (else name)",
@@ -250,7 +250,7 @@ def _estimator_lines(panel, comp) -> list[str]:
     s = comp.settings
     lines = [
         f"{clean(panel.path)}: {clean(s.metric, 40)}, the three estimators side by side (controls "
-        f"{s.control_group.replace('_', ' ')}, base {s.base_period}, B={s.draws})",
+        f"{s.control_group.replace('_', ' ')}, base {s.base_period}, {s.band} band, B={s.draws})",
         "",
         f"{'estimator':<12} {'cells':>6} {'signif. post':>13} {'instant. mean':>14} {'overall':>10} {'(se)':>9}",
     ]

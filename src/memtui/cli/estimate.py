@@ -42,7 +42,9 @@ def run(args) -> int:
     print(f"{clean(panel.path)}: {metric}, estimator {s.estimator}, "
           f"controls {s.control_group.replace('_', ' ')}, base {s.base_period}, engine {s.engine}")  # fmt: skip
     band = (
-        f"simultaneous {coverage(s.alpha)} band, crit {_num(res.crit, '.3f')}" if s.draws else "pointwise, no bootstrap"
+        f"{res.band} simultaneous {coverage(s.alpha)} band, crit {_num(res.crit, '.3f')}"
+        if s.draws
+        else "pointwise, no bootstrap"
     )
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
           f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
@@ -64,8 +66,8 @@ def run(args) -> int:
           f"{', significant' if o.significant else ''}")  # fmt: skip
     pt = res.pretrend
     if pt.n_cells and s.draws and not math.isfinite(pt.p_value):  # no placebo cell has a standard error
-        print(f"pre-trend      {pt.n_cells} placebo cells (c < g), none with sampling variation (the metric changes "
-              "alike for every instance there): nothing to test")  # fmt: skip
+        print(f"pre-trend      {pt.n_cells} placebo cells (c < g), none with sampling variation or a band (the "
+              "metric changes alike for every instance there, or the cells are too small): nothing to test")  # fmt: skip
     elif pt.n_cells and s.draws:
         verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
         print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "

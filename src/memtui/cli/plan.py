@@ -7,6 +7,7 @@ import argparse
 import math
 from pathlib import Path
 
+from memtui.cli.options import add_band_arg
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 
@@ -40,6 +41,7 @@ def add_arguments(p) -> None:
     )
     p.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: pointwise bands) [1000]")
     p.add_argument("--seed", type=int, default=0)
+    add_band_arg(p)
 
 
 def _whole_number(text: str) -> int:
@@ -84,7 +86,7 @@ def run(args) -> int:
     )
     panel = read_panel(args.panel)
     metric = args.metric if args.metric is not None else panel.default_metric
-    settings = Settings(metric=metric, draws=args.draws, seed=args.seed, alpha=args.alpha).validate()
+    settings = Settings(metric=metric, draws=args.draws, seed=args.seed, alpha=args.alpha, band=args.band).validate()
     pilot = pilot_variances(panel, metric)
     cohorts = args.cohorts or pilot.n_cohorts
     checkpoints = args.checkpoints or pilot.checkpoints

@@ -15,7 +15,7 @@ from memtui.estimation.results import persistent_cells
 COLUMNS = [
     "metric", "estimator", "scope", "cohort", "checkpoint", "event_time", "estimate", "std_error", "analytic_se",
     "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control",
-    "n_folded", "small_group", "alpha", "draws", "seed",
+    "n_folded", "small_group", "alpha", "draws", "seed", "band",
 ]  # fmt: skip
 
 
@@ -27,11 +27,13 @@ def export_frame(result: EstimateResult, scope: str = "profile", significant_onl
 
 
 def default_name(result: EstimateResult, panel_path: Path, scope: str = "profile") -> str:
-    """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv``: two exports with different settings never share a name.
-    The panel's name and the metric come from a file: no control characters or path separators from either."""
+    """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv`` (``-classic`` before ``.csv`` under the classic band): two
+    exports with different settings never share a name. The panel's name and the metric come from a file: no control
+    characters or path separators from either."""
     s = result.settings
     stem = "".join(ch if ch.isprintable() and ch not in "/\\" else "_" for ch in f"{Path(panel_path).stem}-{s.metric}")
-    return f"{stem[:120]}-{s.estimator}-{scope}-a{s.alpha:g}-d{s.draws}.csv"
+    band = "" if s.band == "calibrated" else f"-{s.band}"
+    return f"{stem[:120]}-{s.estimator}-{scope}-a{s.alpha:g}-d{s.draws}{band}.csv"
 
 
 def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile", significant_only: bool = True) -> int:
