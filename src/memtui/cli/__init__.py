@@ -11,6 +11,7 @@ VERBS = {
     "export": "export",
     "compare": "compare",
     "plan": "plan",
+    "calibrate": "calibrate",
     "import": "import_table",
     "sample": "sample",
     "build": "build",
