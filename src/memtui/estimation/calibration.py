@@ -423,9 +423,10 @@ def from_dict(d: dict) -> Calibration:
         hits[b] = {f: round(float(fams[f]["rate"]) * panels) for f in FAMILIES}
     if panels < 1 or not hits:
         raise ValueError("not a calibration record")
+    crit = {b: float(v) for b, v in d["mean_crit_post"].items()}
     return Calibration(panels=panels, alpha=float(d["alpha"]), draws=int(d["draws"]), noise=str(d["noise"]),
-                       seed=int(d["seed"]), hits=hits, crit={b: float(v) for b, v in d["mean_crit_post"].items()},
-                       design=dict(d["design"]), seconds=float(d["seconds"]), notes=[str(n) for n in d["notes"]])  # fmt: skip
+                       seed=int(d["seed"]), hits=hits, crit=crit, design=dict(d["design"]),
+                       seconds=float(d["seconds"]), notes=[str(n) for n in d["notes"]])  # fmt: skip
 
 
 def load_cached(panel: Panel, settings: Settings, noise: str = "resampled") -> Calibration | None:
@@ -459,3 +460,17 @@ def store(panel: Panel, settings: Settings, result: Calibration) -> str | None:
     except (OSError, MemtuiError) as exc:
         return str(getattr(exc, "strerror", None) or exc)
     return None
+
+
+def plan_calibration(pilot, plan, row, *, panels: int, draws: int = 1000, seed: int = 0) -> Calibration:
+    """The family-wise error of each band at a planned design (`memtui plan --calibrate N`): cohort k = 1 .. G first
+    trained at checkpoint k of T, ``row``'s sizes, Gaussian noise whose changes follow the pilot's variograms."""
+    from memtui.engine.power import increment_covariance
+
+    t = plan.checkpoints
+    cov_t = increment_covariance(pilot.v_treated, t)
+    cov_c = increment_covariance(pilot.v_control, t)
+    sizes = {k: row.per_cohort for k in range(1, plan.cohorts + 1)}
+    sizes[NEVER] = row.validation
+    model = model_from_design(sizes, np.arange(t), lambda step: cov_c if step == NEVER else cov_t)
+    return run_calibration(model, alpha=plan.alpha, draws=draws, seed=seed, panels=panels)
