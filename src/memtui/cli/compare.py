@@ -73,13 +73,13 @@ def _num(value, spec: str = ".4g") -> str:
 
 
 def _settings(args, panel):
-    from memtui.cli.commands import settings_from_args
+    from memtui.cli.options import settings_from_args
 
     return settings_from_args(args, panel)
 
 
 def _suite(args, out: Path | None) -> int:
-    from memtui.cli.commands import progress_bar
+    from memtui.cli.options import progress_bar
     from memtui.estimation.suite import correlations, estimate_suite, headline, load_suite
 
     suite = load_suite(args.panels)
@@ -159,7 +159,7 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
 
 
 def _estimators(args, out: Path | None) -> int:
-    from memtui.cli.commands import progress_bar
+    from memtui.cli.options import progress_bar
     from memtui.estimation.estimate import compare
     from memtui.panel.hdf5 import read_panel
 

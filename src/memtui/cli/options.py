@@ -72,7 +72,21 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
         choices=list(CHOICES["engine"]),
         help="memtui's engine, or the differences library (the paper's pipeline; slow, a cross-check)",
     )
+    add_band_arg(g)
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+
+
+def add_band_arg(p) -> None:
+    """``--band``: which simultaneous band marks estimates significant (every verb that reports significance)."""
+    from memtui.estimation.choices import SETTING_CHOICES as CHOICES
+
+    p.add_argument(
+        "--band",
+        default="calibrated",
+        choices=list(CHOICES["band"]),
+        help="simultaneous band: calibrated (studentised bootstrap-t; holds its level with small cohorts) or classic "
+        "(R did's and the paper's; needed for --multiplier mammen) [calibrated]",
+    )
 
 
 def settings_from_args(args, panel):
@@ -91,6 +105,7 @@ def settings_from_args(args, panel):
         family=args.family,
         final_step=args.final_step,
         engine=args.engine,
+        band=args.band,
     ).validate()
 
 

@@ -28,17 +28,16 @@ cell's parts: sum_k w_k^2 T*_k^2 / n_T,k for the cohorts (each event time has on
 (sum_k w_k C*_k / sqrt(n_C,k))^2 for the control set (exact for never-treated controls; not-yet-treated control sets
 differ between cells and this is then an approximation of a term of order 1/n_C).
 
-The multipliers are drawn exactly as ``did.bootstrap_shared`` draws them (same generator, same order), so the cell
-draws returned are those of the classic bootstrap with the same seed (bitwise, for one layout) and every other summary
-(correlations of a suite, aggregate draws) is unchanged; the studentised maxima are formed chunk by chunk, never a
-cells x draws array beyond the draws the classic bootstrap already holds.
+The draws are made by ``did.bootstrap_shared`` itself (its per-chunk callback forms the studentised maxima), so the
+cell draws returned are those of the classic bootstrap with the same seed, bit for bit (for one layout and for a
+suite's layouts alike), and every other summary (correlations of a suite, aggregate draws) is unchanged; the
+studentised maxima are formed chunk by chunk, never a cells x draws array beyond the draws the classic bootstrap
+already holds.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -153,42 +152,25 @@ def studentized_bootstrap(
     usable: list[np.ndarray] | None = None,
     progress: Callable[[float], None] | None = None,
 ) -> list[StudentLaws]:
-    """``did.bootstrap_shared`` (same multipliers, same draws) that also returns, per layout, the studentised sup-t
-    law of every mask in ``masks[j]`` (cells with a finite standard error only, or ``usable[j]``), and the variance
-    correction of ``aggregates[j]``. Memory: the classic draws plus a few cells x chunk arrays."""
+    """``did.bootstrap_shared`` (its very loop: same multipliers, same draws, bit for bit) that also returns, per
+    layout, the studentised sup-t law of every mask in ``masks[j]`` (cells with a finite standard error only, or
+    ``usable[j]``), and the variance correction of ``aggregates[j]``. Memory: the classic draws plus a few cells x
+    chunk arrays."""
     if multiplier != "rademacher":
         # with other multipliers sum (v_i z_i)^2 moves from draw to draw: the re-estimated variance would need every
         # cell's sum of v_i^2-weighted squared changes, which the group sums do not give
         raise ValueError("the calibrated band needs Rademacher multipliers")
-    first = lays[0]
-    if not all(did.same_cells(first, lay) for lay in lays[1:]):
-        raise ValueError("studentized_bootstrap needs layouts with the same groups and cells")
-    g, t, b, p, own = first.cell_group, first.cell_t, first.cell_b, first.cell_prefix, first.cell_own
     f32 = np.float32
-    n = first.group_n.astype(f32)
-    upto = int(p.max()) if len(p) else 1
-    n_jobs, width = len(lays), first.y.shape[1]
-    stride = n_jobs * width
-    inv_nt = (1 / n[g])[:, None]
-    own_col = own[:, None]
-    rng = np.random.default_rng(seed)
-    cells = [np.empty((len(g), draws), dtype=f32) for _ in lays]
-    group_w = np.empty((first.n_groups, draws))
-    aggregates = aggregates or [None] * n_jobs
+    aggregates = aggregates or [None] * len(lays)
     usable = usable or [np.isfinite(v.se) for v in variances]
 
-    def constants(est: did.CellEstimates, var: CellVariances):
-        n_c = est.n_control.astype(float)
-        inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]
+    def constants(j: int, est: did.CellEstimates, var: CellVariances) -> dict:
         # re-centring: var* = var_t - k_t T*^2 + var_c - k_c C*^2, k = 1/(n - 1) with the HC correction, else 1/n
         shift = 1.0 if var.hc else 0.0
         k_t = np.divide(1, var.n_t - shift, out=np.zeros_like(var.n_t), where=var.n_t - shift > 0)
         k_c = np.divide(1, var.n_c - shift, out=np.zeros_like(var.n_c), where=var.n_c - shift > 0)
-        groups, labels = _labels(masks[len(per_job)], usable[len(per_job)])
+        groups, labels = _labels(masks[j], usable[j])
         return {
-            "inv_nc": inv_nc,
-            "dm": est.dm.astype(f32)[:, None],
-            "dmu": est.dmu.astype(f32)[:, None],
             "var": (var.var_t + var.var_c).astype(f32)[:, None],
             "k_t": k_t.astype(f32)[:, None],
             "k_c": k_c.astype(f32)[:, None],
@@ -196,85 +178,38 @@ def studentized_bootstrap(
             "labels": labels,
         }
 
-    per_job: list[dict] = []
-    for est, var in zip(ests, variances, strict=True):
-        per_job.append(constants(est, var))
+    per_job = [constants(j, est, var) for j, (est, var) in enumerate(zip(ests, variances, strict=True))]
     group_max = [np.zeros((len(c["groups"]), draws), dtype=f32) for c in per_job]
     agg_corr = [None if a is None else np.empty((len(a.members), draws), dtype=np.float64) for a in aggregates]
 
-    if n_jobs == 1:
-        y = first.y.astype(f32)
-    else:
-        y = np.empty((first.n_units, stride), dtype=f32)
-        for j, lay in enumerate(lays):
-            y[:, j * width : (j + 1) * width] = lay.y
-    for start in range(0, draws, chunk):
-        bc = min(chunk, draws - start)
-        v = did.multipliers(rng, (first.n_units, bc), multiplier, f32)
-        r = np.empty((first.n_groups, stride, bc), dtype=f32)
+    def studentise(j: int, start: int, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray) -> None:
+        """One chunk of layout j's draws: the aggregates' correction, then each cell group's studentised maximum."""
+        c = per_job[j]
+        bc = out.shape[1]
+        spec = aggregates[j]
+        if spec is not None:
+            corr = spec.treated @ (treated * treated)
+            corr += (spec.control @ ctrl) ** 2
+            agg_corr[j][:, start : start + bc] = corr
+        # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
+        np.multiply(treated, treated, out=treated)
+        treated *= c["k_t"]
+        np.multiply(ctrl, ctrl, out=ctrl)
+        ctrl *= c["k_c"]
+        den = np.subtract(c["var"], treated, out=treated)
+        den -= ctrl
+        np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t2 = np.divide(out * out, den, out=ctrl)
+        t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
+        for i, idx in enumerate(c["groups"]):
+            group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
 
-        def group_sums(ks: range, r=r, v=v) -> None:
-            for k in ks:
-                rows = first.rows(k)
-                np.matmul(y[rows].T, v[rows], out=r[k])
-
-        if n_jobs == 1:
-            group_sums(range(first.n_groups))
-        else:
-            cores = min(os.cpu_count() or 1, first.n_groups)
-            with ThreadPoolExecutor(cores) as pool:
-                list(pool.map(group_sums, [range(i, first.n_groups, cores) for i in range(cores)]))
-        w = np.add.reduceat(v, first.group_start[:-1], axis=0)
-        group_w[:, start : start + bc] = w
-        cum_r = did._prefix_sums(r, upto).reshape(-1, bc)
-        cum_w = did._prefix_sums(w, upto)
-        r = r.reshape(-1, bc)
-        w_own = np.take(w, g, axis=0)
-        ctrl_w = np.take(cum_w, p, axis=0)
-        if own.any():
-            ctrl_w = ctrl_w - own_col * w_own
-
-        def cell_draws(j: int, r=r, cum_r=cum_r, w_own=w_own, ctrl_w=ctrl_w, start=start, bc=bc) -> None:
-            c = per_job[j]
-            col = j * width
-            d_own = np.take(r, g * stride + col + t, axis=0) - np.take(r, g * stride + col + b, axis=0)
-            treated = (d_own - w_own * c["dm"]) * inv_nt
-            ctrl = np.take(cum_r, p * stride + col + t, axis=0) - np.take(cum_r, p * stride + col + b, axis=0)
-            if own.any():
-                ctrl -= own_col * d_own
-            ctrl -= ctrl_w * c["dmu"]
-            ctrl *= c["inv_nc"]
-            out = cells[j][:, start : start + bc]
-            np.subtract(treated, ctrl, out=out)
-            spec = aggregates[j]
-            if spec is not None:
-                corr = spec.treated @ (treated * treated)
-                corr += (spec.control @ ctrl) ** 2
-                agg_corr[j][:, start : start + bc] = corr
-            # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
-            np.multiply(treated, treated, out=treated)
-            treated *= c["k_t"]
-            np.multiply(ctrl, ctrl, out=ctrl)
-            ctrl *= c["k_c"]
-            den = np.subtract(c["var"], treated, out=treated)
-            den -= ctrl
-            np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t2 = np.divide(out * out, den, out=ctrl)
-            t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
-            for i, idx in enumerate(c["groups"]):
-                group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
-
-        if n_jobs == 1:
-            cell_draws(0)
-        else:
-            with ThreadPoolExecutor(min(n_jobs, os.cpu_count() or 1)) as pool:
-                list(pool.map(cell_draws, range(n_jobs)))
-        if progress:
-            progress((start + bc) / draws)
-
+    boots = did.bootstrap_shared(
+        lays, ests, draws=draws, seed=seed, multiplier=multiplier, chunk=chunk, progress=progress, on_chunk=studentise
+    )
     out = []
-    for j in range(n_jobs):
+    for j, boot in enumerate(boots):
         c = per_job[j]
         laws = []
         for i in range(len(masks[j])):
@@ -283,7 +218,7 @@ def studentized_bootstrap(
                 laws.append(np.sqrt(group_max[j][rows].max(axis=0)).astype(np.float64))
             else:
                 laws.append(np.full(draws, np.nan))
-        out.append(StudentLaws(did.BootstrapDraws(cells=cells[j], group_w=group_w), laws, agg_corr[j]))
+        out.append(StudentLaws(boot, laws, agg_corr[j]))
     return out
 
 
@@ -329,20 +264,52 @@ def calibrated_bootstrap(
 ) -> CalibratedBands:
     """One layout's calibrated bootstrap: ``did.bootstrap``'s draws (bitwise the same for the same seed) plus the
     studentised sup law of every mask in ``masks`` and, with ``members``, of the aggregates (``summaries``)."""
-    var = cell_variances(lay, est)
-    se = did.floored(var.se, floor)
-    spec = aggregate_spec(lay, est, members) if members is not None else None
-    laws = studentized_bootstrap(
-        [lay], [est], [var], [list(masks.values())], draws=draws, seed=seed, multiplier=multiplier,
-        aggregates=[spec], usable=[np.isfinite(se)], progress=progress,
+    return calibrated_bootstraps(
+        [lay], [est], [masks], draws=draws, seed=seed, floors=[floor], multiplier=multiplier, members=[members],
+        progress=progress,
     )[0]  # fmt: skip
-    return CalibratedBands(
-        boot=laws.boot,
-        se=se,
-        tmax=dict(zip(masks, laws.tmax, strict=True)),
-        agg_se=did.floored(spec.ase, floor) if spec is not None else None,
-        agg_correction=laws.agg_correction,
-    )
+
+
+def calibrated_bootstraps(
+    lays: list[Layout],
+    ests: list[did.CellEstimates],
+    masks: list[dict[str, np.ndarray]],
+    *,
+    draws: int,
+    seed: int,
+    floors: list[float],
+    multiplier: str = "rademacher",
+    members: list[list[np.ndarray] | None] | None = None,
+    progress: Callable[[float], None] | None = None,
+    mapper: Callable | None = None,
+) -> list[CalibratedBands]:
+    """``calibrated_bootstrap`` of several layouts with the same groups and cells (a suite's models or metrics) from
+    one set of multipliers (``did.bootstrap_shared``): each result is that layout's lone ``calibrated_bootstrap``,
+    bit for bit, and the draws are joint. ``mapper(fn, items)``: how the per-layout preparation (variances, the
+    aggregates' analytic standard errors) is spread over cores (default: one after another)."""
+    members = members or [None] * len(lays)
+
+    def prepare(j: int) -> tuple[CellVariances, np.ndarray, AggregateSpec | None]:
+        var = cell_variances(lays[j], ests[j])
+        spec = aggregate_spec(lays[j], ests[j], members[j]) if members[j] is not None else None
+        return var, did.floored(var.se, floors[j]), spec
+
+    parts = list((mapper or map)(prepare, range(len(lays))))
+    laws = studentized_bootstrap(
+        lays, ests, [p[0] for p in parts], [list(m.values()) for m in masks], draws=draws, seed=seed,
+        multiplier=multiplier, aggregates=[p[2] for p in parts], usable=[np.isfinite(p[1]) for p in parts],
+        progress=progress,
+    )  # fmt: skip
+    return [
+        CalibratedBands(
+            boot=law.boot,
+            se=se,
+            tmax=dict(zip(mask, law.tmax, strict=True)),
+            agg_se=did.floored(spec.ase, floor) if spec is not None else None,
+            agg_correction=law.agg_correction,
+        )
+        for (_, se, spec), law, mask, floor in zip(parts, laws, masks, floors, strict=True)
+    ]
 
 
 def aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correction: np.ndarray, mask: np.ndarray, alpha: float):

@@ -136,13 +136,19 @@ def bootstrap_shared(
     multiplier: str = "rademacher",
     chunk: int = 128,
     progress: Callable[[float], None] | None = None,
+    on_chunk: Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
 ) -> list[BootstrapDraws]:
     """``bootstrap`` of several layouts with the same groups and cells (``same_cells``: one panel's instances scored
     by several models, or several metrics) at once. The multipliers are drawn once, as ``bootstrap`` draws them for
     one layout, and each group's multiplier-weighted sums are one matrix product over every layout's columns side by
     side; so each result is ``bootstrap`` of that layout alone with the same seed, bit for bit: every layout's group
     sums are the very products (same shapes, same operands, BLAS on one thread) a lone bootstrap makes, whatever the
-    BLAS kernel or the number of cores. The draws of all layouts are joint (same multiplier per row)."""
+    BLAS kernel or the number of cores. The draws of all layouts are joint (same multiplier per row).
+
+    ``on_chunk(j, start, treated, ctrl, out)`` is called for layout j after each chunk of draws starting at draw
+    ``start``, with the cohort's and the control set's parts of the draws (cells x chunk, float32 temporaries it may
+    overwrite; draw = treated - ctrl) and the draws themselves (a view into the result: read only). It runs on the
+    thread that formed the chunk; the calibrated band (``engine.bands``) forms its studentised maxima there."""
     first = lays[0]
     if not all(same_cells(first, lay) for lay in lays[1:]):
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells")
@@ -208,7 +214,10 @@ def bootstrap_shared(
                 ctrl -= own_col * d_own
             ctrl -= ctrl_w * dmu
             ctrl *= inv_nc
-            np.subtract(treated, ctrl, out=cells[j][:, start : start + bc])
+            out = cells[j][:, start : start + bc]
+            np.subtract(treated, ctrl, out=out)
+            if on_chunk is not None:
+                on_chunk(j, start, treated, ctrl, out)
 
         if n_jobs == 1:
             cell_draws(0)

@@ -13,5 +13,8 @@ SETTING_CHOICES: dict[str, tuple[str, ...]] = {
     "control_group": ("never_treated", "not_yet_treated"),
     "multiplier": ("rademacher", "mammen"),
     "family": ("post", "all"),
+    # the simultaneous band: "calibrated" (studentised bootstrap-t, holds its level with small cohorts; the default)
+    # or "classic" (R did's, csdid's and the paper's); kept equal to memtui.engine.bands.BANDS (a test checks)
+    "band": ("calibrated", "classic"),
     "engine": ("memtui", "differences"),
 }

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import did
+from memtui.engine import bands, did
 from memtui.engine.layout import build_layout
 from memtui.engine.summaries import aggregate, analytic_se
 from memtui.estimation.choices import ESTIMATORS
@@ -65,23 +65,50 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
             "there is nothing to estimate; choose a metric that varies."
         )
     if settings.draws:
-        check_memory(settings.draws, lay)
+        check_memory(settings.draws, lay, settings.band)
     est = did.point_estimates(lay)
     report(0.05, "bootstrap")
-    boot = None
+    boot = cal = None
     if settings.draws:
-        boot = did.bootstrap(
-            lay,
-            est,
-            draws=settings.draws,
-            seed=settings.seed,
-            multiplier=settings.multiplier,
-            progress=lambda f: report(0.05 + 0.85 * f, "bootstrap"),
-        )
+        progress_of = lambda f: report(0.05 + 0.85 * f, "bootstrap")  # noqa: E731
+        if settings.band == "calibrated":
+            cal = bands.calibrated_bootstrap(
+                lay, est, cell_masks(lay, settings), draws=settings.draws, seed=settings.seed,
+                floor=did.se_floor(lay.scale), multiplier=settings.multiplier, members=aggregate_members(lay)[2],
+                progress=progress_of,
+            )  # fmt: skip
+            boot = cal.boot
+        else:
+            boot = did.bootstrap(
+                lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of
+            )
     report(0.9, "summaries")
-    result = _assemble(panel, settings, lay, est, boot)
+    result = _assemble(panel, settings, lay, est, boot, cal)
     report(1.0, "done")
     return result
+
+
+def cell_masks(lay, settings: Settings) -> dict[str, np.ndarray]:
+    """The cell subsets with a simultaneous band of their own: every cell, the post-treatment and the placebo cells,
+    the instantaneous ones (c = g) and the residual ones (the final checkpoint)."""
+    pre = lay.cell_pre
+    return {
+        "all": np.ones(len(pre), bool),
+        "post": ~pre,
+        "pre": pre,
+        "instantaneous": lay.cell_t == lay.group_index[lay.cell_group],
+        "residual": (lay.cell_t == final_index(lay.steps, settings.final_step)) & ~pre,
+    }
+
+
+def aggregate_members(lay) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """The event times, the cells of each (persistent memorisation) and those plus the post-treatment cells (the
+    overall average, last): the aggregates every estimate reports."""
+    steps = lay.steps
+    event = steps[lay.cell_t] - steps[lay.group_index[lay.cell_group]]
+    events = np.unique(event)
+    members = [np.flatnonzero(event == e) for e in events]
+    return events, members, [*members, np.flatnonzero(~lay.cell_pre)]
 
 
 @dataclass
@@ -105,24 +132,21 @@ class _Cells:
     small: np.ndarray
     masks: dict[str, np.ndarray]  # the cell subsets with a band of their own
     tmax: dict[str, np.ndarray]  # their sup-t laws (empty without a bootstrap)
+    cal: bands.CalibratedBands | None = None  # the calibrated band's laws and standard errors (band="calibrated")
 
     @classmethod
-    def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> _Cells:
+    def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> _Cells:
         steps = lay.steps
         cohort_step, cell_step = steps[lay.group_index[lay.cell_group]], steps[lay.cell_t]
         floor = did.se_floor(lay.scale)
         ase = did.floored(est.se, floor)
-        se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
         pre = lay.cell_pre
-        masks = {
-            "all": np.ones(len(pre), bool),
-            "post": ~pre,
-            "pre": pre,
-            "instantaneous": lay.cell_t == lay.group_index[lay.cell_group],
-            "residual": (lay.cell_t == final_index(steps, settings.final_step)) & ~pre,
-        }
-        # every band's sup-t law from one pass over the draws
-        tmax = dict(zip(masks, did.sup_t_many(boot.cells, se, list(masks.values())), strict=True)) if boot else {}
+        masks = cell_masks(lay, settings)
+        if cal is not None:  # calibrated: HC1 analytic standard errors and the studentised laws the bootstrap formed
+            se, tmax = cal.se, cal.tmax
+        else:  # classic: robust bootstrap standard errors and every band's sup-t law from one pass over the draws
+            se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
+            tmax = dict(zip(masks, did.sup_t_many(boot.cells, se, list(masks.values())), strict=True)) if boot else {}
         return cls(
             settings=settings,
             lay=lay,
@@ -140,6 +164,7 @@ class _Cells:
             small=(est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls),
             masks=masks,
             tmax=tmax,
+            cal=cal,
         )
 
     @property
@@ -180,14 +205,23 @@ class _Cells:
     @functools.cached_property
     def aggregates(self):
         """Persistent memorisation by event time and the overall average, in one pass over the draws: event times,
-        then point estimates, draws, analytic and bootstrap standard errors of each event time and, last, overall."""
-        events = np.unique(self.event)
-        members = [np.flatnonzero(self.event == e) for e in events]
-        every = [*members, np.flatnonzero(~self.pre)]
+        then point estimates, draws, analytic and bootstrap standard errors of each event time and, last, overall.
+        Under the calibrated band the standard error is the analytic one (the band studentises by it)."""
+        events, members, every = aggregate_members(self.lay)
         theta, draws = aggregate(self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every)
+        if self.cal is not None:
+            return events, members, theta, draws, self.cal.agg_se, self.cal.agg_se
         ase = did.floored(analytic_se(self.lay, self.est, every), self.floor)
         se = did.bootstrap_se(draws, self.floor) if draws is not None else ase
         return events, members, theta, draws, ase, se
+
+    def aggregate_crit(self, draws: np.ndarray, se: np.ndarray, rows: slice, mask) -> float:
+        """Simultaneous critical value of the aggregates ``rows`` in ``mask``, from their draws and standard errors:
+        the studentised (calibrated) law, or the classic sup-t law."""
+        if self.cal is not None:
+            corr = self.cal.agg_correction[rows]
+            return bands.aggregate_crit(draws[rows], se[rows], corr, mask, self.settings.alpha)
+        return did.critical_value(did.sup_t(draws[rows], se[rows], mask), self.settings.alpha)
 
 
 def _profile_crit(c: _Cells) -> np.ndarray:
@@ -212,9 +246,10 @@ def _persistent(c: _Cells) -> pl.DataFrame:
     fam = post_e if settings.family == "post" else np.ones(len(events), bool)
     crit_e = np.full(len(events), z_value(settings.alpha))
     if agg_draws is not None:
-        crit_e[fam] = did.critical_value(did.sup_t(agg_draws, agg_se, fam), settings.alpha)
+        draws, se, rows = c.aggregates[3], c.aggregates[5], slice(0, len(events))
+        crit_e[fam] = c.aggregate_crit(draws, se, rows, fam)
         if settings.family == "post" and (~post_e).any():
-            crit_e[~post_e] = did.critical_value(did.sup_t(agg_draws, agg_se, ~post_e), settings.alpha)
+            crit_e[~post_e] = c.aggregate_crit(draws, se, rows, ~post_e)
     return result_frame(
         settings,
         "persistent",
@@ -235,10 +270,14 @@ def _persistent(c: _Cells) -> pl.DataFrame:
 
 
 def _overall(c: _Cells) -> Overall:
-    """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval."""
+    """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval: normal (z) under
+    the classic band, the bootstrap-t two-sided critical value under the calibrated one."""
     post_cells = np.flatnonzero(~c.pre)
     z = z_value(c.settings.alpha)
-    *_, theta, _, ase, se = c.aggregates
+    *_, theta, draws, ase, se = c.aggregates
+    if c.cal is not None and draws is not None:
+        n = len(theta)
+        z = c.aggregate_crit(draws, se, slice(n - 1, n), np.ones(1, bool))
     o_ase, o_se = float(ase[-1]), float(se[-1])
     o_tau = float(c.sign * theta[-1])
     return Overall(
@@ -247,17 +286,28 @@ def _overall(c: _Cells) -> Overall:
         analytic_se=o_ase,
         ci_low=o_tau - z * o_se,
         ci_high=o_tau + z * o_se,
-        significant=bool(abs(o_tau) > z * o_se),
+        significant=bool(np.isfinite(z * o_se) and abs(o_tau) > z * o_se),
         n_cells=len(post_cells),
         small_group=bool(c.small[post_cells].any()),
     )
 
 
-def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot) -> EstimateResult:
-    """Every scope of the estimate from the cells' point estimates and bootstrap draws."""
-    c = _Cells.of(panel, settings, lay, est, boot)
+def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> EstimateResult:
+    """Every scope of the estimate from the cells' point estimates and bootstrap draws (and, under the calibrated
+    band, ``cal``: what ``bands.calibrated_bootstrap`` formed with those draws)."""
+    c = _Cells.of(panel, settings, lay, est, boot, cal)
     notes = list(lay.notes) + group_notes(lay, est)
     flat = ~np.isfinite(c.se)
+    if cal is not None:
+        # a cohort of one instance has no variance of its own: the calibrated band gives its cells no band (the
+        # classic band studentised them by the controls' variance alone and flagged them far too often)
+        lone = flat & (est.n_treated == 1)
+        if lone.any():
+            notes.append(
+                f"{int(lone.sum())} cells of cohorts with a single instance have no band under the calibrated band "
+                "(one instance has no variance of its own): never marked significant"
+            )
+        flat &= ~lone
     if flat.any():
         notes.append(
             f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
@@ -283,6 +333,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         cohorts=np.unique(c.cohort_step),
         checkpoints=lay.steps,
         notes=notes,
+        band=settings.band,
     )
 
 

@@ -93,6 +93,10 @@ class EstimateResult:
     cohorts: np.ndarray  # cohort steps (rows of the profile)
     checkpoints: np.ndarray  # completed checkpoint steps (columns)
     notes: list[str] = field(default_factory=list)
+    band: str = ""  # the band that made the bands and flags: "calibrated" or "classic" (default: the settings')
+
+    def __post_init__(self) -> None:
+        self.band = self.band or self.settings.band
 
     def scope(self, name: str) -> pl.DataFrame:
         if name not in SCOPES:
@@ -147,6 +151,7 @@ def result_frame(
             "alpha": settings.alpha,
             "draws": settings.draws,
             "seed": settings.seed,
+            "band": settings.band,
         }
     )
 
@@ -160,18 +165,25 @@ def final_index(steps: np.ndarray, final_step: int | None) -> int:
     return idx
 
 
-def check_memory(draws: int, lay) -> None:
-    """Refuse, before allocating anything, a bootstrap whose draws cannot fit in the memory available."""
+def bootstrap_bytes(draws: int, lay, band: str = "classic") -> int:
+    """Peak memory of an estimate's bootstrap (``did.bootstrap_bytes``); the calibrated band also holds each
+    aggregate's per-draw variance correction (float64)."""
     n_events = len(np.unique(lay.cell_t - lay.group_index[lay.cell_group]))
     size = {"n_cells": len(lay.cell_group), "n_groups": lay.n_groups, "n_aggregates": n_events + 1}
-    need = did.bootstrap_bytes(draws, **size, n_units=lay.n_units, width=lay.y.shape[1])
+    extra = 8 * size["n_aggregates"] * int(draws) if band == "calibrated" else 0
+    return did.bootstrap_bytes(draws, **size, n_units=lay.n_units, width=lay.y.shape[1]) + extra
+
+
+def check_memory(draws: int, lay, band: str = "classic") -> None:
+    """Refuse, before allocating anything, a bootstrap whose draws cannot fit in the memory available."""
+    need = bootstrap_bytes(draws, lay, band)
     have = did.available_memory()
     if have is not None and need > have:
-        per_draw = did.bootstrap_bytes(1, **size) - did.bootstrap_bytes(0, **size)
+        per_draw = bootstrap_bytes(1, lay, band) - bootstrap_bytes(0, lay, band)
         fits = int((have - (need - draws * per_draw)) / per_draw) // 100 * 100
         advice = f"use at most about {fits} draws (-B {fits})" if fits >= 20 else "use -B 0 (analytic bands)"
         raise MemtuiError(
-            f"{draws} bootstrap draws of {size['n_cells']} cells need about {human(need)} of memory and "
+            f"{draws} bootstrap draws of {len(lay.cell_group)} cells need about {human(need)} of memory and "
             f"{human(have)} is available; {advice}."
         )
 

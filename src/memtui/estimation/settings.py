@@ -24,6 +24,8 @@ class Settings:
     family: str = "post"  # cells sharing one simultaneous band: "post" (c >= g; pre cells get their own) or "all"
     final_step: int | None = None  # residual memorisation checkpoint; None = last completed
     engine: str = "memtui"  # or "differences" (the paper's pipeline; slow)
+    # simultaneous bands: "calibrated" (bootstrap-t, engine.bands; docs/calibration-study.md) or "classic" (R did's)
+    band: str = "calibrated"
 
     # the allowed values of every categorical setting: the CLI's choices and the settings dialog read them here
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = SETTING_CHOICES
@@ -39,6 +41,16 @@ class Settings:
             raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
         if self.seed < 0:
             raise MemtuiError(f"seed must be 0 or a positive integer, not {self.seed}.")
+        if self.band == "calibrated" and self.multiplier != "rademacher":
+            raise MemtuiError(
+                f"the calibrated band needs Rademacher multipliers, not {self.multiplier}; use --band classic for "
+                f"{self.multiplier.capitalize()} weights."
+            )
+        if self.band == "calibrated" and self.engine == "differences":
+            raise MemtuiError(
+                "engine differences gives only the classic band (R did's); use --band classic with --engine "
+                "differences."
+            )
 
     def validate(self) -> Settings:
         """Kept for callers written before construction checked: a Settings is always valid."""

@@ -22,10 +22,10 @@ import polars as pl
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
-from memtui.engine import did
+from memtui.engine import bands, did
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import build_layout
-from memtui.estimation.estimate import estimate
+from memtui.estimation.estimate import aggregate_members, cell_masks, estimate
 from memtui.estimation.results import EstimateResult, Progress, check_memory
 from memtui.estimation.settings import Settings
 from memtui.panel.hdf5 import read_panel
@@ -306,9 +306,11 @@ def _estimate_jobs(suite: Suite, settings: Settings, metrics: list[str], keep: s
         for batch in _batches(jobs):
             base, share = done / total, len(batch) / total
             stage = f"{metric}: bootstrap"
-            cells = _shared_draws(batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m))
+            cells = _shared_draws(
+                batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), band=settings.band
+            )
             assembled = _threads(lambda item: _assemble(*item), list(zip(batch, cells, strict=True)))
-            for job, boot, res in zip(batch, cells, assembled, strict=True):
+            for job, (boot, _), res in zip(batch, cells, assembled, strict=True):
                 out.results[job.model][metric] = res
                 if metric in keep:
                     out.draws.setdefault(metric, {})[job.model] = boot.cells
@@ -340,7 +342,7 @@ def _prepare(job: _Job) -> None:
                 f"metric '{s.metric}' has the same value for every instance and completed checkpoint used, so there "
                 "is nothing to estimate; choose a metric that varies."
             )
-        check_memory(s.draws, lay)
+        check_memory(s.draws, lay, s.band)
     except MemtuiError as exc:
         raise MemtuiError(f"{job.model}: {exc}") from None
     job.lay = lay
@@ -375,24 +377,30 @@ def _threads(fn, items: list) -> list:
         return list(pool.map(fn, items))
 
 
-def _shared_draws(batch: list[_Job], settings: Settings, progress=None) -> list[did.BootstrapDraws]:
-    """The bootstrap draws of every job of ``batch`` from one set of multipliers: ``did.bootstrap_shared``, so each
-    job's draws are bit for bit those ``estimate`` draws for it alone."""
-    return did.bootstrap_shared(
-        [j.lay for j in batch],
-        [j.est for j in batch],
-        draws=settings.draws,
-        seed=settings.seed,
-        multiplier=settings.multiplier,
-        progress=progress,
-    )
+def _shared_draws(
+    batch: list[_Job], settings: Settings, progress=None, band: str = "classic"
+) -> list[tuple[did.BootstrapDraws, bands.CalibratedBands | None]]:
+    """The bootstrap draws of every job of ``batch`` from one set of multipliers (``did.bootstrap_shared``), so each
+    job's draws are bit for bit those ``estimate`` draws for it alone; with ``band="calibrated"`` also each job's
+    calibrated laws (``bands.calibrated_bootstraps``: the same loop, the same per-job arithmetic as a lone estimate)."""
+    lays, ests = [j.lay for j in batch], [j.est for j in batch]
+    common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier, "progress": progress}
+    if band != "calibrated":
+        return [(boot, None) for boot in did.bootstrap_shared(lays, ests, **common)]
+    cals = bands.calibrated_bootstraps(
+        lays, ests, [cell_masks(j.lay, j.settings) for j in batch], floors=[did.se_floor(lay.scale) for lay in lays],
+        members=[aggregate_members(lay)[2] for lay in lays], mapper=lambda fn, items: _threads(fn, list(items)),
+        **common,
+    )  # fmt: skip
+    return [(cal.boot, cal) for cal in cals]
 
 
-def _assemble(job: _Job, boot: did.BootstrapDraws) -> EstimateResult:
+def _assemble(job: _Job, drawn: tuple[did.BootstrapDraws, bands.CalibratedBands | None]) -> EstimateResult:
     """Every scope of one job's estimate: the very assembly ``memtui.estimation.estimate`` makes for a lone panel."""
     from memtui.estimation.estimate import _assemble as assemble
 
-    return assemble(job.panel, job.settings, job.lay, job.est, boot)
+    boot, cal = drawn
+    return assemble(job.panel, job.settings, job.lay, job.est, boot, cal)
 
 
 @dataclass
@@ -581,8 +589,10 @@ def _joint_draws(sr: SuiteResult, metric: str) -> dict[str, np.ndarray]:
     jobs = [_Job(model=n, metric=metric, panel=p, settings=s) for n, p in zip(sr.names, sr.suite.panels, strict=True)]
     with one_blas_thread():
         _threads(_prepare, jobs)
-        boots = _shared_draws(jobs, s)
-    sr.draws = {metric: {j.model: b.cells for j, b in zip(jobs, boots, strict=True)}}  # one metric's draws at a time
+        boots = _shared_draws(jobs, s)  # the draws alone: the same under either band
+    sr.draws = {
+        metric: {j.model: b.cells for j, (b, _) in zip(jobs, boots, strict=True)}
+    }  # one metric's draws at a time
     return sr.draws[metric]
 
 
