@@ -159,12 +159,12 @@ class SummariesPane(VerticalScroll, can_focus=True):
             error = str(exc)
         extras = self.Extras(result, mde, comparison, error)
         if panel is not None:  # hashing the metric's matrix: in this thread, never on a key
+            from contextlib import suppress
+
             from memtui.estimation.calibration import load_cached
 
-            try:
+            with suppress(MemtuiError):  # a metric the panel lost since: no calibration line, nothing more
                 extras.calibration = load_cached(panel, result.settings)
-            except MemtuiError:
-                pass
         self.post_message(extras)
 
     @on(Extras)
