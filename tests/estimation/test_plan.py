@@ -21,6 +21,7 @@ from memtui.estimation.plan import (
     minimum_detectable_effect,
     pilot_variances,
     plan_sizes,
+    t_power,
     validation_ratio,
 )
 from memtui.estimation.settings import Settings
@@ -148,7 +149,11 @@ def test_fixed_validation_count(pilot):
     row, unreachable = plan.rows
     assert row.validation == 300 and row.power >= 0.8
     se = math.sqrt(pilot.s_treated / row.per_cohort + pilot.s_control / 300)
-    assert pw.power(4.0, se, row.crit) == pytest.approx(row.power)
+    assert t_power(4.0, se, row.crit, row.df) == pytest.approx(row.power)  # the calibrated band's Welch t power
+    classic = plan_sizes(pilot, [("D", 4.0)], cohorts=5, checkpoints=8, validation=300, draws=400, band="classic")
+    c = classic.rows[0]
+    se = math.sqrt(pilot.s_treated / c.per_cohort + pilot.s_control / 300)
+    assert pw.power(4.0, se, c.crit) == pytest.approx(c.power) and c.per_cohort <= row.per_cohort
     # 300 validation instances alone give the cell a standard error of ~0.65: an effect of 0.5 is out of reach
     assert unreachable.per_cohort is None and unreachable.validation is None
 
@@ -255,7 +260,7 @@ def test_plan_counts_tokens_from_the_pilot_rows(plan_cli, tmp_path):
     assert "80 tokens a row (the pilot's mean)" in out and "validation: the pilot's share" in out
     for r in _table(out):
         size = int(r[4].replace(",", ""))
-        assert r[7] == _shown(size * 80) and r[8] == _shown(size * 80 * 6)  # 6 checkpoints
+        assert r[8] == _shown(size * 80) and r[9] == _shown(size * 80 * 6)  # 6 checkpoints (r[7]: Welch df)
         n, n0 = int(r[2].replace(",", "")), int(r[3].replace(",", ""))
         assert n0 == math.ceil(100 / 120 * 4 * n)  # the pilot's 100 validation per 120 treated
 

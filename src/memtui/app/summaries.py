@@ -17,7 +17,7 @@ from textual.worker import get_current_worker
 
 from memtui.app.fmt import num, short_step
 from memtui.app.plots import BandPlot
-from memtui.app.summary_lines import estimators_lines, mde_line, means_lines
+from memtui.app.summary_lines import calibration_line, estimators_lines, mde_line, means_lines
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.estimation.estimate import Comparison, EstimateResult
@@ -72,6 +72,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
         def __init__(self, result: EstimateResult, mde: float, comparison: Comparison | None, error: str) -> None:
             super().__init__()
             self.result, self.mde, self.comparison, self.error = result, mde, comparison, error
+            self.calibration = None  # a cached `memtui calibrate` of these settings, read in the worker
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -105,6 +106,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
             *means_lines(result, final),
             overall_text(result),
             pretrend_text(result),
+            calibration_line(result),
             *(f"⚠ Note: {clean(note)}" for note in result.notes),
         ]
         if message:
@@ -161,7 +163,15 @@ class SummariesPane(VerticalScroll, can_focus=True):
             return
         except MemtuiError as exc:
             error = str(exc)
-        self.post_message(self.Extras(result, mde, comparison, error))
+        extras = self.Extras(result, mde, comparison, error)
+        if panel is not None:  # hashing the metric's matrix: in this thread, never on a key
+            from contextlib import suppress
+
+            from memtui.estimation.calibration import load_cached
+
+            with suppress(MemtuiError):  # a metric the panel lost since: no calibration line, nothing more
+                extras.calibration = load_cached(panel, result.settings)
+        self.post_message(extras)
 
     @on(Extras)
     def _extras_ready(self, event: Extras) -> None:
@@ -171,6 +181,8 @@ class SummariesPane(VerticalScroll, can_focus=True):
 
     def _show_extras(self, extras: Extras) -> None:
         lines = [mde_line(extras.mde, extras.result)]
+        if extras.calibration is not None:
+            lines.append(calibration_line(extras.result, extras.calibration))
         if extras.comparison is not None:
             lines += ["", *estimators_lines(extras.comparison)]
         if extras.error:

@@ -106,3 +106,42 @@ def estimators_lines(comparison: Comparison) -> list[str]:
             f"cells, {sig} significant — the part of the naive estimate that is the strings being easy, not memory."
         )
     return lines
+
+
+def calibration_line(result: EstimateResult, measured=None) -> str:
+    """Whether the estimate's band holds its level at this design: ``measured`` (a cached `memtui calibrate` of these
+    settings, ``estimation.calibration.Calibration``) where there is one, else the nearest design of the calibration
+    study (``estimation.evidence``), computed from the result alone (instant: no simulation, no file)."""
+    from memtui.estimation.evidence import MISCALIBRATED_BELOW, nearest
+
+    band = getattr(result, "band", "") or getattr(result.settings, "band", "calibrated")
+    other = "classic" if band == "calibrated" else "calibrated"
+    if not result.settings.draws:
+        return "Calibration: pointwise bands (no bootstrap): no simultaneous band to calibrate."
+    if measured is not None:
+        p, se = measured.rate(band, "post")
+        q, _ = measured.rate(other, "post")
+        bad = [f for f in ("post", "all", "pretrend", "instantaneous", "persistent") if measured.over(band, f)]
+        verdict = "holds its level" if not bad else f"over-rejects ({', '.join(bad)})"
+        return (
+            f"Calibration (`memtui calibrate`, {measured.panels} null panels of this design): the {band} band "
+            f"{verdict}, {num(100 * p, 2)} ± {num(100 * se, 2)} % family-wise error (post; nominal "
+            f"{100 * result.settings.alpha:g} %); {other} band {num(100 * q, 2)} %."
+        )
+    sizes = result.instantaneous["n_treated"].cast(pl.Float64).to_numpy() if result.instantaneous.height else []
+    if not len(sizes):
+        return "Calibration: no cohort with an instantaneous cell; `memtui calibrate PANEL` measures this design."
+    post_cells = int((~result.cells["pre_treatment"]).sum())
+    smallest = int(np.min(sizes))
+    m = nearest(float(np.median(sizes)), post_cells)
+    p, q = m.rate(band)[0], m.rate(other)[0]
+    known = (
+        f"cohorts of {smallest} instances: the {band} band is known to over-reject with cohorts under "
+        f"{MISCALIBRATED_BELOW[band]}"
+        if smallest < MISCALIBRATED_BELOW[band]
+        else f"no known excess for the {band} band at cohorts of {smallest}+"
+    )
+    return (
+        f"Calibration: {known} (nearest simulated design {m.label}: {band} {100 * p:.0f} %, {other} {100 * q:.0f} % "
+        f"family-wise error, nominal 5 %); `memtui calibrate PANEL` measures this panel's own design."
+    )

@@ -12,6 +12,7 @@ VERBS = {
     "export": "export",
     "compare": "compare",
     "plan": "plan",
+    "calibrate": "calibrate",
     "import": "import_table",
     "sample": "sample",
     "build": "build",

@@ -66,8 +66,10 @@ def run(args) -> int:
           f"{', significant' if o.significant else ''}")  # fmt: skip
     pt = res.pretrend
     if pt.n_cells and s.draws and not math.isfinite(pt.p_value):  # no placebo cell has a standard error
-        print(f"pre-trend      {pt.n_cells} placebo cells (c < g), none with sampling variation or a band (the "
-              "metric changes alike for every instance there, or the cells are too small): nothing to test")  # fmt: skip
+        print(
+            f"pre-trend      {pt.n_cells} placebo cells (c < g), none with sampling variation or a band "
+            "(the metric changes alike for every instance there, or the cells are too small): nothing to test"
+        )
     elif pt.n_cells and s.draws:
         verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
         print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "

@@ -40,6 +40,13 @@ def add_arguments(p) -> None:
         help="validation instances: optimal (fewest instances in all), pilot (the pilot's share) or a count [optimal]",
     )
     p.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: pointwise bands) [1000]")
+    p.add_argument(
+        "--calibrate",
+        type=_whole_number,
+        metavar="N",
+        help="also simulate N null panels of the planned design (the first effect's sizes; `memtui calibrate`'s "
+        "machinery) and report each band's family-wise error there",
+    )
     p.add_argument("--seed", type=int, default=0)
     add_band_arg(p)
 
@@ -87,6 +94,8 @@ def run(args) -> int:
     panel = read_panel(args.panel)
     metric = args.metric if args.metric is not None else panel.default_metric
     settings = Settings(metric=metric, draws=args.draws, seed=args.seed, alpha=args.alpha, band=args.band).validate()
+    if args.calibrate is not None and (args.calibrate < 1 or not args.draws):
+        raise MemtuiError("--calibrate needs at least 1 panel and a bootstrap (not -B 0).")
     pilot = pilot_variances(panel, metric)
     cohorts = args.cohorts or pilot.n_cohorts
     checkpoints = args.checkpoints or pilot.checkpoints
@@ -107,7 +116,7 @@ def run(args) -> int:
     sim_draws = pw.PLAN_DRAWS if args.draws else 0
     plan = plan_sizes(
         pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=args.power, alpha=args.alpha,
-        validation=args.validation, draws=sim_draws, seed=args.seed,
+        validation=args.validation, draws=sim_draws, seed=args.seed, band=args.band,
     )  # fmt: skip
     given_row = next((r for r in plan.rows if r.label == "--effect"), None)
     if given_row is not None and given_row.per_cohort is None and "more than" in given_row.reason:
@@ -120,9 +129,37 @@ def run(args) -> int:
     own_crit = z_value(args.alpha)
     if sim_draws:  # the model at the pilot's own sizes, beside the pilot's bootstrap: how far the pilot is from it
         model = pw.BandModel(pilot.v_treated, pilot.v_control, cohorts=pilot.n_cohorts, checkpoints=pilot.checkpoints)
-        own_crit, _ = model.crit(pilot.n_treated / pilot.n_cohorts, pilot.n_control, args.alpha, sim_draws, args.seed)
+        own_n = pilot.n_treated / pilot.n_cohorts
+        own_crit, _ = model.crit(own_n, pilot.n_control, args.alpha, sim_draws, args.seed)
+        if args.band == "calibrated":
+            from memtui.estimation.plan import calibrated_crit, welch_df
+
+            own_crit = calibrated_crit(own_crit, welch_df(pilot, own_n, pilot.n_control))
     _print_plan(args, panel, pilot, plan, res, mde, own_crit)
+    _print_fwer(args, pilot, plan)
     return 0
+
+
+def _print_fwer(args, pilot, plan) -> None:
+    """The family-wise error the planned design is known to have: the nearest simulated design of the calibration
+    study and, with --calibrate N, a simulation of the planned design itself."""
+    from memtui.estimation.evidence import nearest
+
+    row = next((r for r in plan.rows if r.per_cohort is not None), None)
+    if row is None or not args.draws:
+        return
+    m = nearest(row.per_cohort, plan.n_cells)
+    cal, cls = m.rate("calibrated"), m.rate("classic")
+    print(f"family-wise    at {row.per_cohort}/cohort ({row.label}), post family, nearest simulated design "
+          f"{m.label}: calibrated {100 * cal[0]:.1f} ± {100 * cal[1]:.1f} %, classic {100 * cls[0]:.1f} ± "
+          f"{100 * cls[1]:.1f} % (nominal {100 * args.alpha:g}; docs/calibration-study.md)")  # fmt: skip
+    if args.calibrate is None:
+        return
+    from memtui.estimation.calibration import plan_calibration
+
+    got = plan_calibration(pilot, plan, row, panels=args.calibrate, draws=args.draws, seed=args.seed)
+    for band in ("calibrated", "classic"):
+        print(f"  simulated    {got.verdict(band)} ({got.panels} null panels of the planned design)")
 
 
 def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> None:
@@ -140,11 +177,14 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
         how = f"simultaneous {coverage(args.alpha)} band, critical value simulated ({plan.draws_used} draws)"
     else:
         how = f"simultaneous {coverage(args.alpha)} band, Sidak bound (too many cells to simulate quickly)"
+    if args.draws and plan.band == "calibrated":
+        how += "; calibrated: mapped through the c = g cell's Welch t law (df below), non-central t power"
     print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
           f"cells: {how}")  # fmt: skip
     if args.draws:
-        print(f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes; "
-              "small cohorts make the bootstrap's lower)")  # fmt: skip
+        why = "the classic bootstrap runs lower in small cohorts" if plan.band == "classic" else "the same band"
+        print(f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes, "
+              f"{plan.band} band; {why})")  # fmt: skip
     print(f"pilot MDE      {mde:.4g}: the instantaneous memorisation the pilot itself detects with "
           f"{args.power:.0%} power (a median cohort)")  # fmt: skip
     if pilot.row_length is None:
@@ -155,7 +195,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     print(f"plan           {args.power:.0%} power to detect memorisation D at an instantaneous cell c = g; "
           f"validation: {mode}; {where}")  # fmt: skip
     print(f"  {'effect':>16} {'per cohort':>11} {'validation':>11} {'panel':>9} {'power':>6} {'crit':>6} "
-          f"{'tokens/ckpt':>12} {f'tokens ({plan.checkpoints} ckpts)':>18}")  # fmt: skip
+          f"{'df':>6} {'tokens/ckpt':>12} {f'tokens ({plan.checkpoints} ckpts)':>18}")  # fmt: skip
     for row in plan.rows:
         label = f"{row.effect:.4g} ({row.label})"
         size = row.panel_size(plan.cohorts)
@@ -163,12 +203,18 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
             print(f"  {label:>16} {row.reason:>40}")
             continue
         per_ckpt = size * length
+        df = "inf" if math.isinf(row.df) else f"{row.df:.0f}"
+        tokens = f"{_tokens(per_ckpt):>12} {_tokens(per_ckpt * plan.checkpoints):>18}"
         print(f"  {label:>16} {row.per_cohort:>11,} {row.validation:>11,} {size:>9,} {row.power:>6.1%} "
-              f"{row.crit:>6.3f} {_tokens(per_ckpt):>12} {_tokens(per_ckpt * plan.checkpoints):>18}")  # fmt: skip
-    small = [r for r in plan.rows if r.per_cohort is not None and r.per_cohort < 30]
-    if small:
-        print("note           cohorts under 30 instances: the bootstrap bands run narrow there (docs/estimation.md, "
-              "small cohorts); plan at least 30")  # fmt: skip
+              f"{row.crit:>6.3f} {df:>6} {tokens}")  # fmt: skip
+    from memtui.estimation.evidence import MISCALIBRATED_BELOW
+
+    band = plan.band if args.draws else "calibrated"
+    limit = MISCALIBRATED_BELOW[band]
+    small = [r for r in plan.rows if r.per_cohort is not None and r.per_cohort < limit]
+    if small and args.draws:
+        print(f"note           cohorts under {limit} instances: the {band} band is known to over-reject there "
+              "(docs/estimation.md, small cohorts; `memtui calibrate` measures a panel's own design)")  # fmt: skip
     if any(r.per_cohort is None and "validation instances" in r.reason for r in plan.rows):
         print(f"note           with {plan.validation} validation instances the controls' own noise exceeds what "
               "that effect allows; add validation instances")  # fmt: skip

@@ -84,12 +84,14 @@ def _partial(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
     return float(rx @ ry / den) if den > 0 else math.nan
 
 
-def analyse(panels: Sequence[str | Path], *, draws: int = 1000, metric: str = "loglik") -> Findings:
+def analyse(
+    panels: Sequence[str | Path], *, draws: int = 1000, metric: str = "loglik", band: str = "calibrated"
+) -> Findings:
     from scipy import stats
 
     suite = load_suite(panels)
     cfg = demo_config(suite.panels[0])
-    sr = estimate_suite(suite, Settings(metric=metric, draws=draws))
+    sr = estimate_suite(suite, Settings(metric=metric, draws=draws, band=band))
     table = headline(sr, metric)
     persistent_mean = []
     for name in suite.names:
@@ -269,7 +271,8 @@ def render(f: Findings, *, figures_dir: str = ".", timings: dict | None = None, 
         f"{len(f.lr)} cohorts, {len(sr.suite.panels[0].steps)} checkpoints, one every {cfg.every} steps) scored with "
         f"every model; metric `{m}` (summed log-likelihood of a row's {cfg.seq_len - 1} predicted tokens, nats); "
         f"Callaway & Sant'Anna DiD, never-trained validation rows as controls, {sr.settings.draws} bootstrap draws "
-        "shared by all models. The setup was chosen for time before any result was seen and was not tuned afterwards."
+        f"shared by all models, {sr.settings.band} simultaneous bands (docs/calibration-study.md). The setup was "
+        "chosen for time before any result was seen and was not tuned afterwards."
     )
     if command:
         out += ["", f"Made by `{command}`."]

@@ -17,6 +17,7 @@ from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did
 from memtui.engine.layout import build_layout
 from memtui.engine.summaries import aggregate, analytic_se
+from memtui.estimation import evidence
 from memtui.estimation.choices import ESTIMATORS
 from memtui.estimation.results import SCOPES as SCOPES
 from memtui.estimation.results import (
@@ -162,7 +163,13 @@ class _Cells:
             se=se,
             ase=ase,
             folded=lay.group_folded[lay.cell_group],
-            small=(est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls),
+            # the classic band keeps R did's flag (groups under 5), so that it reproduces the band of before bit for
+            # bit; the calibrated band flags the groups where simulation shows it does not hold its level
+            small=(
+                evidence.small_cells(lay, est, "calibrated")
+                if settings.band == "calibrated"
+                else (est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls)
+            ),
             masks=masks,
             tmax=tmax,
             cal=cal,
@@ -297,7 +304,8 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
     """Every scope of the estimate from the cells' point estimates and bootstrap draws (and, under the calibrated
     band, ``cal``: what ``bands.calibrated_bootstrap`` formed with those draws)."""
     c = _Cells.of(panel, settings, lay, est, boot, cal)
-    notes = list(lay.notes) + group_notes(lay, est)
+    small_notes = evidence.group_notes(lay, est, "calibrated") if cal is not None else group_notes(lay, est)
+    notes = list(lay.notes) + small_notes
     flat = ~np.isfinite(c.se)
     if cal is not None:
         # a cohort (or control set) of one instance has no variance of its own: the calibrated band gives its cells
