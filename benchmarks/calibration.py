@@ -367,6 +367,7 @@ def main() -> None:
                         help="run only the designs whose label contains this text (repeatable)")  # fmt: skip
     parser.add_argument("--reps", type=int, help="panels per design instead of each design's own count")
     parser.add_argument("--no-power", action="store_true", help="skip the power table")
+    parser.add_argument("--no-null", action="store_true", help="skip the family-wise error table")
     args = parser.parse_args()
     began = time.perf_counter()
     if args.timing:
@@ -393,7 +394,8 @@ def main() -> None:
     if args.reps:
         null = [replace(d, reps=args.reps) for d in null]
     print(f"B = {args.draws} Rademacher draws, alpha = {ALPHA}, one thread")
-    null_table(null, args.draws)
+    if not args.no_null:
+        null_table(null, args.draws)
     if not args.no_power:
         power_table(power, (0.25, 0.5, 1.0), args.draws)
     print(f"\n({time.perf_counter() - began:.0f} s)")
