@@ -168,7 +168,7 @@ def test_a_committer_that_died_holding_the_lease_is_succeeded(tmp_path, checkpoi
     work = WorkDir(panel).ensure()
     committer = (
         "import os, sys\nfrom memtui.extract.commit import Lease\nfrom memtui.extract.units import Owner, WorkDir\n"
-        "from memtui.panel import PanelWriter\n"
+        "from memtui.panel.hdf5 import PanelWriter\n"
         "assert Lease(WorkDir(sys.argv[1]), Owner.me()).acquire()\nwriter = PanelWriter(sys.argv[1])\n"
         "os.kill(os.getpid(), 9)"
     )

@@ -66,6 +66,7 @@ class Source:
     def open(cls, model: str, revision_template: str = "step{step}") -> Source:
         path = Path(model).expanduser()
         if path.is_dir():
+            path = path.resolve()  # one name for one folder: parts and the panel record it, and runs compare it
             found = {}
             for child in path.iterdir():
                 m = STEP_DIR.match(child.name)
