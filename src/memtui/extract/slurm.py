@@ -134,9 +134,12 @@ def submit(panel_path: Path, options: ExtractOptions, panel_steps) -> str:
     work = WorkDir(panel_path).ensure()
     folder = work.root / "slurm"
     token = uuid.uuid4().hex
-    executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
     params = parameters(slurm, options.workers, job_name(panel_path), options.device, str(panel_path.parent), token)
-    executor.update_parameters(**params)
+    try:
+        executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+        executor.update_parameters(**params)
+    except Exception as exc:  # noqa: BLE001 - no SLURM here (no srun), or parameters submitit refuses
+        raise MemtuiError(f"cannot submit to SLURM here: {(str(exc).strip().splitlines() or ['?'])[-1]}") from None
     argv = options.worker_argv()
     n = options.workers
     before = _listing(folder)

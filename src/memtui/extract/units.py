@@ -378,10 +378,6 @@ class WorkDir:
             self._check_identity(self.part_path(unit), meta, expect)
         return cols, meta
 
-    def read_part_meta(self, unit: Unit) -> dict:
-        """The part's meta alone (checked as in :meth:`read_part`)."""
-        return self._load_part(self.part_path(unit), (), None)[0]
-
     @staticmethod
     def _check_identity(path: Path, meta: dict, expect: dict) -> None:
         for key in ("model", "revision"):

@@ -408,8 +408,7 @@ class _Pass:
             if not ctx.work.has_part(unit):
                 continue
             try:
-                meta = ctx.work.read_part_meta(unit)
-                ctx.work._check_identity(ctx.work.part_path(unit), meta, self.expect(unit.step))
+                ctx.work.read_part(unit, self.metrics, self.expect(unit.step))
             except PartMismatch as exc:
                 ctx.work.drop(unit)
                 ctx.log(f"discarded part {unit.name}: {exc}; it is scored again")
