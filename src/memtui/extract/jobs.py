@@ -19,13 +19,14 @@ from pathlib import Path
 
 from memtui.core.errors import MemtuiError
 from memtui.extract import progress as records
-from memtui.extract.launches import read_launch, write_launch
+from memtui.extract.launches import launch_record, read_launch, write_launch
 from memtui.extract.locking import FileLock, holder_of, open_beside, process_alive
 from memtui.extract.options import ExtractOptions
 from memtui.extract.progress import log_path
-from memtui.extract.units import WorkDir, age_s, cancel_flag, check_free_space, stale_s
+from memtui.extract.units import WorkDir, age_s, cancel_flag, check_free_space, stale_s, work_dir
 
-__all__ = ["launch", "read_progress", "cancel", "log_path", "check_free_space", "cancel_flag", "live_workers"]
+__all__ = ["launch", "read_progress", "cancel", "log_path", "check_free_space", "cancel_flag", "live_workers", "check",
+           "submit_slurm", "launch_record", "work_dir"]  # fmt: skip
 
 STARTUP_GRACE_S = 120  # a launched worker imports its libraries before it takes its lock
 

@@ -189,7 +189,9 @@ class Owner:
         if self.host == me.host:
             if not process_alive(self.pid):
                 return True
-            return work is not None and holder_of(work.worker_lock(self)) != self.pid
+            # the kernel's lock table speaks only for this machine (``me.host`` is it, outside tests)
+            here = self.host == socket.gethostname()
+            return here and work is not None and holder_of(work.worker_lock(self)) != self.pid
         return False
 
 
