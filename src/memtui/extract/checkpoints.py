@@ -118,6 +118,32 @@ class Source:
         return model.eval()
 
 
+def plan_steps(panel_steps: Sequence, done: Sequence, requested: list[int] | None, source: Source) -> list[int]:
+    """Panel steps to extract now: requested (or all), not yet done, and available from the source."""
+    steps = [int(s) for s in panel_steps]
+    if requested is not None:
+        unknown = sorted(set(requested) - set(steps))
+        if unknown:
+            shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
+            raise MemtuiError(
+                f"checkpoint steps {shown} are not in the panel (it has {len(steps)} steps, "
+                f"{steps[0]}..{steps[-1]}); see `memtui info PANEL`."
+            )
+        wanted = set(requested)
+    else:
+        wanted = set(steps)
+        available = source.available()
+        if available is not None:
+            wanted &= set(available)
+    pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
+    available = source.available()
+    if available is not None:
+        absent = [s for s in pending if s not in set(available)]
+        if absent:
+            raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
+    return pending
+
+
 def weights_hash(model: torch.nn.Module) -> str:
     """blake2b of every tensor of the state dict (names, shapes, dtypes and bytes), 32 hex digits."""
     import torch

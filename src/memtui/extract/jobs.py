@@ -109,45 +109,15 @@ def _check_folder(panel_path: Path) -> None:
 def _check_source(panel_path: Path, panel, options: ExtractOptions) -> None:
     """The model exists (a local folder of stepN/ folders, or a name that can be a hub repo), and every requested
     checkpoint is one of the panel's and, for a local model, has its folder."""
-    from memtui.extract.checkpoints import Source, parse_checkpoints
-    from memtui.extract.worker import plan_steps
+    from memtui.extract.checkpoints import Source, parse_checkpoints, plan_steps
 
     source = Source.open(options.model, options.revision_template)
     plan_steps(panel.steps, panel.done, parse_checkpoints(options.checkpoints), source)
 
 
 def _check_device(options: ExtractOptions) -> None:
-    """The device exists on this machine: ``--gpus`` indices among the visible GPUs, ``--device cuda[:N]`` or
-    ``mps`` available. torch is imported only where the driver and environment cannot tell alone."""
-    from memtui.extract.options import _visible_gpu_count, cuda_devices_without_torch
-
-    if options.gpus is not None:
-        count = _visible_gpu_count()
-        absent = [g for g in options.gpus if g >= count]
-        if absent:
-            raise MemtuiError(
-                f"--gpus {','.join(map(str, options.gpus))}: this machine shows {count} CUDA GPU(s), so GPU "
-                f"{absent[0]} does not exist here; use --workers N --device cpu, or --slurm for a cluster."
-            )
-        return
-    device = options.device
-    if device in ("auto", "cpu", ""):
-        return
-    if device.startswith("cuda") and cuda_devices_without_torch() == 0:
-        raise MemtuiError(f"--device {device}: CUDA is not available on this machine; use --device cpu.")
-    from memtui.extract.scoring import resolve_device
-
-    dev = resolve_device(device)
-    if dev.type == "cuda" and dev.index is not None:
-        import torch
-
-        if dev.index >= torch.cuda.device_count():
-            raise MemtuiError(f"--device {device}: this machine shows {torch.cuda.device_count()} CUDA GPU(s).")
-    if dev.type == "mps":
-        import torch
-
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise MemtuiError(f"--device {device}: Apple MPS is not available on this machine; use --device cpu.")
+    """The device exists on this machine (:meth:`ExtractOptions.check_local_device`)."""
+    options.check_local_device()
 
 
 def _refuse_if_live(panel_path: Path) -> None:

@@ -174,6 +174,40 @@ class ExtractOptions:
             )
         return metrics, kl
 
+    def check_local_device(self) -> None:
+        """For workers on this machine: ``--gpus`` indices among the visible GPUs, ``--device cuda[:N]`` or ``mps``
+        available, the device name one torch knows. torch is imported only where the driver and the environment
+        cannot tell alone (it takes seconds)."""
+        if self.gpus is not None:
+            count = _visible_gpu_count()
+            absent = [g for g in self.gpus if g >= count]
+            if absent:
+                raise MemtuiError(
+                    f"--gpus {','.join(map(str, self.gpus))}: this machine shows {count} CUDA GPU(s), so GPU "
+                    f"{absent[0]} does not exist here; use --workers N --device cpu, or --slurm for a cluster."
+                )
+            return
+        device = self.device
+        if device in ("auto", "cpu", ""):
+            return
+        if device.startswith("cuda") and cuda_devices_without_torch() == 0:
+            raise MemtuiError(f"--device {device}: CUDA is not available on this machine; use --device cpu.")
+        import torch
+
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise MemtuiError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps.") from None
+        if dev.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if not count or (dev.index is not None and dev.index >= count):
+                raise MemtuiError(f"--device {device}: this machine shows {count} CUDA GPU(s); use --device cpu.")
+        elif dev.type == "mps":
+            if not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+                raise MemtuiError(f"--device {device}: Apple MPS is not available here; use --device cpu.")
+        elif dev.type != "cpu":
+            raise MemtuiError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps.")
+
     @property
     def n_workers(self) -> int:
         return len(self.gpus) if self.gpus is not None else self.workers

@@ -32,7 +32,15 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import WriteError
 from memtui.core.text import clean
 from memtui.extract import progress as records
-from memtui.extract.checkpoints import Loaded, Source, copy_weights, model_description, parse_checkpoints, weights_hash
+from memtui.extract.checkpoints import (
+    Loaded,
+    Source,
+    copy_weights,
+    model_description,
+    parse_checkpoints,
+    plan_steps,
+    weights_hash,
+)
 from memtui.extract.commit import commit_ready, describe_lease
 from memtui.extract.locking import FileLock, open_beside
 from memtui.extract.options import ExtractOptions
@@ -147,32 +155,6 @@ def to_body_dtype(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     for param in net.parameters():
         param.data = param.data.to(dtype)
     return net
-
-
-def plan_steps(panel_steps: np.ndarray, done: np.ndarray, requested: list[int] | None, source: Source) -> list[int]:
-    """Panel steps to extract now: requested (or all), not yet done, and available from the source."""
-    steps = [int(s) for s in panel_steps]
-    if requested is not None:
-        unknown = sorted(set(requested) - set(steps))
-        if unknown:
-            shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
-            raise MemtuiError(
-                f"checkpoint steps {shown} are not in the panel (it has {len(steps)} steps, "
-                f"{steps[0]}..{steps[-1]}); see `memtui info PANEL`."
-            )
-        wanted = set(requested)
-    else:
-        wanted = set(steps)
-        available = source.available()
-        if available is not None:
-            wanted &= set(available)
-    pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
-    available = source.available()
-    if available is not None:
-        absent = [s for s in pending if s not in set(available)]
-        if absent:
-            raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
-    return pending
 
 
 def check_tokens(tokens: np.ndarray, lengths: np.ndarray, vocab: int, panel_path) -> None:
