@@ -313,9 +313,8 @@ def test_a_disk_that_fills_up_mid_run_keeps_every_committed_checkpoint(small_fs,
 
 
 def _done_seen_by_another_process(panel: Path) -> list[bool]:
-    code = (
-        "import sys\nfrom memtui.panel.hdf5 import read_panel\nprint(read_panel(sys.argv[1]).done.astype(int).tolist())"
-    )
+    code = "import sys\nfrom memtui.panel.hdf5 import read_panel\n"
+    code += "print(read_panel(sys.argv[1]).done.astype(int).tolist())"
     out = subprocess.run([sys.executable, "-c", code, str(panel)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [bool(x) for x in json.loads(out.stdout)]

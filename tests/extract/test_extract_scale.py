@@ -38,9 +38,11 @@ def reference(tiny_reference):
 
 CLAIMER = """
 import json, pathlib, sys, time
+from memtui.extract.locking import FileLock
 from memtui.extract.units import Owner, WorkDir, Unit
 work, n_units, out, n_claimers = WorkDir(sys.argv[1]), int(sys.argv[2]), pathlib.Path(sys.argv[3]), int(sys.argv[4])
 me = Owner.me()
+lock = FileLock(work.worker_lock(me)).acquire()  # as a worker does for its life: how this host knows it is one
 units = [Unit(step, step, 0, 10, 1) for step in range(n_units)]
 mine = [u.step for u in units if work.try_claim(u, me)]
 out.write_text(json.dumps(mine))

@@ -238,7 +238,7 @@ def test_detached_worker_and_cancel(extract_panel, extract_checkpoints, monkeypa
     progress = _wait(lambda: (p := jobs.read_progress(extract_panel)) and p.get("checkpoint") is not None and p)
     assert progress["state"] == "running" and progress["K"] == 5
     code, out, err = cli("status", extract_panel)
-    assert code == 0 and "running" in out and "checkpoint 1/5" in out
+    assert code == 0 and "running" in out and "0/5 checkpoints extracted" in out and "/5 units scored" in out
     code, out, err = cli("extract", extract_panel, "--model", extract_checkpoints)
     assert code == 2 and "is being extracted by 1 worker" in err and len(err.strip().splitlines()) == 1
     assert jobs.cancel(extract_panel)

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
 from memtui.extract.options import ExtractOptions
 
 SUMMARY = "score every checkpoint of a model on a panel's instances (background, resumable, many GPUs or SLURM)"
@@ -29,7 +30,11 @@ def run(args) -> int:
     from memtui.extract import jobs
 
     if args.cancel:
-        if jobs.cancel(args.panel):
+        notes: list[str] = []
+        stopped = jobs.cancel(args.panel, notes=notes)
+        for note in notes:
+            print(f"memtui: {clean(note, 400)}", file=sys.stderr)
+        if stopped:
             print(f"asked every worker of {args.panel} to stop; each stops after its current batch (resumable)")
             return 0
         print(f"no extraction is running on {args.panel} (no worker holds its lock); nothing was signalled")
@@ -56,7 +61,7 @@ def _foreground(panel: Path, options: ExtractOptions) -> int:
     from memtui.extract import jobs
     from memtui.extract.worker import run
 
-    jobs.prepare(panel, options)  # the launcher's checks: a live run, links beside the panel, a stale cancel flag
+    panel_path, options = jobs.check(panel, options)  # a live run, links beside the panel, the model, the device
     tty = sys.stderr.isatty()
 
     def on_update(p: dict) -> None:
@@ -69,7 +74,10 @@ def _foreground(panel: Path, options: ExtractOptions) -> int:
             sys.stderr.write("\r\033[K")
         print(msg, flush=True)
 
-    state = run(panel, options.with_model(jobs._resolve_model(options.model)), on_update=on_update, log=log)
+    with jobs.launch_lock(panel_path):  # held for the whole run: no second launch starts beside this one
+        jobs._refuse_if_live(panel_path)
+        jobs.begin_run(panel_path)
+        state = run(panel, options, on_update=on_update, log=log)
     if tty:
         sys.stderr.write("\r\033[K")
     return 0 if state == "done" else 130
@@ -77,13 +85,12 @@ def _foreground(panel: Path, options: ExtractOptions) -> int:
 
 def _slurm(args, options: ExtractOptions) -> int:
     from memtui.extract import jobs, slurm
-    from memtui.panel.hdf5 import read_panel
 
-    panel, options = jobs.prepare(args.panel, options)
-    if args.dry_run:
+    if args.dry_run:  # checks only: a dry run writes nothing and leaves the previous run's records as they are
+        panel, options = jobs.check(args.panel, options, local=False)
         print(slurm.dry_run_script(panel, options), end="")
         return 0
-    job = slurm.submit(panel, options, read_panel(panel).steps)
+    panel, job = jobs.submit_slurm(args.panel, options)
     print(f"submitted SLURM job array {job}: {options.workers} task(s), one worker each; requeued tasks resume.")
     print(f"  follow:  memtui status {args.panel} --follow")
     print(f"  stop:    memtui extract {args.panel} --cancel    (scancel; a rerun resumes)")

@@ -20,19 +20,20 @@ def run(args) -> int:
     from memtui.extract.progress import describe, describe_worker
     from memtui.panel.hdf5 import read_done
 
+    shown = None
     while True:
-        steps, done = read_done(args.panel)
         progress = jobs.read_progress(args.panel)
         if args.json:
             print(json.dumps(progress, indent=1))
             return 0
-        summary = f"{int(done.sum())}/{len(steps)} checkpoints extracted"
         if progress is None:
-            print(f"{args.panel}: {summary}; no extraction has run on it (start one with `memtui extract`).")
+            steps, done = read_done(args.panel)
+            print(f"{args.panel}: {int(done.sum())}/{len(steps)} checkpoints extracted; no extraction has run on it "
+                  "(start one with `memtui extract`).")  # fmt: skip
             return 0
-        line = f"{args.panel}: {describe(progress)}; {summary}"
+        line = f"{args.panel}: {describe(progress)}"
         workers = progress.get("workers") or []
-        if not args.follow or progress.get("state") != "running":
+        if not args.follow or progress.get("state") not in ("running", "queued"):
             print(line)
             for w in workers:
                 print(f"  {describe_worker(w)}")
@@ -45,5 +46,11 @@ def run(args) -> int:
             if progress.get("state") in ("stale", "cancelled", "failed"):
                 print(f"  rerun `memtui extract {args.panel} --model {progress.get('model') or 'MODEL'}` to resume")
             return 0 if progress.get("state") != "failed" else 1
-        print(line + f" ({progress.get('n_running')} running)", flush=True)
-        time.sleep(2)
+        line += f" ({progress.get('n_running')} running)"
+        if line != shown:  # a line only when something changed: totals only grow, so lines never repeat
+            print(line, flush=True)
+            shown = line
+        time.sleep(FOLLOW_INTERVAL_S)
+
+
+FOLLOW_INTERVAL_S = 2.0

@@ -67,6 +67,7 @@ class Source:
     def open(cls, model: str, revision_template: str = "step{step}") -> Source:
         path = Path(model).expanduser()
         if path.is_dir():
+            path = path.resolve()  # one name for one folder: parts and the panel record it, and runs compare it
             found = {}
             for child in path.iterdir():
                 m = STEP_DIR.match(child.name)
@@ -116,6 +117,32 @@ class Source:
             offline = " (HF_HUB_OFFLINE is set: only cached revisions load)" if os.environ.get("HF_HUB_OFFLINE") else ""
             raise MemtuiError(f"cannot load checkpoint {self.revision(step)}{offline}: {first}") from None
         return model.eval()
+
+
+def plan_steps(panel_steps: Sequence, done: Sequence, requested: list[int] | None, source: Source) -> list[int]:
+    """Panel steps to extract now: requested (or all), not yet done, and available from the source."""
+    steps = [int(s) for s in panel_steps]
+    if requested is not None:
+        unknown = sorted(set(requested) - set(steps))
+        if unknown:
+            shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
+            raise MemtuiError(
+                f"checkpoint steps {shown} are not in the panel (it has {len(steps)} steps, "
+                f"{steps[0]}..{steps[-1]}); see `memtui info PANEL`."
+            )
+        wanted = set(requested)
+    else:
+        wanted = set(steps)
+        available = source.available()
+        if available is not None:
+            wanted &= set(available)
+    pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
+    available = source.available()
+    if available is not None:
+        absent = [s for s in pending if s not in set(available)]
+        if absent:
+            raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
+    return pending
 
 
 def weights_hash(model: torch.nn.Module) -> str:

@@ -13,78 +13,178 @@ next one finishes. HDF5's one-writer rule holds because only the lease holder op
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
-import time
+import stat
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from memtui.core.errors import MemtuiError
-from memtui.extract.units import Owner, Unit, WorkDir, panel_metrics, parse_unit_name, stale_s
+from memtui.extract.locking import create_with_content
+from memtui.extract.units import (
+    UNREADABLE_GRACE_S,
+    Owner,
+    PartError,
+    PartMismatch,
+    Unit,
+    WorkDir,
+    age_s,
+    panel_metrics,
+    parse_unit_name,
+    stale_s,
+)
 from memtui.panel.hdf5 import PanelWriter, read_done
 from memtui.panel.superblock import clear_writer_flags
 
+Expect = Callable[[int], dict]  # step -> {"model": ..., "revision": ...} this run scores it with
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One observation of the lease file: which file it is (device, inode and a digest of its content, so that a new
+    lease on a reused inode is another lease), when it was last touched, and its holder (None: empty or garbled)."""
+
+    key: str
+    mtime: float
+    holder: Owner | None
+
 
 class Lease:
-    """The committer's lease: ``PANEL.work/commit.lease``."""
+    """The committer's lease: ``PANEL.work/commit.lease``.
+
+    It is created whole (:func:`create_with_content`: a full disk never leaves an empty lease) and is taken over
+    only by compare-and-swap: a taker that judged the lease it observed stale must first create that lease's own
+    takeover marker (``commit.lease.takeover.KEY``, O_EXCL), so of any number of racing takers exactly one proceeds,
+    and it removes the lease only after checking that the file there is still the one observed (only the marker's
+    holder may remove it). The holder releases its lease through the same marker, so a release never removes a
+    successor's lease either. An empty or garbled lease is no lease.
+    """
 
     def __init__(self, work: WorkDir, me: Owner):
+        self.work = work
         self.path = work.root / "commit.lease"
         self.me = me
+        self._mine: Seen | None = None
 
     def acquire(self) -> bool:
-        for _ in range(2):
-            try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except FileExistsError:
-                if not self._take_over_if_stale():
-                    return False
-                continue
-            try:
-                os.write(fd, self.me.to_json().encode())
-            finally:
-                os.close(fd)
-            return True
+        for _ in range(3):
+            if create_with_content(self.path, self.me.to_json().encode(), self.me.token):
+                self._mine = self.observe()
+                return self._mine is not None and self._mine.holder is not None
+            seen = self.observe()
+            if seen is None:
+                continue  # released between our try and our look: try again
+            if not self.is_stale(seen) or not self._remove(seen):
+                return False
         return False
 
-    def _holder(self) -> Owner | None:
+    def observe(self) -> Seen | None:
+        """The lease there now, or None."""
         try:
-            return Owner.from_json(self.path.read_text()[:4096])
-        except (OSError, UnicodeDecodeError):
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except FileNotFoundError:
             return None
+        except OSError:  # a link or something odd planted there: judge it by lstat, it has no holder
+            try:
+                st = os.stat(self.path, follow_symlinks=False)
+            except FileNotFoundError:
+                return None
+            return Seen(f"{st.st_dev}:{st.st_ino}:odd", st.st_mtime, None)
+        with open(fd, "rb") as f:
+            st = os.fstat(fd)
+            data = f.read(4096) if stat.S_ISREG(st.st_mode) else b""
+        digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+        try:
+            holder = Owner.from_json(data.decode())
+        except UnicodeDecodeError:
+            holder = None
+        return Seen(f"{st.st_dev}:{st.st_ino}:{digest}", st.st_mtime, holder)
 
-    def _take_over_if_stale(self) -> bool:
+    def is_stale(self, seen: Seen) -> bool:
+        age = age_s(seen.mtime)
+        if seen.holder is None:  # empty or garbled (a full disk, a crash of an older memtui): nobody's lease
+            return age > min(stale_s(), UNREADABLE_GRACE_S)
+        return seen.holder.is_gone(self.me, self.work) or age > stale_s()
+
+    def _marker(self, seen: Seen) -> Path:
+        digest = hashlib.blake2b(seen.key.encode(), digest_size=8).hexdigest()
+        return self.path.with_name(f"commit.lease.takeover.{digest}")
+
+    def _hold_marker(self, seen: Seen) -> Path | None:
+        """Create the takeover marker of the lease ``seen`` (O_EXCL: one winner); a marker left by a taker that died
+        before finishing is removed once stale, and the creation tried again."""
+        marker = self._marker(seen)
+        for _ in range(2):
+            if create_with_content(marker, self.me.to_json().encode(), self.me.token):
+                return marker
+            try:
+                age = age_s(os.stat(marker, follow_symlinks=False).st_mtime)
+            except FileNotFoundError:
+                continue
+            if age <= stale_s():
+                return None
+            with contextlib.suppress(OSError):
+                tomb = marker.with_name(f"{marker.name}.gone.{self.me.token}")
+                os.rename(marker, tomb)
+                os.unlink(tomb)
+        return None
+
+    def _remove(self, seen: Seen) -> bool:
+        """Remove exactly the lease ``seen``, never another (compare-and-swap); True if the name is free now."""
+        marker = self._hold_marker(seen)
+        if marker is None:
+            return False  # another taker (or its holder's release) is at it
         try:
-            age = time.time() - self.path.stat().st_mtime
-        except FileNotFoundError:
+            now = self.observe()
+            if now is None:
+                return True
+            if now.key != seen.key:
+                return False  # a new lease replaced the one we judged: it is not ours to take
+            tomb = self.path.with_name(f"commit.lease.gone.{self.me.token}")
+            os.rename(self.path, tomb)  # still the lease observed: only the marker's holder may move it
+            with contextlib.suppress(OSError):
+                os.unlink(tomb)
             return True
-        holder = self._holder()
-        if not ((holder is not None and holder.is_gone(self.me)) or age > stale_s()):
+        except OSError:
             return False
-        tomb = self.path.with_name(f"commit.lease.gone.{self.me.token}")
-        try:
-            os.rename(self.path, tomb)
-        except FileNotFoundError:
-            return True
-        with contextlib.suppress(OSError):
-            tomb.unlink()
-        return True
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(marker)
 
     def still_ours(self) -> bool:
         """Refresh the lease; False if another committer took it (we were too slow: stop writing at once)."""
-        holder = self._holder()
-        if holder is None or holder.token != self.me.token:
+        now = self.observe()
+        mine = self._mine
+        if mine is None or now is None or now.key != mine.key or self._marker(mine).exists():
             return False
         with contextlib.suppress(OSError):
-            os.utime(self.path)
+            os.utime(self.path, follow_symlinks=False)
         return True
 
     def release(self) -> None:
-        if self.still_ours():
-            with contextlib.suppress(OSError):
-                self.path.unlink()
+        if self._mine is not None and self.still_ours():
+            self._remove(self._mine)
+        self._mine = None
+
+
+def describe_lease(work: WorkDir, me: Owner) -> str:
+    """Who holds the commit lease, in words, for the log and status ("" where there is none)."""
+    lease = Lease(work, me)
+    seen = lease.observe()
+    if seen is None:
+        return ""
+    age = age_s(seen.mtime)
+    touched = "a timestamp in the future" if age == float("inf") else f"touched {age:,.0f} s ago"
+    if seen.holder is None:
+        return f"{lease.path} is empty or garbled ({touched}; a full disk?): it is no lease and is taken over"
+    holder = seen.holder
+    if lease.is_stale(seen):
+        return f"{lease.path} names {holder.host} pid {holder.pid}, which is gone ({touched}): it is taken over"
+    where = "this host" if holder.host == me.host else f"host {holder.host}"
+    return f"the commit lease is held by {where} pid {holder.pid} ({touched})"
 
 
 def finished_steps(work: WorkDir, panel_steps: np.ndarray, n: int) -> dict[int, list[Unit]]:
@@ -106,15 +206,19 @@ def finished_steps(work: WorkDir, panel_steps: np.ndarray, n: int) -> dict[int, 
     return out
 
 
-def commit_ready(panel: Path, work: WorkDir, me: Owner, log: Callable[[str], None] = print) -> int:
-    """Fold whatever is ready, if no other committer is at it; the number of checkpoints committed."""
+def commit_ready(
+    panel: Path, work: WorkDir, me: Owner, log: Callable[[str], None] = print, expect: Expect | None = None
+) -> int:
+    """Fold whatever is ready, if no other committer is at it; the number of checkpoints committed. ``expect(step)``
+    gives the model and revision this run scores the step with: a part scored by another is discarded (a column never
+    mixes two models), as are the parts of a step that disagree on their weights."""
     committed = 0
     for _ in range(1000):  # each round folds at least one checkpoint or ends
         lease = Lease(work, me)
         if not lease.acquire():
             return committed
         try:
-            folded = _fold(panel, work, lease, log)
+            folded = _fold(panel, work, lease, log, expect)
         finally:
             lease.release()
         committed += folded
@@ -123,7 +227,7 @@ def commit_ready(panel: Path, work: WorkDir, me: Owner, log: Callable[[str], Non
     return committed
 
 
-def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None]) -> int:
+def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None], expect: Expect | None) -> int:
     steps, done = read_done(panel)
     n = _n_instances(panel)
     ready = finished_steps(work, steps, n)
@@ -142,18 +246,9 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None]) 
                 log("lost the commit lease to another committer; stopping")
                 break
             units = ready[step]
-            cols = {m: np.full(n, np.nan) for m in metrics}
-            meta = {}
-            for unit in units:
-                try:
-                    part, meta = work.read_part(unit, metrics)
-                except (OSError, ValueError, KeyError, MemtuiError) as exc:
-                    log(f"part {unit.name} is unreadable ({exc}); it will be scored again")
-                    work.drop(unit)
-                    break
-                for m in metrics:
-                    cols[m][unit.lo : unit.hi] = part[m]
-            else:
+            got = _read_step(work, step, units, metrics, n, expect(step) if expect else None, log)
+            if got is not None:
+                cols, meta = got
                 writer.write_checkpoint(
                     units[0].index,
                     cols,
@@ -168,6 +263,42 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None]) 
                 folded += 1
                 log(f"committed step {step} ({len(units)} part{'s' if len(units) > 1 else ''})")
     return folded
+
+
+def _read_step(
+    work: WorkDir, step: int, units: list[Unit], metrics, n: int, expected: dict | None, log: Callable[[str], None]
+) -> tuple[dict[str, np.ndarray], dict] | None:
+    """The step's columns from its parts and their meta; None when a part had to go (its unit is scored again):
+    unreadable or ill-typed parts are set aside (named, one line each), another model's parts are discarded, and
+    parts that disagree on the weights they were scored with are all discarded."""
+    cols = {m: np.full(n, np.nan) for m in metrics}
+    metas, complete = [], True
+    for unit in units:
+        try:
+            part, meta = work.read_part(unit, metrics, expected)
+        except PartMismatch as exc:
+            log(f"discarded part {unit.name}: {exc}; it is scored again")
+            work.drop(unit)
+            complete = False
+            continue
+        except PartError as exc:
+            where = work.set_aside(unit)
+            log(f"part {exc}; {f'set aside as {where}' if where else 'deleted'}, its unit is scored again")
+            complete = False
+            continue
+        metas.append(meta)
+        for m in metrics:
+            cols[m][unit.lo : unit.hi] = part[m]
+    if not complete:
+        return None
+    identities = {(m.get("model"), m.get("revision"), m.get("weights_hash")) for m in metas}
+    if len(identities) > 1:
+        log(f"the {len(units)} parts of step {step} were scored with different weights; all are discarded and "
+            "scored again")  # fmt: skip
+        for unit in units:
+            work.drop(unit)
+        return None
+    return cols, metas[0]
 
 
 def _n_instances(panel: Path) -> int:

@@ -8,6 +8,7 @@ downloads, on a node with internet, exactly what ``AutoModelForCausalLM.from_pre
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -207,8 +208,43 @@ class _Progress:
             self.received += n
 
 
+def timeout_s() -> float:
+    """How long any one request of a fetch may wait for the hub's next byte (``MEMTUI_FETCH_TIMEOUT_S``, 30 s):
+    a server that accepts the connection and never answers ends the fetch with one line instead of hanging it."""
+    try:
+        value = float(os.environ.get("MEMTUI_FETCH_TIMEOUT_S") or 30)
+    except ValueError:
+        value = 30.0
+    return value if 0 < value < 86400 else 30.0
+
+
+@contextlib.contextmanager
+def _requests_time_out(seconds: float):
+    """Give every request huggingface_hub makes meanwhile a timeout: its shared HTTP client has none by default, so
+    the calls it makes inside ``snapshot_download`` (repo info, file listing) would wait forever on a silent
+    server. The client factory is wrapped and the previous one put back afterwards."""
+    from huggingface_hub.utils import _http
+
+    previous = getattr(_http, "_GLOBAL_CLIENT_FACTORY", None)
+    if previous is None or not hasattr(_http, "set_client_factory"):
+        yield
+        return
+
+    def with_timeout():
+        client = previous()
+        with contextlib.suppress(AttributeError, TypeError, ValueError):
+            client.timeout = seconds
+        return client
+
+    _http.set_client_factory(with_timeout)
+    try:
+        yield
+    finally:
+        _http.set_client_factory(previous)
+
+
 def _plan(api, model: str, revision: str) -> _Plan:
-    info = api.model_info(model, revision=revision, files_metadata=True)
+    info = api.model_info(model, revision=revision, files_metadata=True, timeout=timeout_s())
     siblings = {s.rfilename: s.size for s in (info.siblings or [])}
     files = choose_files(list(siblings))
     if CONFIG not in files:
@@ -255,6 +291,7 @@ def _download(model: str, plan: _Plan, cache: str, bar) -> str:
         endpoint=_endpoint(),
         max_workers=1,
         tqdm_class=bar,
+        etag_timeout=timeout_s(),
     )
 
 
@@ -324,7 +361,8 @@ def fetch_from_args(args) -> int:
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        return _fetch(HfApi(endpoint=_endpoint()), model, steps, template, missing, have, hint, args)
+        with _requests_time_out(timeout_s()):
+            return _fetch(HfApi(endpoint=_endpoint()), model, steps, template, missing, have, hint, args)
     finally:
         hf_logging.set_verbosity(verbosity)
 

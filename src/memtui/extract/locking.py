@@ -110,27 +110,84 @@ def _pid_in(path: Path) -> int | None:
     return pid if pid > 0 else None
 
 
+PROC_LOCKS = Path("/proc/locks")
+
+
 def _flock_holders(path: Path) -> set[int] | None:
-    """Pids holding an flock on ``path`` according to the kernel, or None where /proc/locks is not available."""
+    """Pids holding an flock on ``path`` according to the kernel, or None where /proc/locks is not available.
+
+    A lock is on this file only if the kernel's line names its whole identity, device and inode: inode numbers
+    repeat across filesystems, and a process locking a same-inode file elsewhere is not this file's holder."""
     try:
         st = os.stat(path, follow_symlinks=False)
-        text = Path("/proc/locks").read_text()
+        text = PROC_LOCKS.read_text()
     except OSError:
         return None
+    me = (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
     holders = set()
     for line in text.splitlines():
         parts = line.split()
-        # "1: FLOCK  ADVISORY  WRITE 12345 08:01:123456 0 EOF" (blocked waiters carry a "->" and are skipped)
+        # "1: FLOCK  ADVISORY  WRITE 12345 08:01:123456 0 EOF": major and minor in hex, the inode in decimal
+        # (blocked waiters carry a "->" and are skipped)
         if len(parts) < 6 or parts[1] != "FLOCK" or "->" in parts:
             continue
         try:
             pid = int(parts[4])
-            inode = int(parts[5].rsplit(":", 1)[1])
-        except (ValueError, IndexError):
+            major, minor, inode = parts[5].split(":")
+            identity = (int(major, 16), int(minor, 16), int(inode))
+        except ValueError:
             continue
-        if inode == st.st_ino:
+        if identity == me:
             holders.add(pid)
     return holders
+
+
+def create_with_content(path: Path, data: bytes, tag: str) -> bool:
+    """Create ``path`` holding ``data`` if it does not exist; True if this call created it. The file appears whole
+    or not at all: ``data`` goes to a private temporary file that is then hard-linked to ``path`` (``link`` fails if
+    the name exists, atomically, on local filesystems and NFS alike). So a full disk never leaves an empty file that
+    others would obey. Where hard links are not supported, falls back to O_EXCL and a write (and removes the file
+    again if the write fails). OSError for anything but "exists"."""
+    tmp = path.with_name(f".{path.name}.{tag}.{os.getpid()}.new")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, flags, 0o644)
+    try:
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path, follow_symlinks=False)
+            return True
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                raise
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    try:  # no hard links here
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        _write_all(fd, data)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        raise
+    os.close(fd)
+    return True
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def process_alive(pid: int) -> bool:

@@ -8,12 +8,45 @@ Nothing here imports torch: the app and the job API stay light.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
+import sys
 from dataclasses import asdict, dataclass, field, replace
 
 from memtui.core.errors import MemtuiError
 from memtui.extract.checkpoints import parse_checkpoints
 from memtui.orders.revisions import PRESETS, preset_template
+
+# SLURM's --time formats (src/common/parse_time.c, time_str2secs): minutes, minutes:seconds, hours:minutes:seconds,
+# days-hours, days-hours:minutes, days-hours:minutes:seconds. Fields are not range-checked (0:90:00 is 90 minutes);
+# seconds round up to the next minute.
+_SLURM_TIME = re.compile(r"^(?:(?P<d>\d+)-(?P<dh>\d+)(?::(?P<dm>\d+)(?::(?P<ds>\d+))?)?"
+                         r"|(?P<h>\d+):(?P<hm>\d+):(?P<hs>\d+)|(?P<m>\d+)(?::(?P<ms>\d+))?)$")  # fmt: skip
+_SLURM_MAX_SECONDS = 2**31 - 1  # SLURM holds the limit in a C int
+
+
+def slurm_minutes(text: str) -> int:
+    """A SLURM time limit as SLURM reads it, in minutes: ``1-2`` is 1560 (a day and two hours), ``1-2:30`` 1590,
+    ``90`` 90, ``5:30`` 6 (seconds round up), ``1:00:00`` 60. Anything else (``1:2:3:4``, ``1h``, ``-5``, a
+    limit of zero, which SLURM reads as none) is refused with one line."""
+    value = str(text).strip()
+    match = _SLURM_TIME.match(value)
+    usage = "use minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (e.g. 240, 4:00:00 or 1-12)"
+    if match is None:
+        raise MemtuiError(f"--time '{text}' is not a SLURM time; {usage}.")
+    g = {k: int(v) for k, v in match.groupdict().items() if v is not None}
+    if "d" in g:
+        seconds = g["d"] * 86400 + g["dh"] * 3600 + g.get("dm", 0) * 60 + g.get("ds", 0)
+    elif "h" in g:
+        seconds = g["h"] * 3600 + g["hm"] * 60 + g["hs"]
+    else:
+        seconds = g["m"] * 60 + g.get("ms", 0)
+    if seconds <= 0:
+        raise MemtuiError(f"--time '{text}' must be positive (SLURM reads a limit of zero as no limit); {usage}.")
+    if seconds > _SLURM_MAX_SECONDS:
+        raise MemtuiError(f"--time '{text}' is more than SLURM can hold ({_SLURM_MAX_SECONDS // 86400} days).")
+    return (seconds + 59) // 60
 
 
 @dataclass(frozen=True)
@@ -23,28 +56,20 @@ class SlurmOptions:
     partition: str | None = None
     time: str = "4:00:00"  # the task's wall-clock limit, SLURM's D-HH:MM:SS / HH:MM:SS / minutes
     account: str | None = None
-    gpus_per_task: int = 1
+    gpus_per_task: int | None = None  # None: 1, or 0 with --device cpu
     cpus_per_task: int | None = None
     mem: str | None = None  # e.g. 64G
     extra: tuple[str, ...] = ()  # further sbatch options, e.g. ("--qos=high",)
 
     def minutes(self) -> int:
-        """The time limit in minutes (what submitit takes)."""
-        text = self.time.strip()
-        try:
-            days, _, rest = text.rpartition("-")
-            parts = [int(p) for p in rest.split(":")]
-            if len(parts) == 1 and not days:
-                return max(1, parts[0])
-            while len(parts) < 3:
-                parts.insert(0, 0)
-            h, m, s = parts[-3:]
-            total = (int(days) if days else 0) * 1440 + h * 60 + m + (1 if s else 0)
-        except ValueError:
-            raise MemtuiError(f"--time '{self.time}' is not a SLURM time (e.g. 4:00:00, 1-00:00:00 or 240).") from None
-        if total <= 0:
-            raise MemtuiError(f"--time '{self.time}' must be positive.")
-        return total
+        """The time limit in whole minutes, read exactly as SLURM reads ``--time`` (what submitit takes)."""
+        return slurm_minutes(self.time)
+
+    def gpus_for(self, device: str) -> int:
+        """GPUs per task: as given, else none for ``--device cpu`` (a CPU cluster refuses any gres) and 1 otherwise."""
+        if self.gpus_per_task is not None:
+            return self.gpus_per_task
+        return 0 if device == "cpu" else 1
 
     def extra_parameters(self) -> dict[str, str | bool]:
         """``--qos=high --exclusive`` as submitit's ``slurm_additional_parameters`` ({"qos": "high", ...})."""
@@ -103,6 +128,11 @@ class ExtractOptions:
         if self.slurm is not None:
             self.slurm.minutes()
             self.slurm.extra_parameters()
+            gpus = self.slurm.gpus_per_task
+            if gpus is not None and gpus < 0:
+                raise MemtuiError(f"--gpus-per-task must be 0 or more, got {gpus}.")
+            if gpus and self.device == "cpu":
+                raise MemtuiError(f"--device cpu runs on no GPU; --gpus-per-task {gpus} contradicts it (drop one).")
         return self
 
     def extractable_kl(self) -> tuple[int, int] | None:
@@ -145,6 +175,40 @@ class ExtractOptions:
             )
         return metrics, kl
 
+    def check_local_device(self) -> None:
+        """For workers on this machine: ``--gpus`` indices among the visible GPUs, ``--device cuda[:N]`` or ``mps``
+        available, the device name one torch knows. torch is imported only where the driver and the environment
+        cannot tell alone (it takes seconds)."""
+        if self.gpus is not None:
+            count = _visible_gpu_count()
+            absent = [g for g in self.gpus if g >= count]
+            if absent:
+                raise MemtuiError(
+                    f"--gpus {','.join(map(str, self.gpus))}: this machine shows {count} CUDA GPU(s), so GPU "
+                    f"{absent[0]} does not exist here; use --workers N --device cpu, or --slurm for a cluster."
+                )
+            return
+        device = self.device
+        if device in ("auto", "cpu", ""):
+            return
+        if device.startswith("cuda") and cuda_devices_without_torch() == 0:
+            raise MemtuiError(f"--device {device}: CUDA is not available on this machine; use --device cpu.")
+        import torch
+
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, ValueError):
+            raise MemtuiError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps.") from None
+        if dev.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if not count or (dev.index is not None and dev.index >= count):
+                raise MemtuiError(f"--device {device}: this machine shows {count} CUDA GPU(s); use --device cpu.")
+        elif dev.type == "mps":
+            if not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+                raise MemtuiError(f"--device {device}: Apple MPS is not available here; use --device cpu.")
+        elif dev.type != "cpu":
+            raise MemtuiError(f"unknown device '{device}'; use auto, cpu, cuda, cuda:N or mps.")
+
     @property
     def n_workers(self) -> int:
         return len(self.gpus) if self.gpus is not None else self.workers
@@ -184,7 +248,7 @@ class ExtractOptions:
         s.add_argument("--partition", help="SLURM partition")
         s.add_argument("--time", default="4:00:00", help="time limit per task [4:00:00]")
         s.add_argument("--account", help="SLURM account")
-        s.add_argument("--gpus-per-task", type=int, default=1, help="GPUs per task [1]")
+        s.add_argument("--gpus-per-task", type=int, default=None, help="GPUs per task [1; none with --device cpu]")
         s.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per task")
         s.add_argument("--mem", default=None, help="memory per task, e.g. 64G")
         s.add_argument("--slurm-extra", default="", help='further sbatch options, e.g. "--qos=high --exclusive"')
@@ -275,15 +339,33 @@ def _parse_gpus(spec: str | None, visible) -> tuple[int, ...] | None:
 
 
 def _visible_gpu_count() -> int:
-    """CUDA devices this process may use, without importing torch when nvidia-smi or the environment says."""
-    import os
-
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    """CUDA devices this process may use, without importing torch where the environment or the driver says."""
+    known = cuda_devices_without_torch()
+    if known is not None:
+        return known
     try:
         import torch
 
         return torch.cuda.device_count()
     except ImportError:
         return 0
+
+
+def cuda_devices_without_torch() -> int | None:
+    """How many CUDA devices a worker started now would see, where that is certain without importing torch (slow):
+    none when CUDA_VISIBLE_DEVICES hides them all or, on Linux, when there is no NVIDIA driver (and no ROCm); the
+    listed ones otherwise. None: only torch can tell."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return 0
+    if not sys.platform.startswith("linux") or os.path.exists("/dev/kfd"):  # ROCm's torch.cuda: ask torch
+        return None
+    try:
+        driver = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        driver = 0
+    if not driver:
+        return 0
+    if visible is not None:
+        return len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"])
+    return driver

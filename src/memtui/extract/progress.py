@@ -18,7 +18,7 @@ from pathlib import Path
 from memtui.core.files import atomic_write
 from memtui.core.text import clean
 
-STATES = ("running", "done", "failed", "cancelled", "stale", "unreadable")
+STATES = ("running", "queued", "done", "failed", "cancelled", "stale", "unreadable")  # queued: a SLURM task
 
 # field -> accepted types (bool is excluded from numbers explicitly below)
 _INT, _NUM, _STR = (int,), (int, float), (str,)
@@ -53,8 +53,9 @@ _MAX_WARNINGS = 20
 
 
 def log_path(panel: str | os.PathLike) -> Path:
-    panel = Path(panel)
-    return panel.with_name(panel.name + ".extract.log")
+    from memtui.extract.units import beside
+
+    return beside(panel, ".extract.log")
 
 
 def new_record(panel: str | os.PathLike, **fields) -> dict:
@@ -137,15 +138,24 @@ def fmt_duration(seconds) -> str:
 
 
 def describe(record: dict) -> str:
-    """One line for a record (its strings are already clean)."""
+    """One line for a record (its strings are already clean). For the run as a whole (``read_progress``), the
+    counts are the run's totals: checkpoints in the panel and units scored by every worker together, which only
+    grow; for one worker, its own unit count."""
     state = record.get("state") or "?"
     parts = [state]
-    if record.get("K"):
+    whole = "workers" in record
+    if whole and record.get("checkpoints_total"):
+        parts.append(f"{record.get('checkpoints_done') or 0}/{record['checkpoints_total']} checkpoints extracted")
+    if whole and record.get("K"):
+        parts.append(f"{record.get('units_done') or 0}/{record['K']} units scored")
+    if whole and record.get("n_queued"):
+        parts.append(f"{record['n_queued']} task(s) queued in SLURM")
+    if not whole and record.get("K"):
         step = record.get("checkpoint")
         parts.append(
             f"checkpoint {record.get('k') or 0}/{record['K']}" + (f" (step {step})" if step is not None else "")
         )
-    if record.get("instances_total"):
+    if not whole and record.get("instances_total"):
         parts.append(f"{record.get('instances_done') or 0}/{record['instances_total']} instances")
     if record.get("tokens_per_s") and state == "running":
         parts.append(f"{record['tokens_per_s']:,.0f} tokens/s")
@@ -153,6 +163,8 @@ def describe(record: dict) -> str:
         parts.append(f"ETA {fmt_duration(record['eta_s'])}")
     if record.get("last_error"):
         parts.append(f"error: {record['last_error']}")
+    if record.get("uncommitted"):
+        parts.append(record["uncommitted"])
     return ", ".join(parts)
 
 
@@ -162,7 +174,9 @@ def describe_worker(record: dict, now: float | None = None) -> str:
     where = record.get("host") or "?"
     if record.get("slurm_job"):
         where += f" slurm {record['slurm_job']}_{record.get('slurm_task') or '?'}"
-    where += f" pid {record.get('pid')}" + (f" {record['device']}" if record.get("device") else "")
+    where += (f" pid {record['pid']}" if record.get("pid") is not None else "") + (
+        f" {record['device']}" if record.get("device") else ""
+    )
     unit = f"unit {record['unit']}" if record.get("unit") else "no unit"
     running = record.get("state") == "running"
     rate = f"{record['tokens_per_s']:,.0f} tokens/s" if record.get("tokens_per_s") and running else ""

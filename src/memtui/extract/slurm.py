@@ -9,17 +9,23 @@ first (``memtui fetch``), and tasks run with ``HF_HUB_OFFLINE=1``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import shlex
+import subprocess
 import sys
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from memtui.core.errors import MemtuiError
 from memtui.extract.checkpoints import Source, parse_checkpoints
-from memtui.extract.launches import write_launch
+from memtui.extract.launches import read_launch, write_launch
 from memtui.extract.options import ExtractOptions, SlurmOptions
-from memtui.extract.units import work_dir
+from memtui.extract.units import WorkDir, cancel_flag, work_dir
 
 
 def _submitit():
@@ -57,8 +63,19 @@ def _task_class():
     return WorkerTask
 
 
-def parameters(slurm: SlurmOptions, n_tasks: int, name: str) -> dict:
-    """submitit's ``slurm_*`` parameters for these options."""
+def job_name(panel_path: Path) -> str:
+    return f"memtui-{panel_path.stem}"
+
+
+def job_comment(token: str) -> str:
+    """The array's ``--comment``: the launch's own token, which ``--cancel`` checks before it scancels anything."""
+    return f"memtui:{token}"
+
+
+def parameters(slurm: SlurmOptions, n_tasks: int, name: str, device: str = "auto", workdir: str | None = None,
+               token: str | None = None) -> dict:  # fmt: skip
+    """submitit's ``slurm_*`` parameters for these options. ``--device cpu`` asks for no GPU (a CPU cluster refuses
+    any gres request)."""
     params = {
         "slurm_job_name": name,
         "slurm_time": slurm.minutes(),
@@ -69,13 +86,18 @@ def parameters(slurm: SlurmOptions, n_tasks: int, name: str) -> dict:
         params["slurm_partition"] = slurm.partition
     if slurm.account:
         params["slurm_account"] = slurm.account
-    if slurm.gpus_per_task:
-        params["slurm_gpus_per_task"] = slurm.gpus_per_task
+    gpus = slurm.gpus_for(device)
+    if gpus:
+        params["slurm_gpus_per_task"] = gpus
     if slurm.cpus_per_task:
         params["slurm_cpus_per_task"] = slurm.cpus_per_task
     if slurm.mem:
         params["slurm_mem"] = slurm.mem
+    if token:
+        params["slurm_comment"] = job_comment(token)
     extra = slurm.extra_parameters()
+    if workdir:
+        extra = {"chdir": workdir, **extra}
     if extra:
         params["slurm_additional_parameters"] = extra
     return params
@@ -101,34 +123,97 @@ def check_cached(options: ExtractOptions, panel_steps) -> bool:
 
 
 def submit(panel_path: Path, options: ExtractOptions, panel_steps) -> str:
-    """Submit the array; its job id. ``panel_path`` and ``options`` come from :func:`jobs.prepare`."""
+    """Submit the array; its job id. ``panel_path`` and ``options`` come from :func:`jobs.check` (or ``prepare``).
+
+    A refusal is one line (sbatch's own last line, which submitit would otherwise print as well) and leaves nothing
+    behind: no ``.submission_file_*.sh``, no pickles, the previous run's worker records and cancel flag as they
+    were. Only once the array is accepted are the previous run's records removed."""
     submitit = _submitit()
     slurm = options.slurm or SlurmOptions()
     offline = check_cached(options, panel_steps)
-    folder = work_dir(panel_path) / "slurm"
-    executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
-    executor.update_parameters(**parameters(slurm, options.workers, f"memtui-{panel_path.stem}"))
+    work = WorkDir(panel_path).ensure()
+    folder = work.root / "slurm"
+    token = uuid.uuid4().hex
+    params = parameters(slurm, options.workers, job_name(panel_path), options.device, str(panel_path.parent), token)
+    try:
+        executor = submitit.AutoExecutor(folder=folder / "%j", cluster="slurm")
+        executor.update_parameters(**params)
+    except Exception as exc:  # noqa: BLE001 - no SLURM here (no srun), or parameters submitit refuses
+        raise MemtuiError(f"cannot submit to SLURM here: {(str(exc).strip().splitlines() or ['?'])[-1]}") from None
     argv = options.worker_argv()
     n = options.workers
+    before = _listing(folder)
+    flag = cancel_flag(panel_path)
+    flag_text = _read_small(flag)
+    with contextlib.suppress(FileNotFoundError):
+        flag.unlink()  # the new tasks must not stop at once; put back if the array is refused
+    quiet = io.StringIO()
     try:
-        jobs = executor.map_array(_task_class()(), [str(panel_path)] * n, [argv] * n, [offline] * n)
+        with contextlib.redirect_stderr(quiet), contextlib.redirect_stdout(quiet):
+            jobs = executor.map_array(_task_class()(), [str(panel_path)] * n, [argv] * n, [offline] * n)
     except Exception as exc:  # noqa: BLE001 - sbatch's refusal (bad partition, account, limits) as one line
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
+        _remove_new(folder, before)
+        if flag_text is not None:
+            with contextlib.suppress(OSError):
+                flag.write_text(flag_text)
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        first = lines[-1] if lines else type(exc).__name__
+        first = re.sub(r"^sbatch: error:\s*", "", first)
         raise MemtuiError(f"SLURM refused the job array: {first}") from None
     job_id = str(jobs[0].job_id).split("_")[0]
+    _remove_new(folder, before, only=".submission_file_")  # submitit leaves a link to the script it moved
+    _forget_other_runs(work, job_id)
     write_launch(panel_path, {"mode": "slurm", "slurm_job": job_id, "folder": str(folder), "tasks": n,
-                                       "model": options.model, "started": time.time()})  # fmt: skip
+                              "token": token, "model": options.model, "started": time.time()})  # fmt: skip
     return job_id
 
 
+def _listing(folder: Path) -> set[str]:
+    try:
+        return set(os.listdir(folder))
+    except OSError:
+        return set()
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        return path.read_text()[:4096]
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _remove_new(folder: Path, before: set[str], only: str = "") -> None:
+    """Remove what submitit created in ``folder`` since ``before`` (files whose names start with ``only``)."""
+    for name in _listing(folder) - before:
+        path = folder / name
+        if not name.startswith(only) or (path.is_dir() and not path.is_symlink()):
+            continue
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _forget_other_runs(work: WorkDir, job_id: str) -> None:
+    """The previous run's worker records and locks (none runs: the launch checked); never the new array's."""
+    mark = f"-slurm{job_id}_"
+    with contextlib.suppress(OSError):
+        for old in [*work.workers.glob("*.json"), *work.workers.glob("*.lock")]:
+            if mark not in old.name:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+
+
 def dry_run_script(panel_path: Path, options: ExtractOptions) -> str:
-    """The sbatch script of the same array, for users who submit themselves: each task runs the worker module."""
+    """The sbatch script of the same array, for users who submit themselves: each task runs the worker module.
+    Writes nothing."""
     submitit = _submitit()
     from submitit.slurm.slurm import _make_sbatch_string
 
     slurm = options.slurm or SlurmOptions()
-    params = {k.removeprefix("slurm_"): v for k, v in parameters(slurm, options.workers, "memtui").items()}
-    params["job_name"] = f"memtui-{panel_path.stem}"
+    params = {
+        k.removeprefix("slurm_"): v
+        for k, v in parameters(slurm, options.workers, "memtui", options.device, str(panel_path.parent)).items()
+    }
+    params["job_name"] = job_name(panel_path)
     params["additional_parameters"] = {**(params.get("additional_parameters") or {}), "requeue": True}
     params["array_parallelism"] = options.workers
     del params["signal_delay_s"]
@@ -144,14 +229,100 @@ def dry_run_script(panel_path: Path, options: ExtractOptions) -> str:
     return text
 
 
-def cancel_array(launched: dict) -> bool:
-    """scancel the array (through submitit's job object); True if the command ran."""
-    submitit = _submitit()
-    job_id, folder = launched.get("slurm_job"), launched.get("folder")
-    if not isinstance(job_id, str) or not isinstance(folder, str):
-        return False
+# --- the queue: what SLURM still holds of the array, and whether it is this panel's ---------------------------------
+
+ACTIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
+          "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "STOPPED", "PREEMPTED")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Task:
+    """One array task as squeue shows it."""
+
+    job: str
+    task: str
+    state: str
+    name: str
+    comment: str
+    workdir: str
+
+    @property
+    def queued(self) -> bool:
+        return self.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED")
+
+
+def squeue_tasks(job_id: str, timeout: float = 15.0) -> list[Task] | None:
+    """The tasks of array ``job_id`` that SLURM still holds, one per task (pending ones included); [] when SLURM
+    has none (finished, or an id it no longer knows); None when squeue cannot tell (not installed, no answer)."""
+    if not re.fullmatch(r"\d+", job_id or ""):
+        return []
+    cmd = ["squeue", "--noheader", "--array", "--jobs", job_id, "--format", "%i|%T|%k|%Z|%j"]
     try:
-        submitit.SlurmJob(folder=Path(folder) / "%j", job_id=job_id).cancel(check=False)
-    except (OSError, ValueError):
-        return False
-    return True
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return [] if "invalid job id" in out.stderr.lower() else None
+    tasks = []
+    for line in out.stdout.splitlines():
+        fields = line.strip().split("|", 4)
+        if len(fields) != 5:
+            continue
+        ident, state, comment, workdir, name = fields
+        job, _, task = ident.partition("_")
+        if job == job_id and state.split()[0] in ACTIVE:
+            tasks.append(Task(job, task or "0", state.split()[0], name, comment, workdir))
+    return tasks
+
+
+def ownership_problem(panel_path: Path, launched: dict, tasks: list[Task]) -> str | None:
+    """Why the array that ``launch.json`` names is not this panel's (None when it is): the launch must carry its
+    token, the array's own submitit record (``PANEL.work/slurm/JOB/JOB_submission.sh``, a file memtui wrote, not a
+    link) must carry the same comment, and every task squeue shows must have this panel's job name, that comment and
+    the panel's folder as its working directory. ``launch.json`` is anyone's file: nothing is cancelled on its word."""
+    job, token = launched.get("slurm_job"), launched.get("token")
+    if not isinstance(job, str) or not re.fullmatch(r"\d+", job):
+        return "launch.json names no SLURM job id"
+    if not isinstance(token, str) or not re.fullmatch(r"[0-9a-f]{32}", token):
+        return f"launch.json does not carry the token memtui gives its arrays, so job {job} cannot be verified"
+    record = work_dir(panel_path) / "slurm" / job / f"{job}_submission.sh"
+    if record.is_symlink() or not record.is_file():
+        return f"job {job} has no submission record of this panel ({record})"
+    if f"--comment={job_comment(token)}" not in (_read_small(record) or ""):
+        return f"job {job}'s submission record ({record}) is not the launch's"
+    for task in tasks:
+        if task.name != job_name(panel_path) or task.comment != job_comment(token):
+            return f"SLURM job {job} is named {task.name!r} with comment {task.comment!r}: not this panel's array"
+        if task.workdir and Path(task.workdir) != panel_path.parent:
+            return f"SLURM job {job} runs in {task.workdir}, not in {panel_path.parent}: not this panel's array"
+    return None
+
+
+def our_tasks(panel_path: Path, launched: dict | None = None) -> tuple[list[Task], str | None]:
+    """The tasks SLURM holds of this panel's last array, verified (:func:`ownership_problem`), and why none are
+    counted when the array is not verifiably ours (or squeue cannot tell)."""
+    launched = read_launch(panel_path) if launched is None else launched
+    if launched.get("mode") != "slurm":
+        return [], None
+    tasks = squeue_tasks(str(launched.get("slurm_job") or ""))
+    if tasks is None:
+        return [], "squeue did not answer"
+    if not tasks:
+        return [], None
+    problem = ownership_problem(panel_path, launched, tasks)
+    return ([], problem) if problem else (tasks, None)
+
+
+def cancel_array(panel_path: Path, launched: dict) -> tuple[bool, str | None]:
+    """scancel this panel's array, once verified as ours; (whether scancel ran, why not where it did not)."""
+    tasks, problem = our_tasks(panel_path, launched)
+    if problem or not tasks:
+        return False, problem
+    try:
+        out = subprocess.run(["scancel", tasks[0].job], capture_output=True, text=True, timeout=30,
+                             stdin=subprocess.DEVNULL)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, f"scancel failed: {exc}"
+    if out.returncode != 0:
+        return False, f"scancel failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}"
+    return True, None

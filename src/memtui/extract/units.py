@@ -24,11 +24,13 @@ a single worker uses (bitwise identical); split units differ only by batch compo
 from __future__ import annotations
 
 import contextlib
-import errno
+import hashlib
 import json
+import math
 import os
 import shutil
 import socket
+import stat
 import time
 import uuid
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
-from memtui.extract.locking import process_alive
+from memtui.extract.locking import create_with_content, holder_of, process_alive
 
 # Every metric extraction can compute, in part-file order. A panel holds some of them (panels made before
 # extractability have the first four): workers score and commit only those (``panel_metrics``).
@@ -61,9 +63,48 @@ def stale_s() -> float:
     return float(os.environ.get("MEMTUI_STALE_S") or 180)
 
 
+def clock_skew_s() -> float:
+    """How far in the future a timestamp may lie and still be believed: hosts' clocks differ a little (NTP keeps
+    them within milliseconds), never by a good part of the stale limit."""
+    return min(60.0, stale_s() / 4)
+
+
+def age_s(stamp, now: float | None = None) -> float:
+    """Seconds since ``stamp`` (a heartbeat, a claim's or lease's mtime). A stamp further in the future than the
+    clock skew allows, or one that is not a finite number, has no age: ``inf``, i.e. stale. A heartbeat from the
+    future is no heartbeat: a forged file or a broken clock must never keep a claim, a lease or a worker alive."""
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float) or not math.isfinite(stamp):
+        return math.inf
+    now = time.time() if now is None else now
+    if stamp > now + clock_skew_s():
+        return math.inf
+    return max(0.0, now - stamp)
+
+
 def work_dir(panel: str | os.PathLike) -> Path:
+    return beside(panel, ".work")
+
+
+def beside(panel: str | os.PathLike, suffix: str) -> Path:
+    """The file or folder memtui keeps beside ``panel``: its name plus ``suffix``, or, where that would pass the
+    filesystem's name limit (a legal 251-byte panel name plus ".extract.log"), a shortened name that is still the
+    panel's alone (a prefix of it and a hash of the whole name)."""
     panel = Path(panel)
-    return panel.with_name(panel.name + ".work")
+    name = panel.name + suffix
+    limit = _name_max(panel.parent)
+    if len(os.fsencode(name)) <= limit:
+        return panel.with_name(name)
+    digest = hashlib.blake2b(os.fsencode(panel.name), digest_size=8).hexdigest()
+    keep = limit - len(os.fsencode(suffix)) - len(digest) - 1
+    prefix = os.fsencode(panel.name)[: max(0, keep)].decode("utf-8", "ignore")  # never half a character
+    return panel.with_name(f"{prefix}~{digest}{suffix}")
+
+
+def _name_max(folder: Path) -> int:
+    try:
+        return int(os.pathconf(folder, "PC_NAME_MAX"))
+    except (OSError, ValueError, TypeError):
+        return 255
 
 
 @dataclass(frozen=True)
@@ -136,16 +177,38 @@ class Owner:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def is_gone(self, me: Owner) -> bool:
-        """Gone for certain, without waiting for the heartbeat to age: a dead pid on this host, or the same SLURM
-        array task as ``me`` (an earlier, requeued or preempted run of it)."""
+    def is_gone(self, me: Owner, work: WorkDir | None = None) -> bool:
+        """Gone for certain, without waiting for the heartbeat to age: the same SLURM array task as ``me`` (an
+        earlier, requeued or preempted run of it), or, on this very host, a pid that is dead or — given the panel's
+        ``work`` folder — that does not hold this owner's worker lock (a live but unrelated process: pids are
+        reused, and a file may name any pid). Every claim and lease is taken by a worker that holds its lock."""
         if self.token == me.token:
             return False
         if self.slurm_job and self.slurm_job == me.slurm_job and self.slurm_task == me.slurm_task:
             return True
         if self.host == me.host:
-            return not process_alive(self.pid)
+            if not process_alive(self.pid):
+                return True
+            # the kernel's lock table speaks only for this machine (``me.host`` is it, outside tests)
+            here = self.host == socket.gethostname()
+            return here and work is not None and holder_of(work.worker_lock(self)) != self.pid
         return False
+
+
+UNREADABLE_GRACE_S = 2.0  # a claim or lease is written whole before it appears; unreadable this long, it is junk
+
+
+class PartError(MemtuiError):
+    """A part file that cannot be folded: unreadable, of the wrong types or shape, or scored by another model."""
+
+
+class PartMismatch(PartError):
+    """A well-formed part scored by another model or revision than this run's."""
+
+
+# The meta fields of a part and their types (None allowed where the writer may not know the value).
+_PART_META = {"revision": (str, type(None)), "weights_hash": (str,), "model": (str,), "parameters": (int,),
+              "config": (str,), "worker": (str,)}  # fmt: skip
 
 
 class WorkDir:
@@ -166,7 +229,55 @@ class WorkDir:
                 folder.mkdir(exist_ok=True)
             except OSError as exc:
                 raise MemtuiError(f"cannot create {folder}: {exc.strerror or exc}.") from None
+            if not folder.is_dir():
+                raise MemtuiError(f"{folder} is not a folder; remove it and rerun.")
+        self._identity = self._lstat_identity()
         return self
+
+    def _lstat_identity(self) -> tuple[int, int] | None:
+        try:
+            st = os.stat(self.root, follow_symlinks=False)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+    def check(self) -> None:
+        """Refuse to go on if ``PANEL.work`` is no longer the folder this run created or found (replaced by a link
+        or another folder, or removed): nothing is ever written through it then."""
+        known = getattr(self, "_identity", None)
+        if known is not None and self._lstat_identity() != known:
+            raise MemtuiError(self._replaced())
+
+    def _replaced(self) -> str:
+        if self.root.is_symlink():
+            verb = "was replaced by a symbolic link"
+        else:
+            verb = "was replaced by another file" if self.root.exists() else "was removed"
+        return (
+            f"{self.root} {verb} while extraction ran; nothing was written through it and every committed "
+            "checkpoint is intact: put the folder back (or remove what is there) and rerun to resume."
+        )
+
+    def why_unwritable(self, reason: str) -> str:
+        """What is truly wrong when writing into ``PANEL.work`` failed with ``reason`` (the OS's words), and what to
+        do: a replaced folder, a read-only filesystem, missing permissions or a full disk each say so."""
+        if getattr(self, "_identity", None) is not None and self._lstat_identity() != self._identity:
+            return self._replaced()
+        kept = "every committed checkpoint is intact"
+        try:
+            vfs = os.statvfs(self.root)
+        except OSError:
+            return f"{reason}; {kept}: check {self.root} and rerun to resume."
+        if vfs.f_flag & os.ST_RDONLY:
+            return (
+                f"{self.root} is on a read-only filesystem; {kept}: remount it read-write (or copy the panel "
+                "somewhere writable) and rerun to resume."
+            )
+        if not os.access(self.root, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids):
+            return f"{self.root} is not writable by this user ({reason}); {kept}: fix its permissions and rerun."
+        if vfs.f_bavail * vfs.f_frsize < MIN_FREE_BYTES or "space" in reason.lower() or "quota" in reason.lower():
+            return f"{reason}; {kept}: free space on the filesystem of {self.root} and rerun to resume."
+        return f"{reason}; {kept}: rerun to resume."
 
     # --- claims ---------------------------------------------------------------------------------------------------
 
@@ -194,18 +305,9 @@ class WorkDir:
 
     def _create_exclusive(self, path: Path, me: Owner) -> bool:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        except FileExistsError:
-            return False
+            return create_with_content(path, me.to_json().encode(), me.token)
         except OSError as exc:
-            if exc.errno == errno.EEXIST:
-                return False
             raise MemtuiError(f"cannot claim work in {path.parent}: {exc.strerror or exc}.") from None
-        try:
-            os.write(fd, me.to_json().encode())
-        finally:
-            os.close(fd)
-        return True
 
     def holder(self, unit: Unit) -> Owner | None:
         try:
@@ -215,12 +317,12 @@ class WorkDir:
 
     def _is_stale(self, path: Path, holder: Owner | None, me: Owner) -> bool:
         try:
-            age = time.time() - path.stat().st_mtime
+            age = age_s(os.stat(path, follow_symlinks=False).st_mtime)
         except FileNotFoundError:
             return True
-        if holder is None:  # unreadable: a claim being written right now looks like this for a moment
-            return age > stale_s()
-        return holder.is_gone(me) or age > stale_s()
+        if holder is None:  # empty or garbled: nobody's claim (claims appear whole), once past a moment's doubt
+            return age > min(stale_s(), UNREADABLE_GRACE_S)
+        return holder.is_gone(me, self) or age > stale_s()
 
     def touch_claim(self, unit: Unit, me: Owner) -> bool:
         """The heartbeat; False if the claim is no longer ours (taken over as stale)."""
@@ -268,19 +370,72 @@ class WorkDir:
 
         atomic_write(self.part_path(unit), write)
 
-    def read_part(self, unit: Unit, metrics) -> tuple[dict[str, np.ndarray], dict]:
-        """The part's columns of ``metrics`` (it may carry more, which are left out); a part lacking one of them
-        (written for a panel without that metric) is refused, so the committer drops it and the unit is scored again."""
-        with np.load(self.part_path(unit), allow_pickle=False) as z:
-            meta = json.loads(str(z["meta"]))
-            missing = [m for m in metrics if m not in z.files]
-            if missing:
-                raise MemtuiError(f"{self.part_path(unit)} carries no '{missing[0]}' column; remove the part.")
-            cols = {m: z[m] for m in metrics}
-        for m, col in cols.items():
-            if col.shape != (unit.hi - unit.lo,):
-                raise MemtuiError(f"{self.part_path(unit)}: column '{m}' has shape {col.shape}; remove the part.")
+    def read_part(self, unit: Unit, metrics, expect: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
+        """The part's columns of ``metrics`` (it may carry more, which are left out) and its meta, checked: a regular
+        file (never a FIFO or a link), an npz whose meta is an object of the documented types and whose columns are
+        real numbers of the unit's length. ``expect`` (model and revision) must match what the part records. Any
+        failure is a one-line :class:`PartError` naming the file."""
+        meta, cols = self._load_part(self.part_path(unit), metrics, unit.hi - unit.lo)
+        if expect is not None:
+            self._check_identity(self.part_path(unit), meta, expect)
         return cols, meta
+
+    @staticmethod
+    def _check_identity(path: Path, meta: dict, expect: dict) -> None:
+        for key in ("model", "revision"):
+            if key in expect and meta.get(key) != expect[key]:
+                raise PartMismatch(
+                    f"{path.name} was scored with {key} {meta.get(key)!r}, this run's is {expect[key]!r}"
+                )
+
+    @staticmethod
+    def _load_part(path: Path, metrics, length: int | None) -> tuple[dict, dict[str, np.ndarray]]:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise PartError(f"{path}: {exc.strerror or exc}") from None
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PartError(f"{path} is not a regular file")
+            try:
+                with np.load(f, allow_pickle=False) as z:
+                    meta = json.loads(str(z["meta"][()]))
+                    missing = [m for m in metrics if m not in z.files]
+                    if missing:
+                        raise PartError(f"{path} carries no '{missing[0]}' column")
+                    cols = {m: z[m] for m in metrics}
+            except PartError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - whatever numpy's reader raises on junk: one line, named
+                raise PartError(f"{path} is not a readable part ({type(exc).__name__}: {exc})") from None
+        if not isinstance(meta, dict):
+            raise PartError(f"{path}: its meta is a JSON {type(meta).__name__}, not an object")
+        for key, types in _PART_META.items():
+            value = meta.get(key)
+            if key in meta and (isinstance(value, bool) or not isinstance(value, types)):
+                raise PartError(f"{path}: meta field '{key}' is {value!r}, not of type {types[0].__name__}")
+        for m, col in cols.items():
+            if col.dtype.kind not in "fiu":
+                raise PartError(f"{path}: column '{m}' holds {col.dtype} values, not numbers")
+            if col.shape != (length,):
+                raise PartError(f"{path}: column '{m}' has shape {col.shape}, the unit has {length} rows")
+        return meta, {m: col.astype(np.float64) for m, col in cols.items()}
+
+    def set_aside(self, unit: Unit) -> Path | None:
+        """Move a part that cannot be folded to ``PANEL.work/rejected/`` (kept for a look, out of every run's way);
+        its unit is then scored again. Where it cannot be moved, it is deleted. The new place, if any."""
+        path = self.part_path(unit)
+        target = self.root / "rejected" / f"{path.name}.{int(time.time())}"
+        try:
+            target.parent.mkdir(exist_ok=True)
+            os.rename(path, target)
+        except OSError:
+            target = None
+            with contextlib.suppress(OSError):
+                path.unlink()
+        with contextlib.suppress(OSError):
+            self.claim_path(unit).unlink()
+        return target
 
     def drop(self, unit: Unit) -> None:
         for path in (self.part_path(unit), self.claim_path(unit)):

@@ -32,12 +32,31 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import WriteError
 from memtui.core.text import clean
 from memtui.extract import progress as records
-from memtui.extract.checkpoints import Loaded, Source, copy_weights, model_description, parse_checkpoints, weights_hash
-from memtui.extract.commit import commit_ready
+from memtui.extract.checkpoints import (
+    Loaded,
+    Source,
+    copy_weights,
+    model_description,
+    parse_checkpoints,
+    plan_steps,
+    weights_hash,
+)
+from memtui.extract.commit import commit_ready, describe_lease
 from memtui.extract.locking import FileLock, open_beside
 from memtui.extract.options import ExtractOptions
 from memtui.extract.progress import log_path
-from memtui.extract.units import Owner, Unit, WorkDir, cancel_flag, check_free_space, heartbeat_s, plan_units
+from memtui.extract.units import (
+    Owner,
+    PartError,
+    PartMismatch,
+    Unit,
+    WorkDir,
+    cancel_flag,
+    check_free_space,
+    heartbeat_s,
+    plan_units,
+    stale_s,
+)
 from memtui.panel.hdf5 import read_done, read_panel, read_tokens
 
 __all__ = ["run", "main", "log_path", "check_tokens"]
@@ -136,32 +155,6 @@ def to_body_dtype(net: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
     for param in net.parameters():
         param.data = param.data.to(dtype)
     return net
-
-
-def plan_steps(panel_steps: np.ndarray, done: np.ndarray, requested: list[int] | None, source: Source) -> list[int]:
-    """Panel steps to extract now: requested (or all), not yet done, and available from the source."""
-    steps = [int(s) for s in panel_steps]
-    if requested is not None:
-        unknown = sorted(set(requested) - set(steps))
-        if unknown:
-            shown = ", ".join(map(str, unknown[:5])) + (" ..." if len(unknown) > 5 else "")
-            raise MemtuiError(
-                f"checkpoint steps {shown} are not in the panel (it has {len(steps)} steps, "
-                f"{steps[0]}..{steps[-1]}); see `memtui info PANEL`."
-            )
-        wanted = set(requested)
-    else:
-        wanted = set(steps)
-        available = source.available()
-        if available is not None:
-            wanted &= set(available)
-    pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
-    available = source.available()
-    if available is not None:
-        absent = [s for s in pending if s not in set(available)]
-        if absent:
-            raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
-    return pending
 
 
 def check_tokens(tokens: np.ndarray, lengths: np.ndarray, vocab: int, panel_path) -> None:
@@ -357,7 +350,8 @@ def _work(ctx: _Context, requested: list[int] | None) -> str:
     ctx.progress.publish(force=True, model=ctx.options.model, K=len(units), instances_total=panel.n_instances,
                          checkpoints_done=int(panel.done.sum()), checkpoints_total=panel.n_checkpoints)  # fmt: skip
     if not units:
-        commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
+        expect = lambda step: {"model": source.model, "revision": source.revision(step)}  # noqa: E731
+        commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log, expect=expect)
         ctx.log(f"{ctx.panel_path}: nothing to do, every requested checkpoint is already extracted")
         ctx.progress.publish(force=True, state="done", k=0, eta_s=0)
         return "done"
@@ -381,20 +375,46 @@ class _Pass:
         }
         self.n_instances = panel.n_instances
         self.done_units, self.done_tokens, self.t_start = 0, 0, time.time()
+        self._discard_foreign_parts()
+
+    def expect(self, step: int) -> dict:
+        """The model and revision this run scores ``step`` with: every part of a column must carry the same."""
+        return {"model": self.source.model, "revision": self.source.revision(step)}
+
+    def _discard_foreign_parts(self) -> None:
+        """Parts left by an earlier run with another model or revision (cancelled, then rerun with --model B) would
+        fill half a column with that model's values: they are discarded now, one line each, and scored again; parts
+        that cannot be read are set aside."""
+        ctx = self.ctx
+        for unit in self.units:
+            if not ctx.work.has_part(unit):
+                continue
+            try:
+                ctx.work.read_part(unit, self.metrics, self.expect(unit.step))
+            except PartMismatch as exc:
+                ctx.work.drop(unit)
+                ctx.log(f"discarded part {unit.name}: {exc}; it is scored again")
+            except PartError as exc:
+                where = ctx.work.set_aside(unit)
+                ctx.log(f"part {exc}; {f'set aside as {where}' if where else 'deleted'}, its unit is scored again")
 
     def run(self) -> str:
         ctx, scorer = self.ctx, self.scorer
         ctx.progress.publish(force=True, device=str(scorer.dev), dtype=str(scorer.body_dtype).replace("torch.", ""))
+        dtype = str(scorer.body_dtype).replace("torch.", "")
         ctx.log(f"worker {ctx.me.id}: {len(self.units)} unit(s) of {ctx.options.model} for {ctx.panel_path} on "
-                f"{scorer.dev} ({scorer.body_dtype}), {self.n_instances} instances")  # fmt: skip
+                f"device {scorer.dev} ({dtype}), {self.n_instances} instances")  # fmt: skip
         self.loader = Loader(self.source)
         self.heartbeat = Heartbeat(ctx.work, ctx.me, ctx.progress)
         waiting = False
         try:
             while not ctx.should_stop():
+                ctx.work.check()
                 pending = self._pending()
                 if not pending:
-                    break
+                    if not self._wait_for_committer():
+                        break
+                    continue
                 unit = next((u for u in pending if ctx.work.try_claim(u, ctx.me)), None)
                 if unit is None:  # every pending unit is held by a live worker: wait, and take over any that dies
                     if not waiting:  # once per wait, so a log read hours later says why this worker sat idle
@@ -407,16 +427,47 @@ class _Pass:
                 waiting = False
                 if not self._unit(unit, pending):
                     break
-            committed = commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
+            committed = self._commit()
         finally:
             self.heartbeat.close()
             self.loader.close()
         return self._finish(committed)
 
+    def _commit(self) -> int:
+        ctx = self.ctx
+        return commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log, expect=self.expect)
+
+    def _wait_for_committer(self) -> bool:
+        """Every unit is scored; if some are not in the panel yet, another committer holds the lease: wait while it
+        folds (True: look again). A lease that nobody can honour — its holder dead, a live unrelated pid, empty, from
+        the future — is taken over by the next look, so waiting ends; a lease that stays held with no progress for
+        twice the stale limit is reported as it is (a one-line error naming the holder), never as "done"."""
+        ctx = self.ctx
+        _, done = read_done(ctx.panel_path)
+        uncommitted = sorted({u.step for u in self.units if not done[u.index]})
+        if not uncommitted:
+            self._waiting_since = None
+            return False
+        progress_mark = int(done.sum())
+        if getattr(self, "_waiting_since", None) is None or progress_mark != self._progress_mark:
+            if getattr(self, "_waiting_since", None) is None:
+                ctx.log(f"worker {ctx.me.id}: {len(uncommitted)} checkpoint(s) scored, waiting for the committer: "
+                        f"{describe_lease(ctx.work, ctx.me) or 'the lease is free now'}")  # fmt: skip
+            self._waiting_since, self._progress_mark = time.monotonic(), progress_mark
+        elif time.monotonic() - self._waiting_since > 2 * stale_s():
+            raise MemtuiError(
+                f"{len(uncommitted)} checkpoint(s) are scored but not committed, and nobody committed anything for "
+                f"{2 * stale_s():,.0f} s: {describe_lease(ctx.work, ctx.me) or 'no lease is held'}; the parts are "
+                f"kept in {ctx.work.parts}: rerun to commit them."
+            )
+        ctx.progress.publish(unit=None, state="running", checkpoint=None)
+        ctx.stop.wait(min(2.0, heartbeat_s()))
+        return True
+
     def _pending(self) -> list[Unit]:
         """Units with neither a committed column nor a written part, after committing what is ready."""
         ctx = self.ctx
-        commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log)
+        self._commit()
         _, done = read_done(ctx.panel_path)
         return [u for u in self.units if not done[u.index] and not ctx.work.has_part(u)]
 
@@ -468,12 +519,13 @@ class _Pass:
         return self.done_tokens / max(time.time() - self.t_start, 1e-9)
 
     def _write(self, unit: Unit, cols: dict[str, np.ndarray], loaded: Loaded) -> None:
-        meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": self.ctx.options.model,
+        meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": self.source.model,
                 "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id}  # fmt: skip
+        self.ctx.work.check()  # never write through a folder swapped for a link mid-run
         try:
             self.ctx.work.write_part(unit, cols, meta)
         except WriteError as exc:
-            raise MemtuiError(f"{exc} Every committed checkpoint is intact: free space and rerun to resume.") from None
+            raise MemtuiError(self.ctx.work.why_unwritable(str(exc).rstrip("."))) from None
 
     def _finish(self, committed) -> str:
         ctx = self.ctx
@@ -483,10 +535,12 @@ class _Pass:
             ctx.progress.publish(force=True, state="cancelled", last_error=None, eta_s=None)
             ctx.log("cancelled; rerun the same command to resume from the first unfinished unit")
             return "cancelled"
-        missing = [u.step for u in self.units if not done[u.index]]
-        if missing:  # finished by us, but another committer holds the lease right now: it folds them
-            ctx.log(f"{len(set(missing))} checkpoint(s) scored and waiting for the committer; last commit here: "
-                    f"{committed}")  # fmt: skip
+        missing = sorted({u.step for u in self.units if not done[u.index]})
+        if missing:  # the loop only ends with every unit committed, unless stopped: never call this "done"
+            raise MemtuiError(
+                f"{len(missing)} checkpoint(s) are not committed: "
+                f"{describe_lease(ctx.work, ctx.me) or 'no lease is held'}; rerun to finish them."
+            )
         ctx.progress.publish(force=True, state="done", eta_s=0)
         ctx.log(f"done: {self.done_units} unit(s) in {time.time() - self.t_start:,.0f} s")
         return "done"
