@@ -59,7 +59,10 @@ def test_a_wheel_in_a_fresh_environment_opens_its_default_panel(tmp_path):
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    environ = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
+    environ = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
+    }
     opened = subprocess.run([python, "-c", OPEN_DEFAULT], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                             env=environ)  # fmt: skip
     assert opened.returncode == 0, opened.stderr[-3000:]

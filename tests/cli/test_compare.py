@@ -22,8 +22,8 @@ SIM = Simulation(n_cohorts=5, per_cohort=15, n_never=40, n_checkpoints=7)
 HEADLINE = ["model", "parameters", "metric", "instantaneous", "persistent_1", "persistent_5", "persistent_10",
             "plateau", "residual", "overall", "overall_std_error", "overall_significant", "significant_cells",
             "post_cells", "pretrend_p_value", "pretrend"]  # fmt: skip
-CORRELATION = ["metric", "scope", "method", "model_a", "model_b", "correlation", "low", "high", "n_cells", "alpha",
-               "draws"]  # fmt: skip
+CORRELATION = ["metric", "scope", "method", "model_a", "model_b", "correlation", "low", "high", "corrected",
+               "corrected_low", "corrected_high", "clipped", "n_cells", "alpha", "draws"]  # fmt: skip
 
 
 def write_model(path: Path, seed: int, params: int | None = None, *, ids_offset: int = 0) -> Path:
