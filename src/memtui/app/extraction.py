@@ -455,7 +455,9 @@ class ExtractionPane(VerticalScroll):
         self.app.call_from_thread(self.error, "cancel requested." if sent else "no running job to cancel.")
 
     def action_leave_form(self) -> None:
-        self.query_one("#ex-launch", Button).focus()
+        """Give the focus back to the pane (never to Launch, which may be disabled and then cannot take it): the
+        app's keys work again, and Tab goes back into the form."""
+        self.focus()
 
 
 def _field(label: str, widget, classes: str = "") -> Horizontal:

@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from memtui.app import config
@@ -132,6 +132,9 @@ class MainScreen(Screen):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        # Keys 1-5 (and clicks) switch panes, so the tab bar never takes the focus: Tab stays within the pane (on
+        # the Extraction pane it went from Launch to the tab bar, where typed letters then ran the app's keys)
+        self.query_one("#panes Tabs", Tabs).can_focus = False
         self.app.main_screen_ready()
 
 
@@ -379,11 +382,9 @@ class MemtuiApp(App):
             "estimates": EstimatesTable,
             "compare": ComparePane,
         }.get(name)
-        if target is not None:
-            self.query_one(target).focus()
-        else:  # keys keep working on the pane (no text field takes them); a disabled Launch cannot take the focus
-            launch = self.query_one("#ex-launch")
-            (self.query_one(ExtractionPane) if launch.disabled else launch).focus()
+        # Extraction: the pane itself, so the keys keep working (no text field takes them) and Tab goes to the
+        # form's first field
+        self.query_one(target or ExtractionPane).focus()
 
     # ---- settings changes ---------------------------------------------------------------------------------------
 
