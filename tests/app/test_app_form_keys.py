@@ -79,3 +79,56 @@ async def test_tab_reaches_the_first_field_and_typed_keys_stay_in_it(tmp_path, w
         await pilot.press("4", "q")
         await pilot.pause()
     assert app.return_value == 0
+
+
+# ---- keys that had nothing to do said nothing ------------------------------------------------------------------
+
+
+def _notes(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@run_async
+async def test_r_says_what_the_re_read_found_and_5_n_say_why_they_do_nothing(tmp_path, size):
+    app = MemtuiApp(read_panel(_no_tokens(tmp_path)))
+    async with app.run_test(size=size) as pilot:
+        await settle(pilot)
+        shown = app.result
+        assert shown is not None and not _notes(app)
+        await pilot.press("r")
+        await settle(pilot)
+        assert any("nothing changed" in n and "6/6 checkpoints" in n for n in _notes(app)), _notes(app)
+        assert app.result is shown  # an unchanged file keeps the estimate on screen: nothing is estimated anew
+
+        for key in ("5", "n", "N"):
+            before = len(_notes(app))
+            await pilot.press(key)
+            await pilot.pause()
+            said = _notes(app)[before:]
+            assert len(said) == 1 and "suite" in said[0] and "memtui A.h5 B.h5" in said[0], (key, said)
+            assert app.active_pane == "profile" and app.result is shown
+        # the keys that say why are not listed as keys of their own
+        from memtui.app.main import key_sections
+
+        everywhere = dict(key_sections(app))["Everywhere"]
+        listed = [k for k, _ in everywhere]
+        assert len(listed) == len(set(listed)) and "5, n, N" not in listed, listed
+
+
+@run_async
+async def test_r_on_a_changed_file_says_so_and_estimates_anew(tmp_path):
+    import h5py
+
+    path = _no_tokens(tmp_path)
+    app = MemtuiApp(read_panel(path))
+    async with app.run_test(size=SIZES[0]) as pilot:
+        await settle(pilot)
+        shown = app.result
+        with h5py.File(path, "r+") as f:  # a value changes under the app (another tool rewrote the panel)
+            name = next(iter(f["metrics"]))
+            f["metrics"][name][0, -1] += 1.0
+        await pilot.press("r")
+        await settle(pilot)
+        assert any("data changed" in n for n in _notes(app)), _notes(app)
+        assert app.result is not shown
