@@ -71,7 +71,7 @@ def test_palette_is_256_colour_cube_entries_symmetric_around_zero():
 
 def test_short_step():
     assert [short_step(s) for s in (0, 999, 1000, 1500, 143000, -2000, 2_000_000)] == [
-        "0", "999", "1k", "1.5k", "143k", "-2k", "2M",
+        "0", "999", "1k", "1.5k", "143k", "−2k", "2M",
     ]  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from textual.worker import get_current_worker
 from textual_plotext import PlotextPlot
 
 from memtui.app import palette
-from memtui.app.fmt import num
+from memtui.app.fmt import minus, num
 from memtui.app.plots import set_y_axis, x_ticks
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean, compact_count
@@ -111,7 +111,7 @@ def correlation_grid(
                 continue
             bg = scheme.ramp[int(lv[i, j])]
             text.append(" ")
-            text.append(f"{value:+.2f} ", style=Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg)))
+            text.append(minus(f"{value:+.2f} "), style=Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg)))
         text.append("\n")
     pairs = [
         f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]"

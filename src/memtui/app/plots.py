@@ -11,7 +11,7 @@ import numpy as np
 from textual.color import Color
 from textual_plotext import PlotextPlot
 
-from memtui.app.fmt import short_step
+from memtui.app.fmt import minus, short_step
 
 # which theme variable draws what (the summaries pane's plots share these)
 LINE = "accent"  # the estimate
@@ -135,7 +135,7 @@ def tick_label(value: float, ticks: list[float]) -> str:
     if abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6:  # 2.5 x 10^k needs one more digit
         decimals += 1
     text = f"{value:.{decimals}f}"
-    return "0" if float(text) == 0 else text.replace("-", "−")
+    return "0" if float(text) == 0 else minus(text)
 
 
 def _ticks(x: list[float], steps: bool) -> tuple[list[float], list[str]]:
@@ -144,5 +144,5 @@ def _ticks(x: list[float], steps: bool) -> tuple[list[float], list[str]]:
         return [], []
     idx = sorted(set(np.linspace(0, len(x) - 1, min(5, len(x))).round().astype(int).tolist()))
     ticks = [x[i] for i in idx]
-    labels = [short_step(v) if steps else f"{v:g}" for v in ticks]
+    labels = [short_step(v) if steps else minus(f"{v:g}") for v in ticks]
     return ticks, labels

@@ -12,7 +12,7 @@ from textual.containers import Container, Vertical
 from textual.widgets import Static
 
 from memtui.app import palette
-from memtui.app.fmt import num, short_step
+from memtui.app.fmt import integer, num, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot
 from memtui.core.text import clean
@@ -208,8 +208,8 @@ class ProfilePane(Vertical):
         tau = m["estimate"][row, column]
         if not np.isfinite(tau):
             variants = [
-                f"g {g}  c {c}  c−g {c - g} │ no estimate for this cell (base period or outside the window)",
-                f"g {g} c {c} c−g {c - g} │ no estimate (base period or outside the window)",
+                f"g {g}  c {c}  c−g {integer(c - g)} │ no estimate for this cell (base period or outside the window)",
+                f"g {g} c {c} c−g {integer(c - g)} │ no estimate (base period or outside the window)",
                 f"g {short_step(g)} c {short_step(c)} │ no estimate",
             ]
             return _fit(variants, width)
@@ -220,9 +220,9 @@ class ProfilePane(Vertical):
         nt, nc = int(m["n_treated"][row, column]), int(m["n_control"][row, column])
         t = f"τ {num(tau, signed=True)}"
         variants = [
-            " │ ".join([f"g {g}  c {c}  c−g {c - g}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
+            " │ ".join([f"g {g}  c {c}  c−g {integer(c - g)}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
                         "significant" if sig else "not significant", f"n {nt} treated / {nc} control"]),
-            " │ ".join([f"g {g} c {c} c−g {c - g}", *(["placebo"] if placebo else []), f"{t} {se}",
+            " │ ".join([f"g {g} c {c} c−g {integer(c - g)}", *(["placebo"] if placebo else []), f"{t} {se}",
                         f"band [{low}, {high}]", "sig." if sig else "n.s.", f"n {nt}/{nc}"]),
             " │ ".join([f"g {g} c {c}", *(["placebo"] if placebo else []), f"{t} {se}", f"[{low}, {high}]",
                         "sig." if sig else "n.s."]),

@@ -75,8 +75,8 @@ def mde_line(mde: float, result: EstimateResult, power: float = 0.8) -> str:
         return "Minimum detectable effect: needs standard errors for the instantaneous cells."
     inst = _mean(result.instantaneous)
     ratio = ""
-    if mde > 0 and math.isfinite(inst):
-        ratio = f" (the mean instantaneous estimate is {abs(inst) / mde:.1f}× that)"
+    if mde > 0 and math.isfinite(inst):  # signed: a negative mean is not "0.1x that" of a positive effect
+        ratio = f" (the mean instantaneous estimate, {num(inst, signed=True)}, is {num(inst / mde, 2)}× that)"
     return (
         f"Minimum detectable effect: {num(mde)} per cohort at c = g with {power:.0%} power under this band{ratio}; "
         "`memtui plan` sizes a study."
