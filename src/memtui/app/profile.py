@@ -260,6 +260,11 @@ class ProfilePane(Vertical):
             m["estimate"][row],
             m["band_low"][row],
             m["band_high"][row],
-            title=f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",
+            title=(
+                f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",
+                f"path τ(g = {short_step(g)}, c) over checkpoints c, with band",
+                f"path τ(g = {short_step(g)}, c), with band",
+                f"τ(g = {short_step(g)}, c)",
+            ),
             marks=(g,),
         )
