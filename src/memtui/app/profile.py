@@ -54,14 +54,16 @@ class Legend(Static):
         # the first checkpoint is every cohort's base period (varying base): that column has no estimate
         notes = [f"blank c={base}: base period, no estimate", f"blank c={base}: base"] if base else [""]
         scheme = palette.scheme(self.app.current_theme.dark)
-        for show_unit, note in [(True, notes[0]), (False, notes[0]), *((False, n) for n in notes[1:])]:
-            text = self._text(scheme, scale, mode, unit if show_unit else "τ", note)
+        variants = [(True, notes[0], False), (False, notes[0], False), *((False, n, False) for n in notes[1:])]
+        variants += [(False, "", False), (False, "", True)]  # then no note, then the compact keys
+        for show_unit, note, compact in variants:
+            text = self._text(scheme, scale, mode, unit if show_unit else "τ", note, compact)
             if text.cell_len <= width:
                 break
         self.update(text)
 
     @staticmethod
-    def _text(scheme: palette.Scheme, scale: float, mode: str, unit: str, note: str) -> Text:
+    def _text(scheme: palette.Scheme, scale: float, mode: str, unit: str, note: str, compact: bool = False) -> Text:
         hexed = palette.hex_colour
         text = Text()
         text.append(f"{num(-scale, 3)} ", style="dim")
@@ -70,7 +72,7 @@ class Legend(Static):
         text.append(f" {num(scale, 3, signed=True)} {unit}", style="dim")
         text.append("  ")
         text.append(palette.DIM_GLYPH * 2, style=f"{hexed(scheme.warm[4])} on {hexed(scheme.hidden_bg)}")
-        text.append(f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
+        text.append(" n.s.  " if compact else f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
         text.append(palette.HATCH * 2, style=f"{hexed(scheme.pre_fg)} on {hexed(scheme.pre_bg)}")
         text.append(" c<g", style="dim")
         if note:
