@@ -131,7 +131,7 @@ async def test_open_move_cursor_and_read_status_line(panel_path):
         assert int(result.checkpoints[heatmap.column]) == int(result.cohorts[heatmap.row]) == 4000
         assert "c−g 0" in status(app)
         await pilot.press("h", "h")  # g 4000, c 2000: a placebo cell
-        assert "c−g -2000 │ pre-treatment (placebo)" in status(app)
+        assert "c−g −2000 │ pre-treatment (placebo)" in status(app)
         await pilot.press("plus", "plus", "minus")
         assert heatmap.cell_width == 3
         await pilot.click(Heatmap, offset=(heatmap._gutter + 1, 2))

@@ -47,13 +47,14 @@ def pack(head: Text, items: list[Text], width: int, indent: int = 2, gap: int = 
     items (an interval or a legend entry never wraps in the middle); lines after the first are indented."""
     out = head.copy()
     used = head.cell_len
-    for item in items:
-        if used > indent and used + gap + item.cell_len > width:
+    for n, item in enumerate(items):
+        space = 1 if n == 0 else gap  # "intervals: 1–2 […]  1–3 […]"
+        if used > indent and used + space + item.cell_len > width:
             out.append("\n" + " " * indent)
             used = indent
         elif used > 0 and used != indent:
-            out.append(" " * gap)
-            used += gap
+            out.append(" " * space)
+            used += space
         out.append_text(item)
         used += item.cell_len
     return out
