@@ -115,7 +115,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
         # which line is which: the plots cannot carry a legend without covering the data. Each title in wordings
         # from the fullest down: the plot draws the widest that fits its width
         band = f"{1 - result.settings.alpha:.0%} band"
-        key, short = f" · bright: estimate, grey: {band}", f" · grey: {band}"
+        key, short = f" · coloured: estimate, grey: {band}", f" · grey: {band}"
         inst = result.instantaneous.sort("cohort")
         self.query_one("#plot-instantaneous", BandPlot).show(
             inst["cohort"].to_numpy(),
