@@ -71,7 +71,7 @@ def test_palette_is_256_colour_cube_entries_symmetric_around_zero():
 
 def test_short_step():
     assert [short_step(s) for s in (0, 999, 1000, 1500, 143000, -2000, 2_000_000)] == [
-        "0", "999", "1k", "1.5k", "143k", "-2k", "2M",
+        "0", "999", "1k", "1.5k", "143k", "−2k", "2M",
     ]  # fmt: skip
 
 
@@ -131,7 +131,7 @@ async def test_open_move_cursor_and_read_status_line(panel_path):
         assert int(result.checkpoints[heatmap.column]) == int(result.cohorts[heatmap.row]) == 4000
         assert "c−g 0" in status(app)
         await pilot.press("h", "h")  # g 4000, c 2000: a placebo cell
-        assert "c−g -2000 │ pre-treatment (placebo)" in status(app)
+        assert "c−g −2000 │ pre-treatment (placebo)" in status(app)
         await pilot.press("plus", "plus", "minus")
         assert heatmap.cell_width == 3
         await pilot.click(Heatmap, offset=(heatmap._gutter + 1, 2))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from rich.color import Color
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
@@ -19,73 +20,56 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.widgets import Static
 from textual.worker import get_current_worker
-from textual_plotext import PlotextPlot
 
 from memtui.app import palette
-from memtui.app.fmt import num
-from memtui.app.plots import set_y_axis, x_ticks
+from memtui.app.fmt import minus, num, short_step
+from memtui.app.plots import BandPlot, Series, plot_colours
+from memtui.app.summaries import final_checkpoint
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean, compact_count
 from memtui.estimation.settings import Settings
 
-# one 256-colour index per model, distinct in hue and readable on dark and light backgrounds
-MODEL_COLOURS = (208, 39, 170, 71, 196, 178, 37, 99)
-ZERO = 244
+BAND_MARKER = "dot"  # each model's band, in the model's colour: dotted, so the lines stay the estimates
 
 
-def model_colour(index: int) -> int:
-    return MODEL_COLOURS[index % len(MODEL_COLOURS)]
-
-
-class OverlayPlot(PlotextPlot):
-    """Several models' estimate lines (braille) with their bands (dotted, same colour) on one pair of axes.
-
-    The built plot is cached until the data, the size or the theme change (PlotextPlot rebuilds on every render)."""
+class OverlayPlot(BandPlot):
+    """Several models' estimate lines (braille) with their bands (dotted, same colour) on one pair of axes; the
+    legend is a line of its own above the plot (``legend``), never drawn over the data."""
 
     DEFAULT_CSS = "OverlayPlot { height: 1fr; min-height: 9; }"
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._version = 0
-        self._built: tuple | None = None
+    def overlay(self, series: list[Series], *, title: str | tuple[str, ...], marks: tuple = ()) -> None:
+        self.show_series(series, title=title, marks=marks, band_marker=BAND_MARKER)
 
-    def render(self):
-        key = (self._version, self.size, self.app.theme)
-        if self._built is None or self._built[0] != key:
-            self._built = (key, super().render())
-        return self._built[1]
 
-    def overlay(self, series: list[tuple[str, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]], *, title: str,
-                marks: tuple = (), bands: bool = True) -> None:  # fmt: skip
-        """``series``: (label, colour, x, estimate, band low, band high) per model."""
-        self._version += 1
-        plt = self.plt
-        plt.clear_figure()
-        plt.title(title)
-        xs: list[float] = []
-        for label, colour, x, est, low, high in series:
-            ok = np.isfinite(est)
-            if not ok.any():
-                continue
-            xv = np.asarray(x, dtype=float)[ok].tolist()
-            xs += xv
-            if bands:
-                for edge in (low, high):
-                    e = np.asarray(edge, dtype=float)[ok]
-                    if np.isfinite(e).all():
-                        plt.plot(xv, e.tolist(), color=colour, marker="dot")
-            plt.plot(xv, np.asarray(est, dtype=float)[ok].tolist(), color=colour, marker="braille", label=label)
-        if not xs:
-            plt.title(f"{title} — no estimates")
-            plt.xticks([], [])
-            plt.yticks([], [])
-        else:
-            plt.hline(0, color=ZERO)
-            for value in marks:
-                plt.vline(float(value), color=ZERO)
-            set_y_axis(plt, [v for *_, est, low, high in series for v in (est, low, high)])
-            plt.xticks(*x_ticks(xs))
-        self.refresh()
+def pack(head: Text, items: list[Text], width: int, indent: int = 2, gap: int = 2) -> Text:
+    """``head`` then ``items`` on as many lines of ``width`` cells as they need, a line breaking only between two
+    items (an interval or a legend entry never wraps in the middle); lines after the first are indented."""
+    out = head.copy()
+    used = head.cell_len
+    for n, item in enumerate(items):
+        space = 1 if n == 0 else gap  # "intervals: 1–2 […]  1–3 […]"
+        if used > indent and used + space + item.cell_len > width:
+            out.append("\n" + " " * indent)
+            used = indent
+        elif used > 0 and used != indent:
+            out.append(" " * space)
+            used += space
+        out.append_text(item)
+        used += item.cell_len
+    return out
+
+
+def legend(names: list[str], colours: tuple, width: int) -> Text:
+    """Each model's colour swatch and name, then what the dots are; packed to ``width``."""
+    items = [Text.assemble(("━━", Style(color=_colour(colours[i % len(colours)]))), f" {name}")
+             for i, name in enumerate(names)]  # fmt: skip
+    items.append(Text("··· its band", style="dim"))
+    return pack(Text(), items, width)
+
+
+def _colour(value) -> Color:
+    return Color.from_ansi(value) if isinstance(value, int) else Color.from_rgb(*value)
 
 
 def correlation_grid(
@@ -95,9 +79,10 @@ def correlation_grid(
     high: np.ndarray,
     title: str,
     scheme: palette.Scheme = palette.DARK,
+    line_width: int = 10_000,
 ) -> Text:
     """A k × k grid of correlations, each cell coloured on the heatmap's ramp (so +1 is the strongest warm colour),
-    with the bootstrap interval of each pair listed under it for the pairs that fit."""
+    with the bootstrap interval of each pair listed under it, in lines of ``line_width`` that break between pairs."""
     width = max(6, *(len(clean(n, 24)) for n in names))
     text = Text(f"{title}\n", style="bold")
     text.append(" " * (width + 1) + "".join(f"{i + 1:>7}" for i in range(len(names))) + "\n")
@@ -111,17 +96,21 @@ def correlation_grid(
                 continue
             bg = scheme.ramp[int(lv[i, j])]
             text.append(" ")
-            text.append(f"{value:+.2f} ", style=Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg)))
+            text.append(minus(f"{value:+.2f} "), style=Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg)))
         text.append("\n")
     pairs = [
-        f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]"
+        Text(f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]", style="dim")
         for i in range(len(names))
         for j in range(i + 1, len(names))
         if math.isfinite(low[i, j])
     ]
     if pairs:
-        text.append("intervals: " + "  ".join(pairs) + "\n", style="dim")
+        text.append_text(pack(Text("intervals:", style="dim"), pairs, line_width))
+        text.append("\n")
     return text
+
+
+PLOTS = ("instantaneous", "persistent", "residual")
 
 
 class ComparePane(VerticalScroll, can_focus=True):
@@ -142,19 +131,32 @@ class ComparePane(VerticalScroll, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-text", markup=False)
-        yield OverlayPlot(id="compare-instantaneous", classes="compare-plot")
-        yield OverlayPlot(id="compare-persistent", classes="compare-plot")
-        yield OverlayPlot(id="compare-residual", classes="compare-plot")
+        for name in PLOTS:
+            yield Static("", id=f"compare-{name}-legend", classes="compare-legend", markup=False)
+            yield OverlayPlot(id=f"compare-{name}", classes="compare-plot")
         yield Static("", id="compare-grid", markup=False)
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
 
     def _theme_changed(self, _theme) -> None:
-        """The grid's cells are coloured on the heatmap's palette, which differs between dark and light themes."""
+        """The grid's cells are coloured on the heatmap's palette, and the legends in the plots' colours, which
+        differ between dark and light themes."""
+        self._redraw_text()
+
+    def on_resize(self) -> None:
+        """The legends and the intervals are packed into lines of the pane's width."""
+        self._redraw_text()
+
+    def _redraw_text(self) -> None:
         ready = self._ready.get(self.settings) if self.settings is not None else None
         if ready is not None and not ready.error:
+            self._show_legends(ready)
             self._show_grid(ready)
+
+    def _width(self) -> int:
+        width = self.scrollable_content_region.width - 2  # the statics' padding
+        return width if width > 10 else 10_000  # before the first layout: one line, redrawn on resize
 
     def show_settings(self, settings: Settings) -> None:
         """Show the suite for ``settings``: at once when estimated before, else estimate it in the background."""
@@ -172,6 +174,8 @@ class ComparePane(VerticalScroll, can_focus=True):
         self.query_one("#compare-text", Static).update(text)
         for plot in self.query(OverlayPlot):
             plot.display = False
+        for line in self.query(".compare-legend"):
+            line.display = False
         self.query_one("#compare-grid", Static).update("")
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
@@ -219,39 +223,58 @@ class ComparePane(VerticalScroll, can_focus=True):
                          f"{num(res.overall['estimate'], signed=True)}")  # fmt: skip
         lines += [f"⚠ {clean(n)}" for n in (*sr.suite.notes, *sr.notes)]
         self.query_one("#compare-text", Static).update("\n".join(lines))
-        for plot in self.query(OverlayPlot):
-            plot.display = True
+        for widget in (*self.query(OverlayPlot), *self.query(".compare-legend")):
+            widget.display = True
 
-        def series(frame_of, x_col):
+        def series(frame_of, x_col) -> list[Series]:
             out = []
             for i, name in enumerate(names):
                 frame = frame_of(sr.results[name][metric]).sort(x_col)
                 cols = [frame[c].cast(float).to_numpy() for c in ("estimate", "band_low", "band_high")]
-                out.append((f"{i + 1} {clean(name, 20)}", model_colour(i), frame[x_col].to_numpy(), *cols))
+                out.append(Series(frame[x_col].to_numpy(), *cols, colour=i))
             return out
 
+        final = short_step(final_checkpoint(sr.results[names[0]][metric]))  # the same checkpoints for every model
         self.query_one("#compare-instantaneous", OverlayPlot).overlay(
-            series(lambda r: r.instantaneous, "cohort"), title="Instantaneous memorisation τ(g, g) by cohort g"
-        )
+            series(lambda r: r.instantaneous, "cohort"),
+            title=("Instantaneous memorisation τ(g, g) by cohort g", "Instantaneous τ(g, g) by cohort g",
+                   "Instantaneous τ(g, g)"),
+        )  # fmt: skip
         self.query_one("#compare-persistent", OverlayPlot).overlay(
-            series(lambda r: r.persistent, "event_time"), title="Persistent memorisation by c − g", marks=(0,)
-        )
+            series(lambda r: r.persistent, "event_time"),
+            title=("Persistent memorisation by c − g (left of the line: placebo)", "Persistent memorisation by c − g",
+                   "Persistent by c − g"),
+            marks=(0,),
+        )  # fmt: skip
         self.query_one("#compare-residual", OverlayPlot).overlay(
-            series(lambda r: r.residual, "cohort"), title="Residual memorisation by cohort g at the final checkpoint"
-        )
+            series(lambda r: r.residual, "cohort"),
+            title=(f"Residual memorisation τ(g, {final}) by cohort g", f"Residual τ(g, {final}) by cohort g",
+                   f"Residual τ(g, {final})"),
+        )  # fmt: skip
+        self._show_legends(ready)
         self._show_grid(ready)
+
+    def _show_legends(self, ready: Ready) -> None:
+        names = [f"{i + 1} {clean(name, 20)}" for i, name in enumerate(ready.suite_result.names)]
+        colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark).models
+        text = legend(names, colours, self._width())
+        for line in self.query(".compare-legend"):
+            line.update(text)
 
     def _show_grid(self, ready: Ready) -> None:
         c, names = ready.pearson, ready.suite_result.names
         scheme = palette.scheme(self.app.current_theme.dark)
         title = f"Pearson correlation of the true profiles, corrected for noise ({c.n_cells} cells)"
+        width = self._width()
         grid = correlation_grid(names, c.pearson_corrected, c.pearson_corrected_low, c.pearson_corrected_high, title,
-                                scheme)  # fmt: skip
+                                scheme, width)  # fmt: skip
         grid.append("\n")
         raw = "Raw Pearson correlation of the profiles (estimated: attenuated by their noise)"
-        grid.append_text(correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, raw, scheme))
+        grid.append_text(correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, raw, scheme, width))
         grid.append("\n")
-        grid.append_text(correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Raw Spearman", scheme))
+        grid.append_text(
+            correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Raw Spearman", scheme, width)
+        )
         self.query_one("#compare-grid", Static).update(grid)
 
 

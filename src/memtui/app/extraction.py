@@ -164,8 +164,23 @@ class ExtractionPane(VerticalScroll):
     """The launch form, the running job's progress, and cancel."""
 
     BINDINGS = [
-        Binding("ctrl+r", "launch", "Launch", priority=True, tooltip="Launch extraction with the form's settings"),
-        Binding("ctrl+t", "cancel_job", "Cancel job", priority=True, tooltip="Cancel the running job (asks first)"),
+        # out of the footer: the buttons say them ("Launch (ctrl+r)"), and the footer keeps the main keys at 80 columns
+        Binding(
+            "ctrl+r",
+            "launch",
+            "Launch",
+            priority=True,
+            show=False,
+            tooltip="Launch extraction with the form's settings",
+        ),
+        Binding(
+            "ctrl+t",
+            "cancel_job",
+            "Cancel job",
+            priority=True,
+            show=False,
+            tooltip="Cancel the running job (asks first)",
+        ),  # fmt: skip
         Binding("escape", "leave_form", "Leave form", show=False),
     ]
 
@@ -455,7 +470,9 @@ class ExtractionPane(VerticalScroll):
         self.app.call_from_thread(self.error, "cancel requested." if sent else "no running job to cancel.")
 
     def action_leave_form(self) -> None:
-        self.query_one("#ex-launch", Button).focus()
+        """Give the focus back to the pane (never to Launch, which may be disabled and then cannot take it): the
+        app's keys work again, and Tab goes back into the form."""
+        self.focus()
 
 
 def _field(label: str, widget, classes: str = "") -> Horizontal:

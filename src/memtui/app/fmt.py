@@ -1,4 +1,7 @@
-"""Number formatting shared by the panes: compact steps for axes, fixed significant digits for estimates."""
+"""Number formatting shared by the panes: compact steps for axes, fixed significant digits for estimates.
+
+Every number the app shows is written with one minus sign, U+2212 (−), never the hyphen-minus: ``minus`` below, used
+by every formatter here (a `-19k` beside a `−10` read as two different things)."""
 
 from __future__ import annotations
 
@@ -7,14 +10,25 @@ import math
 from memtui.core.text import clean
 
 
+def minus(text: str) -> str:
+    """A formatted number with the typographic minus sign (−) for the hyphen-minus Python writes."""
+    return text.replace("-", "−")
+
+
+def integer(value) -> str:
+    """A whole number as the app writes it: ``-4000`` -> '−4000'."""
+    return minus(str(int(value)))
+
+
 def short_step(step: int) -> str:
-    """1000 -> '1k', 1500 -> '1.5k', 143000 -> '143k', 2000000 -> '2M': checkpoint and cohort labels."""
+    """1000 -> '1k', 1500 -> '1.5k', 143000 -> '143k', 2000000 -> '2M', -2000 -> '−2k': checkpoint, cohort and
+    c − g labels."""
     step = int(step)
     for unit, size in (("M", 1_000_000), ("k", 1_000)):
         if abs(step) >= size and step % (size // 10) == 0:
             value = step / size
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-    return str(step)
+            return minus(f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}")
+    return integer(step)
 
 
 def num(value, digits: int = 4, signed: bool = False) -> str:
@@ -24,8 +38,7 @@ def num(value, digits: int = 4, signed: bool = False) -> str:
     value = float(value)
     if not math.isfinite(value):
         return "—"
-    text = f"{value:+.{digits}g}" if signed else f"{value:.{digits}g}"
-    return text.replace("-", "−")
+    return minus(f"{value:+.{digits}g}" if signed else f"{value:.{digits}g}")
 
 
 def float_format(largest: float | None) -> str:
@@ -49,9 +62,11 @@ def cell(value, spec: str | None = None) -> str:
     if isinstance(value, float):
         if math.isnan(value):
             return "NaN"
-        return format(value, spec) if spec else f"{value:.5g}"
+        return minus(format(value, spec) if spec else f"{value:.5g}")
     if isinstance(value, str):  # from the panel (a metric name): no control characters into the terminal
         return clean(value, 60)
+    if isinstance(value, int):
+        return integer(value)
     return str(value)
 
 

@@ -77,7 +77,8 @@ class Heatmap(ScrollView, can_focus=True):
         Binding("end,dollar_sign", "last_column", "Last checkpoint", show=False),
         Binding("pageup,ctrl+u", "page(-1)", "Page up", show=False),
         Binding("pagedown,ctrl+d", "page(1)", "Page down", show=False),
-        Binding("i", "diagonal", "c=g", tooltip="Jump to the cohort's instantaneous cell (c = g)"),
+        # out of the footer, which keeps the model key of a suite at 80 columns (? lists it)
+        Binding("i", "diagonal", "c=g", show=False, tooltip="Jump to the cohort's instantaneous cell (c = g)"),
         Binding("s", "cycle_mode", "n.s.", tooltip="Dim / hide / show non-significant cells"),
         Binding("plus,equals_sign", "zoom(1)", "Wider", show=False),
         Binding("minus", "zoom(-1)", "Narrower", show=False),
@@ -223,24 +224,30 @@ class Heatmap(ScrollView, can_focus=True):
             self._rows[row] = strip
         return strip
 
-    def _header_strip(self) -> Strip:
+    def _header_strip(self, sx: int = 0, view: int | None = None) -> Strip:
+        """The checkpoint labels over the columns ``sx`` .. ``sx + view`` on screen (the whole matrix by default)."""
         d = self.data
         cw = self.cell_width
         n = len(d.checkpoints)
         width = n * cw
+        end = width if view is None else min(width, sx + view)  # the labels stay within what is on screen
+        first, last = min(n - 1, -(-sx // cw)), max(0, end // cw - 1)
         labels = [short_step(s) for s in d.checkpoints]
         widest = max(len(s) for s in labels) + 1
         stride = max(1, -(-widest // cw))
         # Placed in order of importance, each only where it keeps a space from those already placed: the cursor
-        # column's label (highlighted), the first and the last column (so the axis always says where it starts and
-        # ends), then evenly spaced ones. A label starts at its column, or ends at the edge when it would run over.
-        order = [self.column, 0, n - 1, *range(stride, n - 1, stride)]
+        # column's label (highlighted), the first and the last column on screen (so the axis always says where it
+        # starts and ends, also when the matrix is wider than the terminal), then evenly spaced ones. A label starts
+        # at its column, or ends at the edge of the screen when it would run over.
+        order = [self.column, first, last, *range(first + stride, last, stride)]
         taken: list[tuple[int, int]] = []
         chars = [" "] * width
         x0 = x1 = 0
         for col in dict.fromkeys(order):
-            text = labels[col][:width]
-            x = min(col * cw, width - len(text))
+            text = labels[col][: end - sx]
+            x = max(sx, min(col * cw, end - len(text)))
+            if col * cw >= end or col * cw + cw <= sx:  # the cursor's column scrolled out of view
+                continue
             if any(x < b + 1 and a < x + len(text) + 1 for a, b in taken):
                 continue
             taken.append((x, x + len(text)))
@@ -266,7 +273,7 @@ class Heatmap(ScrollView, can_focus=True):
         data_w = max(0, width - gw)
         if y < HEADER:
             left = Strip([Segment("g╲c".rjust(gw - 1) + " ", self.get_component_rich_style("heatmap--header"))])
-            right = self._header_strip().crop(sx, sx + data_w)
+            right = self._header_strip(sx, data_w).crop(sx, sx + data_w)
         else:
             row = sy + y - HEADER
             if row >= len(d.cohorts):

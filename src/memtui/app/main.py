@@ -21,7 +21,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from memtui.app import config
@@ -73,10 +73,23 @@ class EstimateReady(Message):
 
 
 class PanelReloaded(Message):
-    def __init__(self, panel: Panel | None, error: str = "") -> None:
+    """The panel file re-read: the new copy (None: the one-line reason), and whether its data equal the old copy's."""
+
+    def __init__(self, panel: Panel | None, error: str = "", unchanged: bool = False) -> None:
         super().__init__()
         self.panel = panel
         self.error = error
+        self.unchanged = unchanged
+
+
+def same_data(a: Panel, b: Panel) -> bool:
+    """Whether two reads of a panel hold the same design, the same completed checkpoints and the same values (what
+    an estimate depends on): a re-read that changed nothing keeps the estimates on screen."""
+    if a.metrics.keys() != b.metrics.keys() or a.signs != b.signs:
+        return False
+    arrays = [(a.ids, b.ids), (a.treatment, b.treatment), (a.steps, b.steps), (a.done, b.done)]
+    arrays += [(a.metrics[k], b.metrics[k]) for k in a.metrics]
+    return all(x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f") for x, y in arrays)
 
 
 class MainScreen(Screen):
@@ -102,6 +115,8 @@ class MainScreen(Screen):
         Binding("5", "app.pane('compare')", "Compare", show=False, tooltip="Compare pane: every model of the suite"),
         Binding("n", "app.next_model(1)", "Model", tooltip="Next model of the suite (the panes show one at a time)"),
         Binding("N", "app.next_model(-1)", "Previous model", show=False, tooltip="Previous model of the suite"),
+        # with one panel open the three above are off (and out of the footer); these say why instead of nothing
+        Binding("5,n,N", "app.needs_suite", show=False),
         Binding("r", "app.reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
         Binding("ctrl+o", "app.open_panel", "Open panel", show=False, tooltip="Pick another panel file"),
     ]
@@ -132,6 +147,9 @@ class MainScreen(Screen):
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        # Keys 1-5 (and clicks) switch panes, so the tab bar never takes the focus: Tab stays within the pane (on
+        # the Extraction pane it went from Launch to the tab bar, where typed letters then ran the app's keys)
+        self.query_one("#panes Tabs", Tabs).can_focus = False
         self.app.main_screen_ready()
 
 
@@ -168,6 +186,7 @@ class MemtuiApp(App):
         self._generation = 0  # bumped when the panel is re-read; older results are dropped
         self._reload_error = ""
         self._reload_failures = 0
+        self._reload_asked = False  # r was pressed: the next re-read says what it found
         self._stage = ""
         self.computing: Settings | None = None
         self._worker: Worker | None = None
@@ -379,11 +398,9 @@ class MemtuiApp(App):
             "estimates": EstimatesTable,
             "compare": ComparePane,
         }.get(name)
-        if target is not None:
-            self.query_one(target).focus()
-        else:  # keys keep working on the pane (no text field takes them); a disabled Launch cannot take the focus
-            launch = self.query_one("#ex-launch")
-            (self.query_one(ExtractionPane) if launch.disabled else launch).focus()
+        # Extraction: the pane itself, so the keys keep working (no text field takes them) and Tab goes to the
+        # form's first field
+        self.query_one(target or ExtractionPane).focus()
 
     # ---- settings changes ---------------------------------------------------------------------------------------
 
@@ -446,10 +463,19 @@ class MemtuiApp(App):
         return next(i for i, m in enumerate(self.models) if m is self.panel)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """Keys for a suite stay out of the footer when one panel is open."""
+        """Keys for a suite stay out of the footer when one panel is open (their keys then say why they do nothing)."""
         if action == "next_model" or (action == "pane" and parameters == ("compare",)):
             return len(self.models) > 1
+        if action == "needs_suite":
+            return len(self.models) < 2
         return True
+
+    def action_needs_suite(self) -> None:
+        self.notify(
+            "One panel is open: the Compare pane (5) and the next model (n, N) need a suite of models, "
+            "`memtui A.h5 B.h5 …`.",
+            markup=False,
+        )
 
     @on(EstimatesTable.Open)
     def _open_cell(self, event: EstimatesTable.Open) -> None:
@@ -485,6 +511,7 @@ class MemtuiApp(App):
     # ---- panel reloads (extraction completing checkpoints) ------------------------------------------------------
 
     def action_reload(self) -> None:
+        self._reload_asked = True  # say what the re-read found, even when it is nothing
         self._reload(self.panel.path)
 
     @on(ExtractionPane.CheckpointsChanged)
@@ -493,6 +520,7 @@ class MemtuiApp(App):
 
     @work(thread=True, exclusive=True, group="reload", exit_on_error=False)
     def _reload(self, path: Path) -> None:
+        old = self.panel
         try:
             panel = read_panel(path)
         except MemtuiError as exc:
@@ -500,11 +528,12 @@ class MemtuiApp(App):
         except Exception as exc:  # noqa: BLE001 - a file damaged under us must not stop the app; it keeps the old copy
             self.post_message(PanelReloaded(None, f"{path.name} could not be read: {type(exc).__name__}: {exc}"))
         else:
-            self.post_message(PanelReloaded(panel))
+            self.post_message(PanelReloaded(panel, unchanged=old.path == panel.path and same_data(old, panel)))
 
     def on_panel_reloaded(self, event: PanelReloaded) -> None:
+        asked, self._reload_asked = self._reload_asked, False
         if event.panel is None:
-            if event.error != self._reload_error:  # once per problem, not once per retry
+            if event.error != self._reload_error or asked:  # once per problem, not once per retry; always for r
                 self.notify(clean(event.error), title="Panel not re-read", severity="error", markup=False)
             self._reload_error = event.error
             self._reload_failures += 1
@@ -514,8 +543,19 @@ class MemtuiApp(App):
             self.set_timer(delay, self.query_one(ExtractionPane).recheck)
             return
         self._reload_error, self._reload_failures = "", 0
-        self.models[self._model_index()] = event.panel
-        self._show_panel(event.panel)
+        old, new = self.panel, event.panel
+        name = clean(new.path.name, 80) if new.path else "the panel"
+        extracted = f"{int(new.done.sum())}/{new.n_checkpoints} checkpoints extracted"
+        if event.unchanged:  # nothing to show anew: the estimates on screen stay
+            if asked:
+                self.notify(f"Re-read {name}: nothing changed ({extracted}).", markup=False, timeout=4)
+            return
+        if asked:
+            was = f"{int(old.done.sum())}/{old.n_checkpoints}"
+            changed = f"{extracted}, was {was}" if was != f"{int(new.done.sum())}/{new.n_checkpoints}" else extracted
+            self.notify(f"Re-read {name}: its data changed ({changed}); estimating anew.", markup=False, timeout=4)
+        self.models[self._model_index()] = new
+        self._show_panel(new)
 
     def _show_panel(self, panel: Panel) -> None:
         """Make ``panel`` the one the per-model panes show (a re-read copy, or another model of the suite)."""
@@ -618,6 +658,8 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
     def keys(bindings, extra=()) -> list[tuple[str, str]]:
         out = []
         for b in bindings:
+            if b.action == "app.needs_suite":  # the same keys as Compare and Model, saying why they are off
+                continue
             key = b.key_display or ", ".join(_key_name(k) for k in b.key.split(","))
             out.append((key, b.tooltip or b.description))
         return out + list(extra)

@@ -139,3 +139,15 @@ def pre(s: Scheme, level: int | None = None) -> Style:
 def cursor_fg(s: Scheme, level: int | None) -> Color:
     """A colour that stands out on the cursor's cell: readable on its ramp colour, else the scheme's plain one."""
     return cube(s.plain_fg) if level is None else readable_on(s.ramp[level])
+
+
+# One colour per model on the Compare pane, distinct in hue, as 256-colour cube entries (the same in truecolor and
+# after the 256-colour fallback): on dark themes light ones (CIE L* 70-97), on light themes dark ones (L* 27-54), so
+# each stands out from every built-in theme's background by 25 L* or more, in 256 colours too (tests: test_app_plots).
+MODELS_DARK = (214, 45, 213, 77, 210, 227, 147, 87)  # amber, sky, pink, green, salmon, yellow, lavender, aqua
+MODELS_LIGHT = (166, 25, 127, 28, 160, 94, 30, 55)  # orange, blue, purple, green, red, brown, teal, indigo
+ANSI_MODELS = (9, 12, 13, 10, 11, 14, 1, 4)  # ANSI themes: the terminal's own colours
+
+
+def model_colours(dark: bool) -> tuple[int, ...]:
+    return MODELS_DARK if dark else MODELS_LIGHT

@@ -1,118 +1,124 @@
-"""Estimate-with-band line plots drawn by plotext inside textual-plotext widgets.
+"""Line plots with bands drawn by plotext inside textual-plotext widgets, laid out for the size they get.
 
-plotext's log axes break on redraw, so everything here is linear; ticks are placed by hand with compact step labels.
-Every colour comes from the app's theme (axes and labels through textual-plotext's "auto" theme, the lines from the
-theme's variables below), so a light theme gets dark lines and readable ticks.
+A plot is drawn when it is rendered, at its size, so that what depends on the size is right at every size:
+- the title: the fullest of its wordings that fits above the plot (plotext drops a title that does not fit, and every
+  title vanished below ~110 columns);
+- the y ticks: even steps that include 0, on whole rows the same number of rows apart (the axis is stretched by less
+  than a step so that each tick lands on a row; plotext otherwise rounds ticks to rows unevenly, or two onto one).
+Colours come from the theme and are checked for contrast against the theme's background as a 256-colour terminal
+shows both (``PlotColours``): the plot draws no background of its own, so it sits on the pane's. plotext's log axes
+break on redraw, so everything here is linear; x ticks are placed by hand with compact step labels.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-from textual.color import Color
+from rich.color import Color as RichColor
+from rich.color import ColorSystem
+from rich.text import Text
+from textual.color import Color, ColorParseError
 from textual_plotext import PlotextPlot
 
-from memtui.app.fmt import short_step
+from memtui.app import palette
+from memtui.app.fmt import minus, short_step
 
-# which theme variable draws what (the summaries pane's plots share these)
-LINE = "accent"  # the estimate
-BAND = "foreground-muted"  # the simultaneous band
-ZERO = "foreground-darken-3"
-MARK = "secondary"  # treatment step / c = g
+TITLE_ROWS = 1  # plotext's row above the frame
+FRAME_ROWS = 2  # the frame's top and bottom lines
+XTICK_ROWS = 1  # the x tick labels under the frame
+
+# Theme variables tried in turn for each part of a plot; the first that stands out enough from the background, in
+# truecolor and in 256 colours, is used (textual-light's accent, orange on light grey, does not: its primary does).
+CANDIDATES = {
+    "line": ("accent", "primary", "secondary", "foreground"),  # the estimate
+    "band": ("foreground-muted", "foreground-darken-1", "foreground"),  # the simultaneous band
+    "zero": ("foreground-darken-3", "foreground-muted", "foreground"),
+    "mark": ("secondary", "primary", "warning", "foreground"),  # treatment step / c = g
+    "ticks": ("foreground-muted", "foreground"),
+}
+# least CIE L* difference from the background (as a 256-colour terminal shows both): lines must stand out, the zero
+# line and band only be seen
+CONTRAST = {"line": 30.0, "band": 20.0, "zero": 15.0, "mark": 25.0, "ticks": 30.0}
+# ANSI themes name the terminal's own 16 colours: plot in those (plotext writes 0-15 as the terminal's colours)
+ANSI = {"line": 12, "band": 8, "zero": 7, "mark": 13, "ticks": "default"}
 
 
-def theme_colour(app, name: str) -> tuple[int, int, int]:
-    """An RGB triple plotext can draw, from the app's current theme (a 256-colour terminal maps it down)."""
-    value = app.theme_variables.get(name) or app.theme_variables.get("foreground") or "#888888"
-    colour = Color.parse(value)
+def lightness(rgb: tuple[int, int, int]) -> float:
+    """CIE L* (0-100) of an RGB colour."""
+
+    def lin(v: int) -> float:
+        v = v / 255
+        return v / 12.92 if v <= 0.04045 else ((v + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (lin(v) for v in rgb)
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return 116 * y ** (1 / 3) - 16 if y > 0.008856 else 903.3 * y
+
+
+def as_256(rgb: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The colour a 256-colour terminal shows for ``rgb`` (Textual's fallback when COLORTERM is not set, as over
+    SSH): rich's own downgrade, which the app's output goes through."""
+    triplet = RichColor.from_rgb(*rgb).downgrade(ColorSystem.EIGHT_BIT).get_truecolor()
+    return triplet.red, triplet.green, triplet.blue
+
+
+def contrast(a: tuple[int, int, int], b: tuple[int, int, int]) -> float:
+    """The smaller L* difference of two colours, in truecolor and as a 256-colour terminal shows them."""
+    return min(abs(lightness(a) - lightness(b)), abs(lightness(as_256(a)) - lightness(as_256(b))))
+
+
+@dataclass(frozen=True)
+class PlotColours:
+    """What a plot draws in, for one theme: RGB triples (or ANSI numbers for the ANSI themes)."""
+
+    line: tuple | int
+    band: tuple | int
+    zero: tuple | int
+    mark: tuple | int
+    ticks: tuple | str
+    models: tuple  # one per model on the Compare pane
+    background: tuple[int, int, int] | None  # None: the terminal's own (ANSI themes)
+
+
+def _parse(variables: dict, name: str) -> tuple[int, int, int] | None:
+    value = variables.get(name)
+    if not value:
+        return None
+    try:
+        colour = Color.parse(value)
+    except ColorParseError:  # e.g. "ansi_default 50%"
+        return None
     if colour.a < 1:  # plotext has no alpha: blend onto the background as the terminal would show it
-        colour = Color.parse(app.theme_variables.get("background", "#000000")) + colour
+        colour = Color.parse(variables.get("background", "#000000")) + colour
     return colour.rgb
 
 
-class BandPlot(PlotextPlot):
-    """One series tau(x) with its simultaneous band; empty plots show a message instead of axes.
-
-    PlotextPlot rebuilds the whole plot on every render, including renders caused by unrelated layout changes
-    elsewhere on screen; this caches the built plot until the data, the size or the theme change.
-    """
-
-    DEFAULT_CSS = """
-    BandPlot { height: 1fr; min-height: 7; }
-    """
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self._version = 0
-        self._built: tuple | None = None
-        self._shown: tuple | None = None  # the last show() call, replayed in a new theme's colours
-        self._shown_theme = ""
-
-    def render(self):
-        if self._shown is not None and self._shown_theme != self.app.theme:
-            args, kwargs = self._shown
-            self.show(*args, **kwargs)
-        key = (self._version, self.size, self.app.theme, self.theme)
-        if self._built is None or self._built[0] != key:
-            self._built = (key, super().render())
-        return self._built[1]
-
-    def show(
-        self,
-        x: np.ndarray,
-        estimate: np.ndarray,
-        low: np.ndarray,
-        high: np.ndarray,
-        *,
-        title: str,
-        xlabel: str = "",
-        marks: tuple = (),
-        steps: bool = True,
-    ) -> None:
-        self._shown = ((x, estimate, low, high), dict(title=title, xlabel=xlabel, marks=marks, steps=steps))
-        self._shown_theme = self.app.theme
-        line, band, zero, mark = (theme_colour(self.app, name) for name in (LINE, BAND, ZERO, MARK))
-        self._version += 1
-        plt = self.plt
-        plt.clear_figure()
-        plt.title(title)
-        ok = np.isfinite(estimate)
-        if not ok.any():
-            plt.xticks([], [])
-            plt.yticks([], [])
-            plt.title(f"{title} — no estimates")
-            self.refresh()
-            return
-        x = np.asarray(x, dtype=float)[ok].tolist()
-        shown = [np.asarray(estimate, dtype=float)[ok]]
-        for edge in (low, high):
-            b = np.asarray(edge, dtype=float)[ok]
-            if np.isfinite(b).all():
-                plt.plot(x, b.tolist(), color=band, marker="braille")
-                shown.append(b)
-        plt.plot(x, shown[0].tolist(), color=line, marker="braille")
-        plt.hline(0, color=zero)
-        for value in marks:
-            plt.vline(float(value), color=mark)
-        plt.xticks(*_ticks(x, steps))
-        set_y_axis(plt, shown)
-        if xlabel:
-            plt.xlabel(xlabel)
-        self.refresh()
+def _is_ansi(variables: dict) -> bool:
+    """A theme of the terminal's own colours (textual-ansi): its RGB values are placeholders."""
+    try:
+        return Color.parse(variables.get("background", "")).ansi is not None
+    except ColorParseError:
+        return True
 
 
-def set_y_axis(plt, values: list[np.ndarray]) -> None:
-    """Even ticks that always include 0, on an axis that ends on ticks, over the finite ``values``: the zero line
-    sits on the row labelled 0."""
-    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
-    finite = finite[np.isfinite(finite)]
-    ticks = nice_ticks(float(finite.min()), float(finite.max()))
-    plt.ylim(ticks[0], ticks[-1])
-    plt.yticks(ticks, [tick_label(t, ticks) for t in ticks])
+def plot_colours(variables: dict[str, str], dark: bool) -> PlotColours:
+    """The plot colours of a theme (its ``theme_variables``), each readable on its background in 256 colours."""
+    models = palette.model_colours(dark)
+    background = _parse(variables, "background")
+    if background is None or _is_ansi(variables):  # the terminal's default background and its 16 colours
+        return PlotColours(**ANSI, models=tuple(palette.ANSI_MODELS), background=None)
+    chosen = {}
+    for part, names in CANDIDATES.items():
+        options = [rgb for rgb in (_parse(variables, n) for n in names) if rgb is not None]
+        readable = [rgb for rgb in options if contrast(rgb, background) >= CONTRAST[part]]
+        # no theme colour stands out enough: the cube's black or white, whichever is further from the background
+        fallback = (0, 0, 0) if lightness(background) > 50 else (255, 255, 255)
+        chosen[part] = readable[0] if readable else fallback
+    return PlotColours(**chosen, models=tuple(palette.xterm_rgb(i) for i in models), background=background)
 
 
-def x_ticks(x: list[float], steps: bool = True) -> tuple[list[float], list[str]]:
-    """Up to five evenly spread ticks at the distinct data points, labelled like the heatmap's axes."""
-    return _ticks(sorted(set(x)), steps)
+# ---- axes ------------------------------------------------------------------------------------------------------
 
 
 def nice_ticks(low: float, high: float, target: int = 4) -> list[float]:
@@ -135,14 +141,201 @@ def tick_label(value: float, ticks: list[float]) -> str:
     if abs(step * 10**decimals - round(step * 10**decimals)) > 1e-6:  # 2.5 x 10^k needs one more digit
         decimals += 1
     text = f"{value:.{decimals}f}"
-    return "0" if float(text) == 0 else text.replace("-", "−")
+    return "0" if float(text) == 0 else minus(text)
 
 
-def _ticks(x: list[float], steps: bool) -> tuple[list[float], list[str]]:
-    """Up to five evenly spread ticks at data points, labelled like the heatmap's axes."""
+@dataclass(frozen=True)
+class YAxis:
+    ticks: list[float]
+    labels: list[str]
+    limits: tuple[float, float]
+    rows: list[int]  # the canvas row of each tick, counted from the bottom (what plotext will draw)
+
+
+def y_axis(values: list[np.ndarray], rows: int) -> YAxis:
+    """Ticks for a canvas of ``rows`` rows: even steps that include 0, about four of them, each on a whole row and the
+    same number of rows from the next (at least two where the rows allow: a blank row between labels). The limits
+    reach past the outer ticks by the rows left over, shared out above and below."""
+    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
+    finite = finite[np.isfinite(finite)]
+    low, high = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+    usable = max(rows - 1, 1)
+    ticks = nice_ticks(low, high)
+    for spacing in (2, 1):  # rows per step, at least
+        for target in (4, 3, 2, 1):
+            candidate = nice_ticks(low, high, target)
+            if (len(candidate) - 1) * spacing <= usable:
+                ticks = candidate
+                break
+        else:
+            continue
+        break
+    n = max(len(ticks) - 1, 1)
+    per = max(usable // n, 1)  # rows per step
+    step = (ticks[-1] - ticks[0]) / n if len(ticks) > 1 else 1.0
+    spare = max(usable - n * per, 0)
+    below = spare // 2
+    limits = (ticks[0] - below * step / per, ticks[0] + usable * step / per - below * step / per)
+    rows_at = [_row(t, limits, rows) for t in ticks]
+    return YAxis(ticks, [tick_label(t, ticks) for t in ticks], limits, rows_at)
+
+
+def _row(value: float, limits: tuple[float, float], rows: int) -> int:
+    """The canvas row plotext draws ``value`` on (its own formula, plotext._utility.get_matrix_data)."""
+    import math
+
+    return math.floor(round(0.5 + (rows - 1) * (value - limits[0]) / (limits[1] - limits[0]), 8))
+
+
+def x_ticks(x: list[float], steps: bool = True) -> tuple[list[float], list[str]]:
+    """Up to five evenly spread ticks at the distinct data points, labelled like the heatmap's axes."""
+    x = sorted(set(x))
     if not x:
         return [], []
     idx = sorted(set(np.linspace(0, len(x) - 1, min(5, len(x))).round().astype(int).tolist()))
     ticks = [x[i] for i in idx]
-    labels = [short_step(v) if steps else f"{v:g}" for v in ticks]
+    labels = [short_step(v) if steps else minus(f"{v:g}") for v in ticks]
     return ticks, labels
+
+
+def fit_title(titles: tuple[str, ...], width: int, label_width: int) -> str:
+    """The fullest wording that plotext will draw: centred on the canvas (the width less the y labels and the frame)
+    with a free column either side and within the plot. The shortest, cut with an ellipsis, when none fits."""
+
+    def fits(text: str) -> bool:
+        start = label_width + 1 + (width - 2 - label_width) // 2 - len(text) // 2
+        return start >= 1 and start + len(text) + 1 <= width
+
+    for title in titles:
+        if fits(title):
+            return title
+    title = titles[-1] if titles else ""
+    while title and not fits(title):
+        title = title[:-2] + "…" if len(title) > 2 else ""
+    return title
+
+
+# ---- the widget ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line with its band: x, the estimate, and the band's edges (drawn in ``colour``, or the theme's)."""
+
+    x: np.ndarray
+    estimate: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    colour: int | None = None  # a model's index into the theme's model colours; None: the theme's line colour
+
+
+class BandPlot(PlotextPlot):
+    """Estimate lines with their simultaneous bands, drawn for the size and theme the widget has when rendered.
+
+    PlotextPlot rebuilds the whole plot on every render, including renders caused by unrelated layout changes
+    elsewhere on screen; this caches the built plot until the data, the size or the theme change.
+    """
+
+    DEFAULT_CSS = """
+    BandPlot { height: 1fr; min-height: 7; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._version = 0
+        self._built: tuple | None = None
+        self._series: list[Series] = []
+        self._titles: tuple[str, ...] = ()
+        self._xlabel = ""
+        self._marks: tuple = ()
+        self._steps = True
+        self._band_marker = "braille"
+        self.drawn_title = ""  # what the last render wrote above the plot (the tests read it)
+        self.drawn_axis: YAxis | None = None
+
+    def show(
+        self,
+        x: np.ndarray,
+        estimate: np.ndarray,
+        low: np.ndarray,
+        high: np.ndarray,
+        *,
+        title: str | tuple[str, ...],
+        xlabel: str = "",
+        marks: tuple = (),
+        steps: bool = True,
+    ) -> None:
+        """One series; ``title``: its wordings, fullest first (the widest that fits is drawn)."""
+        self.show_series([Series(x, estimate, low, high)], title=title, xlabel=xlabel, marks=marks, steps=steps)
+
+    def show_series(
+        self,
+        series: list[Series],
+        *,
+        title: str | tuple[str, ...],
+        xlabel: str = "",
+        marks: tuple = (),
+        steps: bool = True,
+        band_marker: str = "braille",
+    ) -> None:
+        self._series = series
+        self._titles = (title,) if isinstance(title, str) else tuple(title)
+        self._xlabel, self._marks, self._steps, self._band_marker = xlabel, marks, steps, band_marker
+        self._version += 1
+        self.refresh()
+
+    def render(self):
+        key = (self._version, self.size, self.app.theme)
+        if self._built is None or self._built[0] != key:
+            self._built = (key, self._build())
+        return self._built[1]
+
+    def _build(self) -> Text:
+        width, height = self.size.width, self.size.height
+        colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark)
+        plt = self.plt
+        plt.clear_figure()
+        plt.plotsize(width, height)
+        plt._set_size(width, height)
+        plt.theme("clear")  # no background of its own: the plot sits on the pane's
+        plt.ticks_color(colours.ticks)
+        plt.axes_color("default")
+        plt.canvas_color("default")
+        shown = [s for s in self._series if np.isfinite(np.asarray(s.estimate, dtype=float)).any()]
+        if not shown:
+            self.drawn_title = fit_title(tuple(f"{t} — no estimates" for t in self._titles), width, 0)
+            plt.title(self.drawn_title)
+            plt.xticks([], [])
+            plt.yticks([], [])
+            self.drawn_axis = None
+            return Text.from_ansi(plt.build())
+        xs: list[float] = []
+        values = []
+        for s in shown:
+            ok = np.isfinite(np.asarray(s.estimate, dtype=float))
+            x = np.asarray(s.x, dtype=float)[ok].tolist()
+            xs += x
+            colour = colours.line if s.colour is None else colours.models[s.colour % len(colours.models)]
+            for edge in (s.low, s.high):
+                b = np.asarray(edge, dtype=float)[ok]
+                if np.isfinite(b).all():
+                    band = colours.band if s.colour is None else colour
+                    plt.plot(x, b.tolist(), color=band, marker=self._band_marker)
+                    values.append(b)
+            est = np.asarray(s.estimate, dtype=float)[ok]
+            plt.plot(x, est.tolist(), color=colour, marker="braille")
+            values.append(est)
+        plt.hline(0, color=colours.zero)
+        for value in self._marks:
+            plt.vline(float(value), color=colours.mark)
+        plt.xticks(*x_ticks(xs, self._steps))
+        if self._xlabel:
+            plt.xlabel(self._xlabel)
+        rows = height - TITLE_ROWS - FRAME_ROWS - XTICK_ROWS - (1 if self._xlabel else 0)
+        axis = y_axis(values, rows)
+        plt.ylim(*axis.limits)
+        plt.yticks(axis.ticks, axis.labels)
+        self.drawn_axis = axis
+        self.drawn_title = fit_title(self._titles, width, max(len(label) for label in axis.labels))
+        plt.title(self.drawn_title)
+        return Text.from_ansi(plt.build())

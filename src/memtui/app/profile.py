@@ -12,7 +12,7 @@ from textual.containers import Container, Vertical
 from textual.widgets import Static
 
 from memtui.app import palette
-from memtui.app.fmt import num, short_step
+from memtui.app.fmt import integer, num, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot
 from memtui.core.text import clean
@@ -54,14 +54,16 @@ class Legend(Static):
         # the first checkpoint is every cohort's base period (varying base): that column has no estimate
         notes = [f"blank c={base}: base period, no estimate", f"blank c={base}: base"] if base else [""]
         scheme = palette.scheme(self.app.current_theme.dark)
-        for show_unit, note in [(True, notes[0]), (False, notes[0]), *((False, n) for n in notes[1:])]:
-            text = self._text(scheme, scale, mode, unit if show_unit else "τ", note)
+        variants = [(True, notes[0], False), (False, notes[0], False), *((False, n, False) for n in notes[1:])]
+        variants += [(False, "", False), (False, "", True)]  # then no note, then the compact keys
+        for show_unit, note, compact in variants:
+            text = self._text(scheme, scale, mode, unit if show_unit else "τ", note, compact)
             if text.cell_len <= width:
                 break
         self.update(text)
 
     @staticmethod
-    def _text(scheme: palette.Scheme, scale: float, mode: str, unit: str, note: str) -> Text:
+    def _text(scheme: palette.Scheme, scale: float, mode: str, unit: str, note: str, compact: bool = False) -> Text:
         hexed = palette.hex_colour
         text = Text()
         text.append(f"{num(-scale, 3)} ", style="dim")
@@ -70,7 +72,7 @@ class Legend(Static):
         text.append(f" {num(scale, 3, signed=True)} {unit}", style="dim")
         text.append("  ")
         text.append(palette.DIM_GLYPH * 2, style=f"{hexed(scheme.warm[4])} on {hexed(scheme.hidden_bg)}")
-        text.append(f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
+        text.append(" n.s.  " if compact else f" n.s. {MODE_LABEL[mode]} (s)  ", style="dim")
         text.append(palette.HATCH * 2, style=f"{hexed(scheme.pre_fg)} on {hexed(scheme.pre_bg)}")
         text.append(" c<g", style="dim")
         if note:
@@ -208,8 +210,8 @@ class ProfilePane(Vertical):
         tau = m["estimate"][row, column]
         if not np.isfinite(tau):
             variants = [
-                f"g {g}  c {c}  c−g {c - g} │ no estimate for this cell (base period or outside the window)",
-                f"g {g} c {c} c−g {c - g} │ no estimate (base period or outside the window)",
+                f"g {g}  c {c}  c−g {integer(c - g)} │ no estimate for this cell (base period or outside the window)",
+                f"g {g} c {c} c−g {integer(c - g)} │ no estimate (base period or outside the window)",
                 f"g {short_step(g)} c {short_step(c)} │ no estimate",
             ]
             return _fit(variants, width)
@@ -220,9 +222,9 @@ class ProfilePane(Vertical):
         nt, nc = int(m["n_treated"][row, column]), int(m["n_control"][row, column])
         t = f"τ {num(tau, signed=True)}"
         variants = [
-            " │ ".join([f"g {g}  c {c}  c−g {c - g}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
+            " │ ".join([f"g {g}  c {c}  c−g {integer(c - g)}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
                         "significant" if sig else "not significant", f"n {nt} treated / {nc} control"]),
-            " │ ".join([f"g {g} c {c} c−g {c - g}", *(["placebo"] if placebo else []), f"{t} {se}",
+            " │ ".join([f"g {g} c {c} c−g {integer(c - g)}", *(["placebo"] if placebo else []), f"{t} {se}",
                         f"band [{low}, {high}]", "sig." if sig else "n.s.", f"n {nt}/{nc}"]),
             " │ ".join([f"g {g} c {c}", *(["placebo"] if placebo else []), f"{t} {se}", f"[{low}, {high}]",
                         "sig." if sig else "n.s."]),
@@ -260,6 +262,11 @@ class ProfilePane(Vertical):
             m["estimate"][row],
             m["band_low"][row],
             m["band_high"][row],
-            title=f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",
+            title=(
+                f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",
+                f"path τ(g = {short_step(g)}, c) over checkpoints c, with band",
+                f"path τ(g = {short_step(g)}, c), with band",
+                f"τ(g = {short_step(g)}, c)",
+            ),
             marks=(g,),
         )

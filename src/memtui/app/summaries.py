@@ -120,27 +120,33 @@ class SummariesPane(VerticalScroll, can_focus=True):
             )
             self._compute_extras(getattr(self.app, "panel", None), result)
 
-        # which line is which: the plots cannot carry a legend without covering the data
-        key = f" · bright: estimate, grey: {1 - result.settings.alpha:.0%} band"
+        # which line is which: the plots cannot carry a legend without covering the data. Each title in wordings
+        # from the fullest down: the plot draws the widest that fits its width
+        band = f"{1 - result.settings.alpha:.0%} band"
+        key, short = f" · coloured: estimate, grey: {band}", f" · grey: {band}"
         inst = result.instantaneous.sort("cohort")
         self.query_one("#plot-instantaneous", BandPlot).show(
             inst["cohort"].to_numpy(),
             *_series(inst),
-            title=f"Instantaneous memorisation τ(g, g) by cohort g{key}",
-        )
+            title=_titles("Instantaneous memorisation τ(g, g) by cohort g", "Instantaneous τ(g, g) by cohort g",
+                          "Instantaneous τ(g, g)", key, short),
+        )  # fmt: skip
         pers = result.persistent.sort("event_time")
         self.query_one("#plot-persistent", BandPlot).show(
             pers["event_time"].to_numpy(),
             *_series(pers),
-            title=f"Persistent memorisation by c − g (left of the line: placebo){key}",
+            title=_titles("Persistent memorisation by c − g (left of the line: placebo)",
+                          "Persistent by c − g (left: placebo)", "Persistent by c − g", key, short),
             marks=(0,),
-        )
+        )  # fmt: skip
         res = result.residual.sort("cohort")
+        at = short_step(final)
         self.query_one("#plot-residual", BandPlot).show(
             res["cohort"].to_numpy(),
             *_series(res),
-            title=f"Residual memorisation τ(g, {short_step(final)}) by cohort g{key}",
-        )
+            title=_titles(f"Residual memorisation τ(g, {at}) by cohort g", f"Residual τ(g, {at}) by cohort g",
+                          f"Residual τ(g, {at})", key, short),
+        )  # fmt: skip
 
     @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)
     def _compute_extras(self, panel, result: EstimateResult) -> None:
@@ -196,6 +202,11 @@ def final_checkpoint(result: EstimateResult) -> int:
     if result.settings.final_step is None:
         return int(steps[-1])
     return int(steps[max(0, int(np.searchsorted(steps, result.settings.final_step, side="right")) - 1)])
+
+
+def _titles(full: str, medium: str, short: str, key: str, short_key: str) -> tuple[str, ...]:
+    """A plot's title from the fullest wording to the shortest: with the key to its lines, then without."""
+    return (full + key, medium + key, medium + short_key, medium, short + short_key, short)
 
 
 def _series(frame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

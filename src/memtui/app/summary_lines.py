@@ -76,10 +76,8 @@ def mde_line(mde: float, result: EstimateResult, power: float = 0.8) -> str:
         return "Minimum detectable effect: needs standard errors for the instantaneous cells."
     inst = _mean(result.instantaneous)
     ratio = ""
-    if mde > 0 and math.isfinite(inst):  # signed: a negative mean is not "0.1x" an effect the panel detects
-        times = inst / mde
-        shown = f"{times:.1f}" if abs(times) >= 0.1 or times == 0 else f"{times:.1g}"
-        ratio = f" (the mean instantaneous estimate is {shown.replace('-', '−')}× that)"
+    if mde > 0 and math.isfinite(inst):  # signed: a negative mean is not "0.1x that" of a positive effect
+        ratio = f" (the mean instantaneous estimate, {num(inst, signed=True)}, is {num(inst / mde, 2)}× that)"
     return (
         f"Minimum detectable effect: {num(mde)} per cohort at c = g with {power:.0%} power under this band{ratio}; "
         "`memtui plan` sizes a study."
