@@ -660,7 +660,7 @@ def test_progress_text_lists_every_worker():
     text = progress_text(progress)
     assert "workers (2):" in text
     assert "running   gpu-node-3 slurm 991_4 pid 12 cuda, unit step000001000" in text and "500,000 tokens/s" in text
-    assert "stale     gpu-node-9 pid None, no unit" in text  # wrong-typed fields read as absent, never crash
+    assert "stale     gpu-node-9, no unit" in text  # wrong-typed fields read as absent, never crash
 
 
 STEPS = (0, 1000, 2000, 3000, 4000)

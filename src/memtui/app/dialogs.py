@@ -175,6 +175,7 @@ class SettingsDialog(ModalScreen[Settings | None]):
         with Vertical(id="dialog", classes="dialog") as box:
             box.border_title = "Estimation settings"
             yield _row("estimator", Choice([(e, e) for e in ESTIMATORS], s.estimator, id="set-estimator"))
+            yield _row("band", Choice([(b, b) for b in Settings.CHOICES["band"]], s.band, id="set-band"))
             yield _row(
                 "band family", Choice([("post (c ≥ g)", "post"), ("all cells", "all")], s.family, id="set-family")
             )
@@ -206,6 +207,7 @@ class SettingsDialog(ModalScreen[Settings | None]):
         return dataclasses.replace(
             self.settings,
             estimator=self.query_one("#set-estimator", Choice).value,
+            band=self.query_one("#set-band", Choice).value,
             family=self.query_one("#set-family", Choice).value,
             alpha=number("#set-alpha", float, "alpha"),
             draws=number("#set-draws", int, "draws"),

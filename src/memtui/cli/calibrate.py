@@ -10,9 +10,9 @@ SUMMARY = "family-wise error of the classic and calibrated bands at this panel's
 
 
 def add_arguments(p) -> None:
-    from memtui.cli.options import add_settings_args
+    from memtui.cli.options import PANEL_HELP, add_settings_args
 
-    p.add_argument("panel", type=Path)
+    p.add_argument("panel", type=Path, help=PANEL_HELP)
     p.add_argument(
         "--panels",
         type=_panels,

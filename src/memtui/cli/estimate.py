@@ -6,14 +6,14 @@ import math
 from pathlib import Path
 
 from memtui.cli.numbers import p_value
-from memtui.cli.options import add_settings_args, estimate_from_args, printable_notes
+from memtui.cli.options import PANEL_HELP, add_settings_args, estimate_from_args, printable_notes
 from memtui.core.text import clean
 
 SUMMARY = "estimate the memorisation profile and print its summaries"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path)
+    p.add_argument("panel", type=Path, help=PANEL_HELP)
     add_settings_args(p)
 
 

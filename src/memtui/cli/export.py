@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memtui.cli.options import add_settings_args, estimate_from_args, printable_notes
+from memtui.cli.options import PANEL_HELP, add_settings_args, estimate_from_args, printable_notes
 from memtui.core.text import clean
 
 SUMMARY = "write estimates to CSV (significant ones by default)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path)
+    p.add_argument("panel", type=Path, help=PANEL_HELP)
     p.add_argument("-o", "--output", type=Path, required=True, help="CSV file to write")
     p.add_argument(
         "--scope",

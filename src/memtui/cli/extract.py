@@ -19,7 +19,7 @@ DESCRIPTION = (
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path)
+    p.add_argument("panel", type=Path, help="the panel file to extract into (made by `memtui build`)")
     ExtractOptions.add_worker_arguments(p)
     ExtractOptions.add_launch_arguments(p)
     p.add_argument("--foreground", action="store_true", help="one worker in this terminal, with a progress bar")

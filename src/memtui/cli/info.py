@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memtui.cli.options import PANEL_HELP
 from memtui.core.text import clean
 
 SUMMARY = "describe a panel: shape, metrics, cohorts, completed checkpoints, provenance"
@@ -18,7 +19,7 @@ _FORMAT_ATTRS = ("format", "format_version")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path)
+    p.add_argument("panel", type=Path, help=PANEL_HELP)
 
 
 def run(args) -> int:

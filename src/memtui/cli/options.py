@@ -156,3 +156,6 @@ def check_output(path: Path, force: bool, source: Path | None = None) -> None:
     if source is not None and path.exists() and source.exists() and os.path.samefile(path, source):
         raise MemtuiError(f"{path} is the table being imported; write the panel to another file.")
     refuse_existing(path, force)
+
+
+PANEL_HELP = "the panel file (.h5: made by memtui build, import or sample)"

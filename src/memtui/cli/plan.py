@@ -47,7 +47,9 @@ def add_arguments(p) -> None:
         help="also simulate N null panels of the planned design (the first effect's sizes; `memtui calibrate`'s "
         "machinery) and report each band's family-wise error there",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the pilot's bootstrap and of the simulated critical values"
+    )
     add_band_arg(p)
 
 

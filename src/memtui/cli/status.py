@@ -10,7 +10,7 @@ SUMMARY = "progress of the extraction of a panel: every worker, total and ETA"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path)
+    p.add_argument("panel", type=Path, help="the panel file whose extraction to show")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the workers stop")
     p.add_argument("--json", action="store_true", help="print the raw progress record")
 
