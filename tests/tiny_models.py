@@ -37,10 +37,12 @@ def tiny_model(
     return model
 
 
-def save_checkpoints(root: Path, steps=STEPS) -> Path:
-    """Checkpoint folders step0 ... step40; step30 is a copy of step20 (the hub has such duplicates)."""
+def save_checkpoints(root: Path, steps=STEPS, copies: dict[int, int] | None = None) -> Path:
+    """Checkpoint folders step0 ... step40, each its own weights; ``copies`` {step: other} saves ``step`` with
+    ``other``'s weights (the hub has such duplicates, EleutherAI/pythia#205), which extract refuses to record."""
+    copies = copies or {}
     for step in steps:
-        tiny_model(seed=20 if step == 30 else step).save_pretrained(root / f"step{step}")
+        tiny_model(seed=copies.get(step, step)).save_pretrained(root / f"step{step}")
     (root / "notes").mkdir(exist_ok=True)  # other folders are ignored
     return root
 

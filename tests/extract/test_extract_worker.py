@@ -53,11 +53,9 @@ def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoin
     )
     panel = read_panel(extract_panel)
     assert panel.done.all()
-    assert panel.revisions[1].endswith("step10") and len(set(panel.weight_hashes)) == 4  # 30 duplicates 20
-    assert any("same weights as step 20" in m for m in logs)
+    assert panel.revisions[1].endswith("step10") and len(set(panel.weight_hashes)) == 5  # duplicates: test_integrity
     progress = jobs.read_progress(extract_panel)
     assert progress["state"] == "done" and progress["K"] == 5 and progress["instances_done"] == panel.n_instances
-    assert any("same weights" in w for w in progress["warnings"])
     # the stored columns are the scorer's numbers for that checkpoint
     from memtui.panel.hdf5 import read_tokens
 
@@ -66,7 +64,6 @@ def test_foreground_run_scores_every_checkpoint(extract_panel, extract_checkpoin
     direct = Scorer(model, torch.device("cpu")).score(tokens, lengths)
     for name, col in direct.items():
         np.testing.assert_allclose(panel.metrics[name][:, 1], col, rtol=1e-5, err_msg=name)
-    np.testing.assert_array_equal(panel.metrics["loglik"][:, 2], panel.metrics["loglik"][:, 3])
     # provenance: the parameter count as the model counts it (tied embeddings once), and its shape in one line
     assert panel.n_parameters == model.num_parameters() and (panel.parameters == model.num_parameters()).all()
     assert panel.configs[0] == (

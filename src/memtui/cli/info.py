@@ -42,6 +42,10 @@ def run(args) -> int:
     done = p.done_steps
     span = f", steps {done[0]} .. {done[-1]}" if len(done) else ""
     rows.append(("checkpoints", f"{int(p.done.sum())}/{p.n_checkpoints} completed{span}"))
+    from memtui.extract.integrity import read_duplicates
+
+    # steps extract refused because their weights are another step's (their columns stay undone)
+    rows += [("duplicate weights", f"step{step} = step{same_as}") for step, same_as in read_duplicates(args.panel)]
     width = max(10, *(len(clean(n, 40)) for n in p.metrics))
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0

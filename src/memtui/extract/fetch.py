@@ -24,6 +24,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.memory import human_decimal
 from memtui.core.text import clean
 from memtui.extract.checkpoints import Source, parse_checkpoints
+from memtui.extract.integrity import same_files
 
 CONFIG = "config.json"
 GENERATION_CONFIG = "generation_config.json"
@@ -189,6 +190,7 @@ class _Plan:
     revision: str
     files: list[str]
     size: int | None  # bytes of those files, where the hub reports sizes
+    hashes: dict[str, str] = field(default_factory=dict)  # weight file -> the hub's LFS sha256, where it reports one
 
 
 class _Stopped(Exception):
@@ -246,6 +248,7 @@ def _requests_time_out(seconds: float):
 def _plan(api, model: str, revision: str) -> _Plan:
     info = api.model_info(model, revision=revision, files_metadata=True, timeout=timeout_s())
     siblings = {s.rfilename: s.size for s in (info.siblings or [])}
+    lfs = {s.rfilename: getattr(s.lfs, "sha256", None) for s in (info.siblings or []) if s.lfs is not None}
     files = choose_files(list(siblings))
     if CONFIG not in files:
         raise MemtuiError(f"no {CONFIG} in this revision; it is not a transformers checkpoint")
@@ -253,7 +256,37 @@ def _plan(api, model: str, revision: str) -> _Plan:
         raise MemtuiError("no weights from_pretrained reads in this revision (model*.safetensors, pytorch_model*.bin)")
     sizes = [siblings[f] for f in files]
     size = sum(sizes) if all(isinstance(s, int) for s in sizes) else None
-    return _Plan(revision, files, size)
+    hashes = {f: lfs[f] for f in files if (SAFETENSORS.match(f) or BIN.match(f)) and isinstance(lfs.get(f), str)}
+    return _Plan(revision, files, size, hashes)
+
+
+def _cached_hashes(model: str, revision: str, cache: str) -> dict[str, str]:
+    """The weight files' sha256 of a revision already in the cache, with no network: huggingface_hub names each LFS
+    blob by its sha256 (the ETag), and the snapshot's files are links to those blobs."""
+    storage = _storage(model, cache)
+    try:
+        snapshot = storage / "snapshots" / (storage / "refs" / revision).read_text().strip()
+        names = [p.name for p in snapshot.iterdir()]
+    except (OSError, UnicodeDecodeError):
+        return {}
+    found = {}
+    for name in choose_files(names):
+        if SAFETENSORS.match(name) or BIN.match(name):
+            blob = Path(os.path.realpath(snapshot / name)).name
+            if re.fullmatch(r"[0-9a-f]{64}", blob):
+                found[name] = blob
+    return found
+
+
+def _report_duplicates(model: str, steps, template: str, planned: dict[str, dict[str, str]], cache: str) -> None:
+    """One line per revision whose weight files (all, or single shards) equal another revision's (pythia#205,
+    #206): the cached revisions are read from the cache, the others from the hub's listing."""
+    hashes = {}
+    for step in steps:
+        revision = _revision(template, step)
+        hashes[revision] = planned[revision] if revision in planned else _cached_hashes(model, revision, cache)
+    for line in same_files(hashes):
+        print(clean(line))
 
 
 def _quiet_bar(progress: _Progress):
@@ -349,6 +382,7 @@ def fetch_from_args(args) -> int:
     if template != "step{step}":
         hint += f" --revision-template '{clean(template)}'"
     if not missing:
+        _report_duplicates(model, steps, template, {}, cache)
         print(f"nothing to fetch; on compute nodes run: {hint}")
         return 0
     if _offline() and not args.dry_run:
@@ -372,6 +406,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
     cache = cache_location()
     err = sys.stderr
     failures: list[tuple[str, str]] = []
+    planned: dict[str, dict[str, str]] = {}  # revision -> weight file -> sha256, from the hub's listing
 
     if args.dry_run:
         total, unknown = 0, 0
@@ -386,6 +421,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
             except Exception as exc:  # noqa: BLE001 - every failure becomes one line at the end
                 failures.append((revision, _reason(exc, model)))
                 continue
+            planned[revision] = plan.hashes
             size = human_decimal(plan.size) if plan.size is not None else "size unknown"
             print(f"{clean(revision)}: missing, {len(plan.files)} files, {size} ({clean(', '.join(plan.files))})")
             if plan.size is None:
@@ -393,6 +429,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
             else:
                 total += plan.size
         more = f" (+{unknown} of unknown size)" if unknown else ""
+        _report_duplicates(model, steps, template, planned, cache)
         print(f"dry run: {len(missing)} of {len(steps)} revisions missing, {human_decimal(total)} to download{more}")
         return _report(failures)
 
@@ -405,6 +442,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
         if progress.stop.is_set():
             raise _Stopped
         plan = _plan(api, model, template.format(step=step))
+        planned[plan.revision] = plan.hashes  # one key per thread: a dict assignment needs no lock
         _download(model, plan, cache, bar)
         if not _complete(model, plan.revision, cache):
             raise MemtuiError("the download ended but the revision is still incomplete in the cache; rerun")
@@ -449,6 +487,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
         f"fetched {fetched} of {len(missing)} missing revisions ({human_decimal(progress.received)} downloaded), "
         f"{have} were already cached, {len(failures)} failed; cache: {clean(cache)}"
     )
+    _report_duplicates(model, steps, template, planned, cache)
     if not failures:
         print(f"on compute nodes run: {hint}")
     return _report(failures)

@@ -42,6 +42,7 @@ from memtui.extract.checkpoints import (
     weights_hash,
 )
 from memtui.extract.commit import commit_ready, describe_lease
+from memtui.extract.integrity import clear_duplicate, record_duplicate
 from memtui.extract.locking import FileLock, open_beside
 from memtui.extract.options import ExtractOptions
 from memtui.extract.progress import log_path
@@ -373,6 +374,7 @@ class _Pass:
         self.known_hashes = {
             h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d
         }
+        self.refused: set[int] = set()  # steps whose weights are another step's: never recorded, left undone
         self.n_instances = panel.n_instances
         self.done_units, self.done_tokens, self.t_start = 0, 0, time.time()
         self._discard_foreign_parts()
@@ -444,7 +446,7 @@ class _Pass:
         twice the stale limit is reported as it is (a one-line error naming the holder), never as "done"."""
         ctx = self.ctx
         _, done = read_done(ctx.panel_path)
-        uncommitted = sorted({u.step for u in self.units if not done[u.index]})
+        uncommitted = sorted({u.step for u in self.units if not done[u.index] and u.step not in self.refused})
         if not uncommitted:
             self._waiting_since = None
             return False
@@ -469,7 +471,7 @@ class _Pass:
         ctx = self.ctx
         self._commit()
         _, done = read_done(ctx.panel_path)
-        return [u for u in self.units if not done[u.index] and not ctx.work.has_part(u)]
+        return [u for u in self.units if not done[u.index] and not ctx.work.has_part(u) and u.step not in self.refused]
 
     def _unit(self, unit: Unit, pending: list[Unit]) -> bool:
         """Score the claimed ``unit`` and write its part; False when the run is to end (it was stopped)."""
@@ -481,8 +483,10 @@ class _Pass:
             ]
             loaded = self.loader.get(unit.step)
             self.loader.prefetch(after[0].step if after else None)
+            if self._refuse_duplicate(loaded):
+                del loaded.model
+                return True
             self.scorer.load(loaded)
-            _warn_duplicate(loaded, self.known_hashes, ctx.progress, ctx.log)
             ctx.progress.publish(force=True, unit=unit.name, checkpoint=unit.step, k=self.done_units + 1,
                                  instances_done=0, batch_size=self.scorer.bs)  # fmt: skip
             lost = self.heartbeat.lost
@@ -494,6 +498,8 @@ class _Pass:
                     ctx.log(f"unit {unit.name} was taken over by another worker (this one looked stale); moving on")
                 return taken
             self._write(unit, cols, loaded)
+            self.known_hashes.setdefault(loaded.weights_hash, unit.step)  # its part is written: it will be recorded
+            clear_duplicate(ctx.panel_path, unit.step)
         finally:
             ctx.work.release(unit, ctx.me)
             self.heartbeat.hold(None)
@@ -501,6 +507,23 @@ class _Pass:
         shown = self.metrics[0]  # loglik, where the panel has it
         ctx.log(f"[{self.done_units}] {unit.name} done ({self._rate():,.0f} tokens/s); mean {shown} "
                 f"{np.nanmean(cols[shown]):.2f}")  # fmt: skip
+        return True
+
+    def _refuse_duplicate(self, loaded: Loaded) -> bool:
+        """True when ``loaded``'s weights are those of another step already recorded in the panel (or written by
+        this worker): the step is not scored, its column stays undone, one line goes to the log and a record to
+        ``PANEL.work/duplicates/`` for `memtui info` (EleutherAI/pythia#205, #206: published branches that are
+        another's checkpoint)."""
+        other = self.known_hashes.get(loaded.weights_hash)
+        if other is None or other == loaded.step:
+            return False
+        if loaded.step not in self.refused:
+            self.refused.add(loaded.step)
+            note = (f"step {loaded.step} ({loaded.revision}) not recorded: its weights equal step {other}'s "
+                    f"(weights hash {loaded.weights_hash}); its column is left undone")  # fmt: skip
+            self.ctx.log(note)
+            self.ctx.progress.data["warnings"].append(note)
+            record_duplicate(self.ctx.panel_path, loaded.step, other, loaded.revision, loaded.weights_hash)
         return True
 
     def _on_batch(self, unit: Unit, pending: list[Unit]) -> Callable[[int, int], None]:
@@ -535,27 +558,16 @@ class _Pass:
             ctx.progress.publish(force=True, state="cancelled", last_error=None, eta_s=None)
             ctx.log("cancelled; rerun the same command to resume from the first unfinished unit")
             return "cancelled"
-        missing = sorted({u.step for u in self.units if not done[u.index]})
+        missing = sorted({u.step for u in self.units if not done[u.index] and u.step not in self.refused})
         if missing:  # the loop only ends with every unit committed, unless stopped: never call this "done"
             raise MemtuiError(
                 f"{len(missing)} checkpoint(s) are not committed: "
                 f"{describe_lease(ctx.work, ctx.me) or 'no lease is held'}; rerun to finish them."
             )
         ctx.progress.publish(force=True, state="done", eta_s=0)
-        ctx.log(f"done: {self.done_units} unit(s) in {time.time() - self.t_start:,.0f} s")
+        refused = f"; {len(self.refused)} duplicate step(s) left undone" if self.refused else ""
+        ctx.log(f"done: {self.done_units} unit(s) in {time.time() - self.t_start:,.0f} s{refused}")
         return "done"
-
-
-def _warn_duplicate(loaded: Loaded, known_hashes: dict, progress: WorkerProgress, log) -> None:
-    step = loaded.step
-    if loaded.weights_hash in known_hashes and known_hashes[loaded.weights_hash] != step:
-        warning = (
-            f"step {step} has the same weights as step {known_hashes[loaded.weights_hash]} "
-            f"({loaded.revision}); both are scored, but they are one checkpoint"
-        )
-        log("warning: " + warning)
-        progress.data["warnings"].append(warning)
-    known_hashes.setdefault(loaded.weights_hash, step)
 
 
 def main(argv: list[str] | None = None, handle_signals: bool = True) -> int:
