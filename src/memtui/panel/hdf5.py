@@ -445,7 +445,8 @@ def _being_written(path: Path) -> bool:
     return sb is not None and sb.open_for_write
 
 
-def _read(f: h5py.File, path: Path) -> Panel:
+def _check_format(f: h5py.File, path: Path) -> None:
+    """Refuse an HDF5 file that is not a memtui panel, or one of another format version."""
     if _attr_text(f.attrs.get("format", "")) != FORMAT_NAME:
         raise MemtuiError(f"{path} is an HDF5 file but not a memtui panel; convert it with `memtui import`.")
     try:
@@ -457,18 +458,10 @@ def _read(f: h5py.File, path: Path) -> Panel:
             f"{path} has panel format version {version}, this memtui reads version {FORMAT_VERSION}; "
             "use a matching memtui or rebuild the panel."
         )
-    ids = _dataset(f, path, "instances/id", "iu")
-    if ids.ndim != 1 or len(ids) == 0:
-        raise MemtuiError(f"{path}: 'instances/id' must list at least one instance; rebuild the panel.")
-    n = len(ids)
-    treatment = _dataset(f, path, "instances/treatment_step", "iu", (n,))
-    steps = _dataset(f, path, "checkpoints/step", "iu")
-    if steps.ndim != 1:
-        raise MemtuiError(f"{path}: 'checkpoints/step' has shape {steps.shape}, expected a list of steps.")
-    t = len(steps)
-    done = _dataset(f, path, "checkpoints/done", "iub", (t,))
-    if t == 0 or np.any(np.diff(steps.astype(np.int64)) <= 0):
-        raise MemtuiError(f"{path}: checkpoint steps are not strictly increasing; rebuild the panel.")
+
+
+def _check_treatment(treatment: np.ndarray, path: Path) -> None:
+    """A panel needs never-treated controls, and no treatment step below NEVER."""
     if not (treatment == NEVER).any():
         raise MemtuiError(
             f"{path}: no never-treated (validation) instances, so there is no control group; "
@@ -479,6 +472,10 @@ def _read(f: h5py.File, path: Path) -> Panel:
             f"{path}: {int((treatment < NEVER).sum())} treatment steps are below -1 (-1 means never treated); "
             "rebuild the panel."
         )
+
+
+def _read_metrics(f: h5py.File, path: Path, n: int, t: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Every metric matrix (n x t, as float64) and its sign (+1 or -1); a panel without metrics is refused."""
     group = f.get("metrics", getlink=False) if isinstance(f.get("metrics", getlink=True), h5py.HardLink) else None
     if not isinstance(group, h5py.Group) or not len(group):
         raise MemtuiError(f"{path}: the panel has no metrics; rebuild it with `memtui import` or `memtui sample`.")
@@ -494,6 +491,25 @@ def _read(f: h5py.File, path: Path) -> Panel:
         if sign not in (1, -1):
             raise MemtuiError(f"{path}: metric '{shown}' has sign attribute other than +1 or -1; rebuild the panel.")
         signs[name] = sign
+    return metrics, signs
+
+
+def _read(f: h5py.File, path: Path) -> Panel:
+    _check_format(f, path)
+    ids = _dataset(f, path, "instances/id", "iu")
+    if ids.ndim != 1 or len(ids) == 0:
+        raise MemtuiError(f"{path}: 'instances/id' must list at least one instance; rebuild the panel.")
+    n = len(ids)
+    treatment = _dataset(f, path, "instances/treatment_step", "iu", (n,))
+    steps = _dataset(f, path, "checkpoints/step", "iu")
+    if steps.ndim != 1:
+        raise MemtuiError(f"{path}: 'checkpoints/step' has shape {steps.shape}, expected a list of steps.")
+    t = len(steps)
+    done = _dataset(f, path, "checkpoints/done", "iub", (t,))
+    if t == 0 or np.any(np.diff(steps.astype(np.int64)) <= 0):
+        raise MemtuiError(f"{path}: checkpoint steps are not strictly increasing; rebuild the panel.")
+    _check_treatment(treatment, path)
+    metrics, signs = _read_metrics(f, path, n, t)
     split = _dataset(f, path, "instances/split", "SO", (n,), optional=True)
     source = _dataset(f, path, "instances/source_index", "iu", (n,), optional=True)
     revisions = _dataset(f, path, "checkpoints/revision", "SO", (t,), optional=True)
