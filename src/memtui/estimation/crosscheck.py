@@ -49,7 +49,6 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
 
     from memtui.engine.did import point_estimates
     from memtui.estimation.results import (
-        SMALL_GROUP,
         EstimateResult,
         Pretrend,
         check_memory,
@@ -74,15 +73,8 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     se = cells["std_error"].to_numpy()
     crit = (cells["band_upper"] - cells["ATT"]).to_numpy() / se if settings.draws else np.full(len(se), z)
     crit = np.full(len(se), np.nanmedian(crit))
-    n_by_cohort = frame.groupby("cohort", dropna=False).size() // len(panel.done_steps)
-    n_never = int(frame["cohort"].isna().sum() // len(panel.done_steps))
     pre = time < cohort
-    folded_of = {
-        int(lay.steps[k]): int(f) for k, f in zip(lay.group_index, lay.group_folded, strict=True) if k < len(lay.steps)
-    }
-    n_folded = np.array([folded_of.get(c, 0) for c in cohort], dtype=np.int64)
-    n_treated = n_by_cohort.reindex(cohort).to_numpy()
-    small = (n_treated < SMALL_GROUP) | (n_never < SMALL_GROUP)
+    n_treated, n_never, n_folded, small = _group_sizes(frame, lay, len(panel.done_steps), cohort)
 
     def frame_of(scope, mask, c=None):
         return result_frame(
@@ -122,6 +114,22 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
         checkpoints=panel.done_steps,
         notes=[*notes, "engine differences: one simultaneous band over all cells"],
     )
+
+
+def _group_sizes(frame: pd.DataFrame, lay, n_steps: int, cohort: np.ndarray):
+    """Per cell: treated instances in its cohort, never-treated controls, instances folded into its cohort, and
+    whether either group is small."""
+    from memtui.estimation.results import SMALL_GROUP
+
+    n_by_cohort = frame.groupby("cohort", dropna=False).size() // n_steps
+    n_never = int(frame["cohort"].isna().sum() // n_steps)
+    folded_of = {
+        int(lay.steps[k]): int(f) for k, f in zip(lay.group_index, lay.group_folded, strict=True) if k < len(lay.steps)
+    }
+    n_folded = np.array([folded_of.get(c, 0) for c in cohort], dtype=np.int64)
+    n_treated = n_by_cohort.reindex(cohort).to_numpy()
+    small = (n_treated < SMALL_GROUP) | (n_never < SMALL_GROUP)
+    return n_treated, n_never, n_folded, small
 
 
 def _fit_differences(ATTgt, frame: pd.DataFrame, settings, report):
