@@ -82,6 +82,27 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
     if lay.scale == 0:
         raise MemtuiError(f"metric '{clean(metric, 80)}' is constant in the pilot; plan with a metric that varies.")
     yy = lay.y[:, :t]
+    v_t, treated_lags = _treated_variogram(lay, post)
+    y0, v_c = _validation_variogram(lay, yy)
+    _check_noise(lay, metric, v_t, v_c)
+    return Pilot(
+        metric=metric,
+        v_treated=v_t,
+        v_control=v_c,
+        treated_lags=treated_lags,
+        n_cohorts=len(lay.cohort_groups),
+        n_treated=int(lay.group_n[lay.cohort_groups].sum()),
+        n_control=len(y0),
+        checkpoints=t,
+        row_length=row_length(panel),
+    )
+
+
+def _treated_variogram(lay, post: np.ndarray) -> tuple[np.ndarray, int]:
+    """Treated instances' variance of the change over each lag (pooled over cohorts' post-treatment cells, filled
+    forward past the last lag measured), and that last lag."""
+    t = len(lay.steps)
+    yy = lay.y[:, :t]
     z = yy - np.repeat(lay.means[:, :t], lay.group_n, axis=0)
     # sums of squared centred changes of every cohort's post-treatment cells, from each cohort's t x t Gram matrix
     groups = np.unique(lay.cell_group[post])
@@ -103,7 +124,12 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
         )
     treated_lags = int(np.flatnonzero(np.isfinite(v_t))[-1])
     v_t = _fill_forward(v_t[: treated_lags + 1])
+    return v_t, treated_lags
 
+
+def _validation_variogram(lay, yy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The validation instances' rows and their variance of the change over each lag (from their covariance)."""
+    t = yy.shape[1]
     never = lay.group_index == NEVER_INDEX
     rows = lay.rows(int(np.flatnonzero(never)[0]))
     y0 = yy[rows]
@@ -118,6 +144,11 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
     gap = np.abs(np.arange(t)[:, None] - np.arange(t)[None, :])
     v_c = np.bincount(gap.ravel(), weights=change.ravel(), minlength=t) / np.bincount(gap.ravel(), minlength=t)
     v_c[0] = 0.0
+    return y0, v_c
+
+
+def _check_noise(lay, metric: str, v_t: np.ndarray, v_c: np.ndarray) -> None:
+    """Refuse a pilot whose one-checkpoint changes are below the engine's standard-error floor."""
     # an instance's change with a standard deviation at the engine's floor (a cell without sampling variation) is
     # rounding, not noise: planning on it would divide by ~0 (a plan of 10^16 validation instances)
     floor = did.se_floor(lay.scale)
@@ -128,17 +159,6 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
                 f"'{clean(metric, 80)}' (up to rounding: standard deviation {math.sqrt(max(v[1], 0.0)):.2g}, the "
                 f"metric's {lay.scale:.3g}), so its noise cannot be measured; plan with a metric that varies."
             )
-    return Pilot(
-        metric=metric,
-        v_treated=v_t,
-        v_control=v_c,
-        treated_lags=treated_lags,
-        n_cohorts=len(lay.cohort_groups),
-        n_treated=int(lay.group_n[lay.cohort_groups].sum()),
-        n_control=len(y0),
-        checkpoints=t,
-        row_length=row_length(panel),
-    )
 
 
 def row_length(panel: Panel) -> float | None:
