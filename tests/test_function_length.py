@@ -41,10 +41,6 @@ ALLOWED: dict[str, str] = {
         "Its twenty-line signature mirrors the build command's options; the body is the linear recipe of a NeoX "
         "panel and its seed suite, left for a split together with the other builders."
     ),
-    "extract/build.py:build_from_tokens": (
-        "A linear reader of three token file formats followed by checks and one create_panel call; the signature and "
-        "the docstring describing the formats are a third of it."
-    ),
     "extract/build.py:build_from_memmap": (
         "A fifteen-line signature and one linear sampling recipe ending in a create_panel call with every option."
     ),

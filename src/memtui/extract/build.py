@@ -268,6 +268,31 @@ def build_from_tokens(
     path = Path(tokens_file)
     if not path.exists():
         raise MemtuiError(f"{path}: no such token file.")
+    tokens, treat, ids, lengths, source = _read_token_file(path, treatment_column, tokens_column, treatment_file)
+    tokens, treat, lengths = _checked_token_rows(tokens, treat, lengths, path)
+    check_token_range(tokens, lengths, path)
+    if steps is None:
+        step_list = sorted({0, *treat[treat >= 0].tolist()})
+    else:
+        step_list = parse_checkpoints(steps) if isinstance(steps, str) else sorted(set(int(s) for s in steps))
+        if step_list is None:
+            raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
+    return create_panel(
+        out,
+        ids=np.arange(len(treat)) if ids is None else ids,
+        treatment=treat,
+        steps=step_list,
+        source_index=np.arange(len(treat)) if source is None else source,
+        tokens=tokens,
+        lengths=lengths,
+        attrs={"source": f"tokens {path}", **(attrs or {})},
+        overwrite=overwrite,
+    )
+
+
+def _read_token_file(path: Path, treatment_column: str, tokens_column: str, treatment_file):
+    """(tokens, treatment, ids, lengths, source rows) as stored in a .parquet, .npz or .npy (+ treatment file);
+    ids, lengths and source are None where the file does not give them."""
     ids = lengths = source = None
     if path.suffix == ".parquet":
         seqs, treat, ids, source = _read_table(path, treatment_column, tokens_column)
@@ -296,6 +321,11 @@ def build_from_tokens(
         tokens, treat = load_token_array(path), _load(Path(treatment_file))
     else:
         raise MemtuiError(f"{path}: unsupported token file; use .npy (+ --treatment-file), .npz or .parquet.")
+    return tokens, treat, ids, lengths, source
+
+
+def _checked_token_rows(tokens, treat, lengths, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, whole treatment steps (>= -1) one per row, and each row's length (from padding if not given)."""
     tokens = _token_ids(tokens, path)
     treat = np.asarray(treat)
     if treat.dtype.kind not in "iu" and not (treat.dtype.kind == "f" and np.all(np.mod(treat, 1) == 0)):
@@ -315,24 +345,7 @@ def build_from_tokens(
         or lengths.max() > tokens.shape[1]
     ):
         raise MemtuiError(f"{path}: 'lengths' must give each row's length, 1 .. {tokens.shape[1]}.")
-    check_token_range(tokens, lengths, path)
-    if steps is None:
-        step_list = sorted({0, *treat[treat >= 0].tolist()})
-    else:
-        step_list = parse_checkpoints(steps) if isinstance(steps, str) else sorted(set(int(s) for s in steps))
-        if step_list is None:
-            raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
-    return create_panel(
-        out,
-        ids=np.arange(len(treat)) if ids is None else ids,
-        treatment=treat,
-        steps=step_list,
-        source_index=np.arange(len(treat)) if source is None else source,
-        tokens=tokens,
-        lengths=lengths,
-        attrs={"source": f"tokens {path}", **(attrs or {})},
-        overwrite=overwrite,
-    )
+    return tokens, treat, lengths
 
 
 # -- panels from a family's data order (memtui.orders; docs/suites.md) ----------------------------------------------
