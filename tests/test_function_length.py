@@ -95,10 +95,6 @@ ALLOWED: dict[str, str] = {
     "report/svgplot.py:line_plot": (
         "A linear SVG writer whose coordinate closures are shared by the grid, the bands, the lines and the legend."
     ),
-    "report/reference.py:compare_reference": (
-        "A linear recipe: select the reference rows, estimate as the paper did, join the cells and summarise "
-        "agreement; each step is a few polars expressions over the frames of the previous one."
-    ),
     "cli/compare.py:_suite_lines": (
         "A linear text writer of the compare command's suite table, one block of lines per section in output order."
     ),
