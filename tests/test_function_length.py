@@ -70,10 +70,6 @@ ALLOWED: dict[str, str] = {
         "A check of every insertion record against the order's maps followed by their grouping by example tokens; "
         "both loops share the records' positions and samples and it is barely over the limit."
     ),
-    "estimation/suite.py:load_suite": (
-        "The suite's alignment of instances, then checkpoints, then restriction is one linear recipe whose notes are "
-        "written in that order; the docstring states the matching rules it implements."
-    ),
     "estimation/suite.py:correlations": (
         "Barely over the limit: argument checks, the cells every model shares, and the point and interval estimates, "
         "with the interval kernels already in their own functions."
