@@ -74,10 +74,6 @@ ALLOWED: dict[str, str] = {
         "Barely over the limit: argument checks, the cells every model shares, and the point and interval estimates, "
         "with the interval kernels already in their own functions."
     ),
-    "estimation/estimate.py:compare": (
-        "Every estimator's result and the ease of each cell, joined into one table; the ease cells use the layouts "
-        "built in the same function, so a split would pass them and the settings around."
-    ),
     "estimation/plan.py:plan_sizes": (
         "The plan's critical-value cache is a closure shared by both branches (optimal and fixed validation count) "
         "that fill the rows of one table."
