@@ -41,9 +41,6 @@ ALLOWED: dict[str, str] = {
         "Its twenty-line signature mirrors the build command's options; the body is the linear recipe of a NeoX "
         "panel and its seed suite, left for a split together with the other builders."
     ),
-    "extract/build.py:build_from_memmap": (
-        "A fifteen-line signature and one linear sampling recipe ending in a create_panel call with every option."
-    ),
     "extract/fetch.py:_fetch": (
         "Another change is editing extract/fetch.py right now; its split belongs with that change, not beside it."
     ),

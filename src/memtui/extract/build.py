@@ -170,13 +170,7 @@ def build_from_memmap(
     rows, treat = rows[keep], treat[keep]
     if len(rows) == 0:
         raise MemtuiError("no training rows fall into the panel's checkpoint steps; check --steps and --macro.")
-    val = load_token_array(validation)
-    check_token_range(val, np.full(len(val), val.shape[1]), validation)
-    if n_validation is not None and n_validation < len(val):
-        pick = np.sort(np.random.default_rng(seed + 1).choice(len(val), size=n_validation, replace=False))
-    else:
-        pick = np.arange(len(val))
-    val = np.asarray(val[pick])
+    val, pick = _sampled_validation(validation, n_validation, seed)
     width = max(length, val.shape[1])
     tokens = np.full((len(rows) + len(val), width), PAD, dtype=np.int64)
     tokens[: len(rows), :length] = np.asarray(data[rows])
@@ -199,6 +193,17 @@ def build_from_memmap(
         },
         overwrite=overwrite,
     )
+
+
+def _sampled_validation(validation, n_validation: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The validation token rows (all, or ``n_validation`` drawn with seed + 1, in file order) and their row numbers."""
+    val = load_token_array(validation)
+    check_token_range(val, np.full(len(val), val.shape[1]), validation)
+    if n_validation is not None and n_validation < len(val):
+        pick = np.sort(np.random.default_rng(seed + 1).choice(len(val), size=n_validation, replace=False))
+    else:
+        pick = np.arange(len(val))
+    return np.asarray(val[pick]), pick
 
 
 def _read_table(path: Path, treatment_column: str, tokens_column: str):
