@@ -75,9 +75,6 @@ ALLOWED: dict[str, str] = {
         "The plan's critical-value cache is a closure shared by both branches (optimal and fixed validation count) "
         "that fill the rows of one table."
     ),
-    "demo/train.py:make_demo": (
-        "The demo's train, save, build and extract steps share one work folder inside a try/finally that cleans it up."
-    ),
     "demo/findings.py:render": (
         "A linear Markdown writer: one section per claim in the report's order, each a few lines of table rows."
     ),
