@@ -78,9 +78,6 @@ ALLOWED: dict[str, str] = {
     "demo/findings.py:render": (
         "A linear Markdown writer: one section per claim in the report's order, each a few lines of table rows."
     ),
-    "report/svgplot.py:line_plot": (
-        "A linear SVG writer whose coordinate closures are shared by the grid, the bands, the lines and the legend."
-    ),
     "cli/compare.py:_suite_lines": (
         "A linear text writer of the compare command's suite table, one block of lines per section in output order."
     ),
