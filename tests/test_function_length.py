@@ -75,9 +75,6 @@ ALLOWED: dict[str, str] = {
         "The plan's critical-value cache is a closure shared by both branches (optimal and fixed validation count) "
         "that fill the rows of one table."
     ),
-    "demo/findings.py:render": (
-        "A linear Markdown writer: one section per claim in the report's order, each a few lines of table rows."
-    ),
     "cli/compare.py:_suite_lines": (
         "A linear text writer of the compare command's suite table, one block of lines per section in output order."
     ),
