@@ -38,8 +38,9 @@ ALLOWED: dict[str, str] = {
         "already a short sequence of named validation steps and group writers."
     ),
     "extract/build.py:build_from_neox": (
-        "Its twenty-line signature mirrors the build command's options; the body is the linear recipe of a NeoX "
-        "panel and its seed suite, left for a split together with the other builders."
+        "Its twenty-line signature mirrors the build command's options and its docstring explains them; the body "
+        "samples the instances, adds insertions and validation controls, then writes one panel or hands the seed "
+        "suite to _write_seed_suite."
     ),
     "extract/fetch.py:_fetch": (
         "Another change is editing extract/fetch.py right now; its split belongs with that change, not beside it."

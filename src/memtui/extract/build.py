@@ -470,21 +470,10 @@ def build_from_neox(
     seeds' orders of the same corpus (``maps`` is the home seed): one panel per seed over the same instances, each
     with that seed's treatment (``OUT-{seed}.h5``). ``perturbation_info``: Hubble's inserted examples are added, each
     treated at its first insertion, with its duplication count and insertion steps. Returns the panels written."""
-    from memtui.orders.neox import IndexedTokens, IndexMaps, NeoxOrder, cohort, sample_panel_instances, seed_steps
+    from memtui.orders.neox import IndexedTokens, IndexMaps, NeoxOrder, sample_panel_instances
 
     out = Path(out)
-    if controls not in ("beyond", "validation"):
-        raise MemtuiError(f"--controls must be beyond or validation for --order neox, not '{controls}'.")
-    if seeds and controls == "beyond":
-        raise MemtuiError(
-            "a seed suite needs --controls validation: a sequence beyond the home seed's last step is trained under "
-            "the other seeds' orders."
-        )
-    names = [*seed_names] if seed_names else [_seed_name(p, i) for i, p in enumerate([maps, *(seeds or [])])]
-    if seeds and len(set(names)) != len(names):
-        raise MemtuiError(f"seed names must differ: {', '.join(names)}.")
-    outs = [out.with_name(f"{out.stem}-{name}{out.suffix or '.h5'}") for name in names] if seeds else [out]
-    _check_outputs(outs, overwrite)
+    names, outs = _neox_outputs(out, maps, controls, seeds, seed_names, overwrite)
     data = IndexedTokens(tokens, cache_dir=cache)
     order = NeoxOrder(data, IndexMaps(maps, cache_dir=cache), batch_size, None if seq_len is None else seq_len - 1)
     step_list = _order_steps(steps, macro, order.n_sequences // order.batch_size, str(maps))
@@ -526,6 +515,36 @@ def build_from_neox(
         return [_write_order_panel(out, ids=ids, treatment=treat, steps=step_list, tokens=matrix, lengths=lengths,
                                    provenance=prov, attrs=base, overwrite=overwrite)]  # fmt: skip
     others = [NeoxOrder(data, IndexMaps(p, cache_dir=cache), batch_size, order.seq_len) for p in seeds]
+    return _write_seed_suite(order, others, maps=maps, seeds=seeds, names=names, outs=outs, ids=ids, prov=prov,
+                             step_list=step_list, matrix=matrix, lengths=lengths, base=base,
+                             overwrite=overwrite)  # fmt: skip
+
+
+def _neox_outputs(out: Path, maps, controls: str, seeds, seed_names, overwrite: bool) -> tuple[list[str], list[Path]]:
+    """The panels' names (one per seed in a seed suite) and files, refused where the options do not fit together or a
+    file exists."""
+    if controls not in ("beyond", "validation"):
+        raise MemtuiError(f"--controls must be beyond or validation for --order neox, not '{controls}'.")
+    if seeds and controls == "beyond":
+        raise MemtuiError(
+            "a seed suite needs --controls validation: a sequence beyond the home seed's last step is trained under "
+            "the other seeds' orders."
+        )
+    names = [*seed_names] if seed_names else [_seed_name(p, i) for i, p in enumerate([maps, *(seeds or [])])]
+    if seeds and len(set(names)) != len(names):
+        raise MemtuiError(f"seed names must differ: {', '.join(names)}.")
+    outs = [out.with_name(f"{out.stem}-{name}{out.suffix or '.h5'}") for name in names] if seeds else [out]
+    _check_outputs(outs, overwrite)
+    return names, outs
+
+
+def _write_seed_suite(
+    order, others, *, maps, seeds, names, outs, ids, prov, step_list, matrix, lengths, base, overwrite
+) -> list[Path]:
+    """One panel per seed over the same instances, each with that seed's treatment steps; instances some seed
+    trained only partly by the last checkpoint leave the suite. Written whole or not at all."""
+    from memtui.orders.neox import cohort, seed_steps
+
     trained = prov["position"] >= 0
     # under every seed, the home seed included: when the instance's input tokens were first trained (any, all). In a
     # later epoch of the home order that is before the sequence's own step (its tokens were cut into other
