@@ -56,10 +56,6 @@ ALLOWED: dict[str, str] = {
         "A linear reader of an OLMo 1/2 training config: each field is checked with its own error, then one Stage is "
         "returned."
     ),
-    "orders/sampling.py:sample_order": (
-        "One loop over the stages that samples cohorts and controls with a single random generator, whose draws must "
-        "stay in this order for a seed to give the same panel."
-    ),
     "orders/amber.py:sample_amber": (
         "One sampling pass with a single random generator over the chunks and held-out files, whose draws must stay in "
         "this order for a seed to give the same panel."
