@@ -68,10 +68,6 @@ ALLOWED: dict[str, str] = {
         "Barely over the limit: argument checks, the cells every model shares, and the point and interval estimates, "
         "with the interval kernels already in their own functions."
     ),
-    "estimation/plan.py:plan_sizes": (
-        "The plan's critical-value cache is a closure shared by both branches (optimal and fixed validation count) "
-        "that fill the rows of one table."
-    ),
     "cli/compare.py:_suite_lines": (
         "A linear text writer of the compare command's suite table, one block of lines per section in output order."
     ),

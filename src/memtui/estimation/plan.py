@@ -294,42 +294,52 @@ def plan_sizes(
     if isinstance(validation, str):
         kappa = validation_ratio(pilot, validation, cohorts)
         crit = crit_for(kappa)
-        for label, effect in effects:
-            ratio = pw.detectable_ratio(power, crit)
-            # (ratio * sd / effect)^2 as a product: ** on a float overflows with an exception, * gives inf
-            root = ratio * math.sqrt(pilot.s_treated + pilot.s_control / kappa) / effect
-            need = root * root
-            n = max(2, math.ceil(need)) if need <= MAX_INSTANCES else math.inf
-            n0 = max(2, math.ceil(kappa * n)) if kappa * n <= MAX_INSTANCES else math.inf
-            if not (n <= MAX_INSTANCES and n0 <= MAX_INSTANCES):
-                rows.append(PlanRow(label, effect, None, None, crit, float("nan"), _too_many(n, n0)))
-                continue
-            rows.append(PlanRow(label, effect, n, n0, crit, float(pw.power(effect, _se(pilot, n, n0), crit))))
+        rows += [_row_at_ratio(pilot, label, effect, kappa, crit, power) for label, effect in effects]
     else:
         n0 = int(validation)
         for label, effect in effects:
-            n, crit, seen = None, crit_for(validation_ratio(pilot, "optimal", cohorts)), set()
-            # the critical value depends on n_0 / n_g: iterate to a fixed point (a cycle ends at its largest n)
-            reason = ""
-            while True:
-                step = effect / pw.detectable_ratio(power, crit)
-                room = step * step - pilot.s_control / n0
-                if room <= 0:
-                    n, reason = None, f"not reachable with {n0} validation instances"
-                    break
-                if not pilot.s_treated / room <= MAX_INSTANCES:
-                    n, reason = None, _too_many(pilot.s_treated / room, n0)
-                    break
-                n = max(2, math.ceil(pilot.s_treated / room))
-                if n in seen:
-                    n = max(seen)
-                    crit = crit_for(n0 / n)
-                    break
-                seen.add(n)
-                crit = crit_for(n0 / n)
-            achieved = float(pw.power(effect, _se(pilot, n, n0), crit)) if n else float("nan")
-            rows.append(PlanRow(label, effect, n, n0 if n else None, crit, achieved, reason))
+            rows.append(_row_at_count(pilot, label, effect, n0, crit_for(validation_ratio(pilot, "optimal", cohorts)),
+                                      crit_for, power))  # fmt: skip
     return Plan(cohorts, checkpoints, power, alpha, str(validation), n_cells, used[0], rows)
+
+
+def _row_at_ratio(pilot: Pilot, label: str, effect: float, kappa: float, crit: float, power: float) -> PlanRow:
+    """The plan row of one effect with n_0 = kappa n_g: the smallest n_g that reaches ``power`` at ``crit``."""
+    ratio = pw.detectable_ratio(power, crit)
+    # (ratio * sd / effect)^2 as a product: ** on a float overflows with an exception, * gives inf
+    root = ratio * math.sqrt(pilot.s_treated + pilot.s_control / kappa) / effect
+    need = root * root
+    n = max(2, math.ceil(need)) if need <= MAX_INSTANCES else math.inf
+    n0 = max(2, math.ceil(kappa * n)) if kappa * n <= MAX_INSTANCES else math.inf
+    if not (n <= MAX_INSTANCES and n0 <= MAX_INSTANCES):
+        return PlanRow(label, effect, None, None, crit, float("nan"), _too_many(n, n0))
+    return PlanRow(label, effect, n, n0, crit, float(pw.power(effect, _se(pilot, n, n0), crit)))
+
+
+def _row_at_count(pilot: Pilot, label: str, effect: float, n0: int, crit: float, crit_for, power: float) -> PlanRow:
+    """The plan row of one effect with n0 validation instances, starting from ``crit``; ``crit_for(n_0 / n_g)``
+    gives the critical value of a ratio."""
+    n, seen = None, set()
+    # the critical value depends on n_0 / n_g: iterate to a fixed point (a cycle ends at its largest n)
+    reason = ""
+    while True:
+        step = effect / pw.detectable_ratio(power, crit)
+        room = step * step - pilot.s_control / n0
+        if room <= 0:
+            n, reason = None, f"not reachable with {n0} validation instances"
+            break
+        if not pilot.s_treated / room <= MAX_INSTANCES:
+            n, reason = None, _too_many(pilot.s_treated / room, n0)
+            break
+        n = max(2, math.ceil(pilot.s_treated / room))
+        if n in seen:
+            n = max(seen)
+            crit = crit_for(n0 / n)
+            break
+        seen.add(n)
+        crit = crit_for(n0 / n)
+    achieved = float(pw.power(effect, _se(pilot, n, n0), crit)) if n else float("nan")
+    return PlanRow(label, effect, n, n0 if n else None, crit, achieved, reason)
 
 
 def _too_many(per_cohort: float, validation: float) -> str:
