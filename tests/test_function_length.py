@@ -56,10 +56,6 @@ ALLOWED: dict[str, str] = {
         "A linear reader of an OLMo 1/2 training config: each field is checked with its own error, then one Stage is "
         "returned."
     ),
-    "orders/amber.py:sample_amber": (
-        "One sampling pass with a single random generator over the chunks and held-out files, whose draws must stay in "
-        "this order for a seed to give the same panel."
-    ),
     "orders/hubble.py:hubble_instances": (
         "A check of every insertion record against the order's maps followed by their grouping by example tokens; "
         "both loops share the records' positions and samples and it is barely over the limit."
