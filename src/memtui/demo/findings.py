@@ -280,14 +280,7 @@ def render(f: Findings, *, figures_dir: str = ".", timings: dict | None = None, 
     for c in f.claims:
         out.append(f"- **({c.key}) {c.title}: {c.verdict}.** {c.summary[0].upper() + c.summary[1:]}.")
     out += ["", "## Models", ""]
-    rows = []
-    for name, params in zip(sr.names, sr.suite.parameters, strict=True):
-        panel = sr.suite.panel(name)
-        c = demo_config(panel)
-        tm = (timings or {}).get(name) or _recorded_times(panel)
-        rows.append([name, _num(params), f"{c.layers} x {c.hidden}", _num(tm.get("train_s"), 0),
-                     _num(tm.get("extract_s"), 0)])  # fmt: skip
-    out.append(_md_table(["model", "parameters", "layers x hidden", "training s", "extraction s"], rows))
+    out.append(_models_table(sr, timings))
     out += ["", f"## (i) Size: {f.claims[0].verdict}", ""]
     rows = [[r["model"], _num(r["parameters"]), _num(r["instantaneous"]), _num(r["persistent_mean"]),
              _num(r["persistent_1"]), _num(r["persistent_5"]), _num(r["residual"]),
@@ -320,6 +313,18 @@ def render(f: Findings, *, figures_dir: str = ".", timings: dict | None = None, 
     if notes:
         out += ["", "## Notes", ""] + [f"- {clean(n, 400)}" for n in dict.fromkeys(notes)]
     return "\n".join(out) + "\n"
+
+
+def _models_table(sr, timings: dict | None) -> str:
+    """The models' table: size, shape, and training and extraction times (given, else recorded on each panel)."""
+    rows = []
+    for name, params in zip(sr.names, sr.suite.parameters, strict=True):
+        panel = sr.suite.panel(name)
+        c = demo_config(panel)
+        tm = (timings or {}).get(name) or _recorded_times(panel)
+        rows.append([name, _num(params), f"{c.layers} x {c.hidden}", _num(tm.get("train_s"), 0),
+                     _num(tm.get("extract_s"), 0)])  # fmt: skip
+    return _md_table(["model", "parameters", "layers x hidden", "training s", "extraction s"], rows)
 
 
 def write_report(

@@ -247,7 +247,6 @@ def make_demo(
     """Train, save checkpoints, build the panel and extract it. Returns the panel path."""
     import torch
 
-    from memtui.extract.build import build_from_memmap
     from memtui.extract.worker import run
 
     cfg = cfg or DemoConfig()
@@ -265,20 +264,7 @@ def make_demo(
             f"memtui demo: GPT-NeoX {cfg.layers}x{cfg.hidden} trained from scratch for {cfg.steps} steps "
             f"({cfg.batch} x {cfg.seq_len} byte tokens) on Unicode 3.2 character descriptions"
         )
-        build_from_memmap(
-            out,
-            work / "train.bin",
-            work / "validation.npy",
-            steps=saved,
-            batch_size=cfg.batch,
-            macro=cfg.every,
-            k=cfg.k,
-            m=cfg.m,
-            seq_len=cfg.seq_len,
-            seed=cfg.seed,
-            overwrite=overwrite,
-            attrs={"demo_config": json.dumps(asdict(cfg)), "tokenizer": "bytes (token id = UTF-8 byte)"},
-        )
+        _build_demo_panel(out, work, cfg, saved, overwrite)
         threads = torch.get_num_threads()
         log(f"extracting {len(saved)} checkpoints on {threads} CPU thread(s)")
         run(
@@ -290,14 +276,7 @@ def make_demo(
             handle_signals=False,
             log=log,
         )
-        with h5py.File(out, "r+", libver="latest") as f:  # still the demo's own new file: no one else has it
-            f.attrs["model"] = text_attr(description)
-            source = f.attrs.get("source", b"")
-            source = source.decode() if isinstance(source, bytes) else str(source)
-            f.attrs["source"] = text_attr(source.replace(str(work), "<demo workdir>"))
-        with h5py.File(out, "r+", libver="latest") as f:  # checkpoint folders were temporary: keep their names
-            rev = f["checkpoints/revision"]
-            rev[:] = np.array([Path(r.decode()).name.encode() for r in rev[()]], dtype="S256")
+        _label_demo_panel(out, description, work)
         log(f"made {out} in {time.time() - t0:.0f} s")
     finally:
         if not keep and workdir is None:
@@ -306,3 +285,35 @@ def make_demo(
 
         shutil.rmtree(work_dir(out), ignore_errors=True)  # the demo's own run is over: no claims, parts or records
     return out
+
+
+def _build_demo_panel(out: Path, work: Path, cfg: DemoConfig, saved, overwrite: bool) -> None:
+    """The demo's panel over the training rows and validation rows written in ``work``, at the saved checkpoints."""
+    from memtui.extract.build import build_from_memmap
+
+    build_from_memmap(
+        out,
+        work / "train.bin",
+        work / "validation.npy",
+        steps=saved,
+        batch_size=cfg.batch,
+        macro=cfg.every,
+        k=cfg.k,
+        m=cfg.m,
+        seq_len=cfg.seq_len,
+        seed=cfg.seed,
+        overwrite=overwrite,
+        attrs={"demo_config": json.dumps(asdict(cfg)), "tokenizer": "bytes (token id = UTF-8 byte)"},
+    )
+
+
+def _label_demo_panel(out: Path, description: str, work: Path) -> None:
+    """Record the demo model on the new panel and drop the temporary work folder from its source and revisions."""
+    with h5py.File(out, "r+", libver="latest") as f:  # still the demo's own new file: no one else has it
+        f.attrs["model"] = text_attr(description)
+        source = f.attrs.get("source", b"")
+        source = source.decode() if isinstance(source, bytes) else str(source)
+        f.attrs["source"] = text_attr(source.replace(str(work), "<demo workdir>"))
+    with h5py.File(out, "r+", libver="latest") as f:  # checkpoint folders were temporary: keep their names
+        rev = f["checkpoints/revision"]
+        rev[:] = np.array([Path(r.decode()).name.encode() for r in rev[()]], dtype="S256")

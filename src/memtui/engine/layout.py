@@ -112,6 +112,47 @@ def build_layout(
         )
     tidx = treatment_index(treatment, steps, never)
 
+    keep, tidx = _kept_instances(y, tidx, steps, estimator, control_group, notes)
+
+    rows = np.flatnonzero(keep)
+    order = rows[np.argsort(-tidx[rows], kind="stable")]  # groups descending by treatment index: never first
+    g_of = tidx[order]
+    bounds = np.flatnonzero(np.diff(g_of)) + 1
+    group_start = np.concatenate([[0], bounds, [len(order)]]).astype(np.int64)
+    group_index = g_of[group_start[:-1]]
+    group_n = np.diff(group_start)
+
+    yy = np.zeros((len(order), t + 1))
+    yy[:, :t] = y[order]
+    scale = _checked_scale(yy[:, :t])
+    level = _centre(yy, group_start, t, estimator)
+    means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
+    group_folded = _group_folded(treatment, steps, never, order, group_start, group_index, t, notes)
+
+    cohort_groups = np.flatnonzero(group_index < t)[::-1]
+    cells = _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
+    return Layout(
+        steps=np.asarray(steps),
+        y=yy,
+        group_start=group_start,
+        group_index=group_index,
+        group_n=group_n,
+        means=means,
+        cohort_groups=cohort_groups,
+        group_folded=group_folded,
+        scale=scale,
+        notes=notes,
+        level=level,
+        controls=estimator != "extractable",
+        **cells,
+    )
+
+
+def _kept_instances(y, tidx, steps, estimator: str, control_group: str, notes: list[str]):
+    """Which instances enter the estimate (complete rows in cohorts that can be estimated), and the treatment index
+    with instances treated after the window folded into one group where they serve as controls; notes what it drops.
+    """
+    t = y.shape[1]
     complete = np.isfinite(y).all(axis=1)
     if not complete.all():
         notes.append(
@@ -149,23 +190,22 @@ def build_layout(
                 "so the cohort cannot be estimated; `memtui info PANEL` shows how much of each metric is filled, "
                 "estimate a metric that has the values or re-import the table with them."
             )
+    return keep, tidx
 
-    rows = np.flatnonzero(keep)
-    order = rows[np.argsort(-tidx[rows], kind="stable")]  # groups descending by treatment index: never first
-    g_of = tidx[order]
-    bounds = np.flatnonzero(np.diff(g_of)) + 1
-    group_start = np.concatenate([[0], bounds, [len(order)]]).astype(np.int64)
-    group_index = g_of[group_start[:-1]]
-    group_n = np.diff(group_start)
 
-    yy = np.zeros((len(order), t + 1))
-    yy[:, :t] = y[order]
-    scale = _scale(yy[:, :t])
+def _checked_scale(values: np.ndarray) -> float:
+    """The metric's scale (standard deviation), refused outside SCALES (where squares and float32 draws stay finite)."""
+    scale = _scale(values)
     if scale and not SCALES[0] <= scale <= SCALES[1]:
         raise MemtuiError(
             f"the metric's values vary on a scale of {scale:.3g} (standard deviation); memtui estimates on scales "
             f"from {SCALES[0]:g} to {SCALES[1]:g}: rescale it, e.g. re-import it in other units."
         )
+    return scale
+
+
+def _centre(yy: np.ndarray, group_start: np.ndarray, t: int, estimator: str) -> np.ndarray:
+    """Centre ``yy`` in place; returns the level the extractable estimator adds back (zero for the others)."""
     # Shift each column by the never-treated mean and, for DiD, each instance by its own mean: the estimates are
     # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits. The
     # extractable estimator (a cohort's mean level) is not invariant to the column shift: it adds ``level`` back.
@@ -176,7 +216,11 @@ def build_layout(
     yy[:, :t] -= level[:t]
     if estimator != "extractable":
         level[:] = 0
-    means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
+    return level
+
+
+def _group_folded(treatment, steps, never, order, group_start, group_index, t: int, notes: list[str]) -> np.ndarray:
+    """Per group, how many instances first trained on between completed checkpoints were folded into it (noted)."""
     group_folded = np.add.reduceat(folded(treatment, steps, never)[order].astype(np.int64), group_start[:-1])
     in_cohort = group_index < t
     if group_folded[in_cohort].any():
@@ -185,24 +229,7 @@ def build_layout(
             f"{int(group_folded[in_cohort].sum())} instances first trained on between completed checkpoints are "
             f"counted in the next checkpoint's cohort: {listing(sorted(pairs))}"
         )
-
-    cohort_groups = np.flatnonzero(group_index < t)[::-1]
-    cells = _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
-    return Layout(
-        steps=np.asarray(steps),
-        y=yy,
-        group_start=group_start,
-        group_index=group_index,
-        group_n=group_n,
-        means=means,
-        cohort_groups=cohort_groups,
-        group_folded=group_folded,
-        scale=scale,
-        notes=notes,
-        level=level,
-        controls=estimator != "extractable",
-        **cells,
-    )
+    return group_folded
 
 
 def _cells(group_index, cohort_groups, t, estimator, base_period, control_group) -> dict[str, np.ndarray]:

@@ -49,9 +49,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
 
     from memtui.engine.did import point_estimates
     from memtui.estimation.results import (
-        SMALL_GROUP,
         EstimateResult,
-        Overall,
         Pretrend,
         check_memory,
         final_index,
@@ -68,35 +66,15 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     notes = list(lay.notes) + group_notes(lay, point_estimates(lay))
     if settings.draws:  # differences holds at least what memtui does
         check_memory(settings.draws, lay)
-    seed = settings.seed + 1  # differences treats random_state=0 as "unseeded"
-    boot = {"boot_iterations": settings.draws, "random_state": seed, "alpha": settings.alpha}
-    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):  # silence its tqdm bars
-        warnings.simplefilter("ignore")
-        att = ATTgt(data=frame, cohort_column="cohort", base_period=settings.base_period)
-        att.fit("y", est_method="reg", control_group=settings.control_group, progress_bar=False, **boot)
-        report(0.7, "differences")
-        cells = _flat(att.results()).reset_index()
-        att.aggregate("event", **boot)
-        event = _flat(att.results("event")).reset_index()
-        att.aggregate("simple", **boot)
-        simple = _flat(att.results("simple"))
-    if settings.base_period == "universal":  # drop the reference cells (c = g - 1), zero by construction
-        cells = cells[cells["base_period"] != cells["time"]]
+    cells, event, simple = _fit_differences(ATTgt, frame, settings, report)
     sign = panel.sign(settings.metric)
     z = z_value(settings.alpha)
     cohort, time = cells["cohort"].to_numpy().astype(np.int64), cells["time"].to_numpy().astype(np.int64)
     se = cells["std_error"].to_numpy()
     crit = (cells["band_upper"] - cells["ATT"]).to_numpy() / se if settings.draws else np.full(len(se), z)
     crit = np.full(len(se), np.nanmedian(crit))
-    n_by_cohort = frame.groupby("cohort", dropna=False).size() // len(panel.done_steps)
-    n_never = int(frame["cohort"].isna().sum() // len(panel.done_steps))
     pre = time < cohort
-    folded_of = {
-        int(lay.steps[k]): int(f) for k, f in zip(lay.group_index, lay.group_folded, strict=True) if k < len(lay.steps)
-    }
-    n_folded = np.array([folded_of.get(c, 0) for c in cohort], dtype=np.int64)
-    n_treated = n_by_cohort.reindex(cohort).to_numpy()
-    small = (n_treated < SMALL_GROUP) | (n_never < SMALL_GROUP)
+    n_treated, n_never, n_folded, small = _group_sizes(frame, lay, len(panel.done_steps), cohort)
 
     def frame_of(scope, mask, c=None):
         return result_frame(
@@ -119,37 +97,8 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
 
     profile = frame_of("profile", np.ones(len(se), bool))
     final = panel.done_steps[final_index(panel.done_steps, settings.final_step)]
-    e = event["relative_period"].to_numpy().astype(np.int64)
-    e_se = event["std_error"].to_numpy()
-    e_crit = ((event["band_upper"] - event["ATT"]).to_numpy() / e_se) if settings.draws else np.full(len(e), z)
-    persistent = result_frame(
-        settings,
-        "persistent",
-        cohort=[None] * len(e),
-        checkpoint=[None] * len(e),
-        event_time=e,
-        att=event["ATT"].to_numpy(),
-        sign=sign,
-        se=e_se,
-        ase=np.full(len(e), np.nan),
-        crit=e_crit,
-        n_treated=np.zeros(len(e), dtype=np.int64),
-        n_control=np.full(len(e), n_never),
-        pre=e < 0,
-        n_folded=[int(n_folded[(time - cohort) == k].sum()) for k in e],
-        small=[bool(small[(time - cohort) == k].any()) for k in e],
-    )
-    o = simple.iloc[0]
-    o_tau = float(sign * o["ATT"])
-    overall = Overall(
-        estimate=o_tau,
-        std_error=float(o["std_error"]),
-        ci_low=o_tau - z * float(o["std_error"]),
-        ci_high=o_tau + z * float(o["std_error"]),
-        significant=bool(abs(o_tau) > z * float(o["std_error"])),
-        n_cells=int((~pre).sum()),
-        small_group=bool(small[~pre].any()),
-    )
+    persistent = _persistent_frame(settings, event, sign, z, n_never, time - cohort, n_folded, small)
+    overall = _overall(simple.iloc[0], sign, z, pre, small)
     pre_sig = int(profile.filter(profile["pre_treatment"])["significant"].sum())
     report(1.0, "done")
     return EstimateResult(
@@ -164,4 +113,81 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
         cohorts=np.unique(cohort),
         checkpoints=panel.done_steps,
         notes=[*notes, "engine differences: one simultaneous band over all cells"],
+    )
+
+
+def _group_sizes(frame: pd.DataFrame, lay, n_steps: int, cohort: np.ndarray):
+    """Per cell: treated instances in its cohort, never-treated controls, instances folded into its cohort, and
+    whether either group is small."""
+    from memtui.estimation.results import SMALL_GROUP
+
+    n_by_cohort = frame.groupby("cohort", dropna=False).size() // n_steps
+    n_never = int(frame["cohort"].isna().sum() // n_steps)
+    folded_of = {
+        int(lay.steps[k]): int(f) for k, f in zip(lay.group_index, lay.group_folded, strict=True) if k < len(lay.steps)
+    }
+    n_folded = np.array([folded_of.get(c, 0) for c in cohort], dtype=np.int64)
+    n_treated = n_by_cohort.reindex(cohort).to_numpy()
+    small = (n_treated < SMALL_GROUP) | (n_never < SMALL_GROUP)
+    return n_treated, n_never, n_folded, small
+
+
+def _fit_differences(ATTgt, frame: pd.DataFrame, settings, report):
+    """Differences' cell estimates, event-time and simple aggregations (its bootstrap seeded from ours), quietly."""
+    seed = settings.seed + 1  # differences treats random_state=0 as "unseeded"
+    boot = {"boot_iterations": settings.draws, "random_state": seed, "alpha": settings.alpha}
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):  # silence its tqdm bars
+        warnings.simplefilter("ignore")
+        att = ATTgt(data=frame, cohort_column="cohort", base_period=settings.base_period)
+        att.fit("y", est_method="reg", control_group=settings.control_group, progress_bar=False, **boot)
+        report(0.7, "differences")
+        cells = _flat(att.results()).reset_index()
+        att.aggregate("event", **boot)
+        event = _flat(att.results("event")).reset_index()
+        att.aggregate("simple", **boot)
+        simple = _flat(att.results("simple"))
+    if settings.base_period == "universal":  # drop the reference cells (c = g - 1), zero by construction
+        cells = cells[cells["base_period"] != cells["time"]]
+    return cells, event, simple
+
+
+def _persistent_frame(settings, event: pd.DataFrame, sign: int, z: float, n_never: int, cell_e, n_folded, small):
+    """The event-time (persistent) summary from differences' event aggregation; ``cell_e`` is each cell's c - g."""
+    from memtui.estimation.results import result_frame
+
+    e = event["relative_period"].to_numpy().astype(np.int64)
+    e_se = event["std_error"].to_numpy()
+    e_crit = ((event["band_upper"] - event["ATT"]).to_numpy() / e_se) if settings.draws else np.full(len(e), z)
+    return result_frame(
+        settings,
+        "persistent",
+        cohort=[None] * len(e),
+        checkpoint=[None] * len(e),
+        event_time=e,
+        att=event["ATT"].to_numpy(),
+        sign=sign,
+        se=e_se,
+        ase=np.full(len(e), np.nan),
+        crit=e_crit,
+        n_treated=np.zeros(len(e), dtype=np.int64),
+        n_control=np.full(len(e), n_never),
+        pre=e < 0,
+        n_folded=[int(n_folded[cell_e == k].sum()) for k in e],
+        small=[bool(small[cell_e == k].any()) for k in e],
+    )
+
+
+def _overall(o: pd.Series, sign: int, z: float, pre: np.ndarray, small: np.ndarray):
+    """The overall effect from differences' simple aggregation, with a pointwise normal interval."""
+    from memtui.estimation.results import Overall
+
+    o_tau = float(sign * o["ATT"])
+    return Overall(
+        estimate=o_tau,
+        std_error=float(o["std_error"]),
+        ci_low=o_tau - z * float(o["std_error"]),
+        ci_high=o_tau + z * float(o["std_error"]),
+        significant=bool(abs(o_tau) > z * float(o["std_error"])),
+        n_cells=int((~pre).sum()),
+        small_group=bool(small[~pre].any()),
     )

@@ -409,6 +409,28 @@ def compare(
             lambda f, msg, i=i, name=name: report((i + 0.9 * f) / (len(ALL_ESTIMATORS) + 1), f"{name}: {msg}"),
         )
     report(len(ALL_ESTIMATORS) / (len(ALL_ESTIMATORS) + 1), "ease")
+    ease, crit, pre = _ease(panel, settings)
+    frame = _joined(results, ease)
+    post = ~pre
+    notes = list(dict.fromkeys(n for r in results.values() for n in r.notes))
+    if settings.draws and settings.band != "classic":
+        # the ease is a linear functional of many groups' means: its bootstrap-t is not built yet
+        notes.append(
+            f"the ease band is the classic band (R did's), not the {settings.band} one of the three estimators"
+        )
+    report(1.0, "done")
+    return Comparison(
+        settings=settings,
+        results=results,
+        cells=frame.with_columns(pl.lit(settings.band).alias("band")),
+        ease_crit=float(crit[post][0]) if post.any() else float("nan"),
+        notes=notes,
+    )
+
+
+def _ease(panel: Panel, settings: Settings) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    """The ease of each DiD cell (extractable at c less its DiD counterpart) with its classic band: the cells' frame,
+    critical values and which cells are pre-treatment."""
     y, steps = panel.values(settings.metric), panel.done_steps
     kw = {"never": NEVER, "base_period": settings.base_period, "control_group": settings.control_group}
     lay = build_layout(y, panel.treatment, steps, estimator="extractable", **kw)
@@ -442,6 +464,11 @@ def compare(
             "ease_significant": np.isfinite(crit * se) & (np.abs(tau) > crit * se),
         }
     )
+    return ease, crit, pre
+
+
+def _joined(results: dict[str, EstimateResult], ease: pl.DataFrame) -> pl.DataFrame:
+    """One row per cell: every estimator's estimate, band and significance, then the ease's columns."""
     key = ["cohort", "checkpoint"]
     frame = results["extractable"].cells.select(*key, "event_time", "pre_treatment")
     for name, res in results.items():
@@ -450,18 +477,4 @@ def compare(
         )
         frame = frame.join(part, on=key, how="left")
     frame = frame.join(ease, on=key, how="left").sort(key)
-    post = ~pre
-    notes = list(dict.fromkeys(n for r in results.values() for n in r.notes))
-    if settings.draws and settings.band != "classic":
-        # the ease is a linear functional of many groups' means: its bootstrap-t is not built yet
-        notes.append(
-            f"the ease band is the classic band (R did's), not the {settings.band} one of the three estimators"
-        )
-    report(1.0, "done")
-    return Comparison(
-        settings=settings,
-        results=results,
-        cells=frame.with_columns(pl.lit(settings.band).alias("band")),
-        ease_crit=float(crit[post][0]) if post.any() else float("nan"),
-        notes=notes,
-    )
+    return frame

@@ -82,6 +82,27 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
     if lay.scale == 0:
         raise MemtuiError(f"metric '{clean(metric, 80)}' is constant in the pilot; plan with a metric that varies.")
     yy = lay.y[:, :t]
+    v_t, treated_lags = _treated_variogram(lay, post)
+    y0, v_c = _validation_variogram(lay, yy)
+    _check_noise(lay, metric, v_t, v_c)
+    return Pilot(
+        metric=metric,
+        v_treated=v_t,
+        v_control=v_c,
+        treated_lags=treated_lags,
+        n_cohorts=len(lay.cohort_groups),
+        n_treated=int(lay.group_n[lay.cohort_groups].sum()),
+        n_control=len(y0),
+        checkpoints=t,
+        row_length=row_length(panel),
+    )
+
+
+def _treated_variogram(lay, post: np.ndarray) -> tuple[np.ndarray, int]:
+    """Treated instances' variance of the change over each lag (pooled over cohorts' post-treatment cells, filled
+    forward past the last lag measured), and that last lag."""
+    t = len(lay.steps)
+    yy = lay.y[:, :t]
     z = yy - np.repeat(lay.means[:, :t], lay.group_n, axis=0)
     # sums of squared centred changes of every cohort's post-treatment cells, from each cohort's t x t Gram matrix
     groups = np.unique(lay.cell_group[post])
@@ -103,7 +124,12 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
         )
     treated_lags = int(np.flatnonzero(np.isfinite(v_t))[-1])
     v_t = _fill_forward(v_t[: treated_lags + 1])
+    return v_t, treated_lags
 
+
+def _validation_variogram(lay, yy: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The validation instances' rows and their variance of the change over each lag (from their covariance)."""
+    t = yy.shape[1]
     never = lay.group_index == NEVER_INDEX
     rows = lay.rows(int(np.flatnonzero(never)[0]))
     y0 = yy[rows]
@@ -118,6 +144,11 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
     gap = np.abs(np.arange(t)[:, None] - np.arange(t)[None, :])
     v_c = np.bincount(gap.ravel(), weights=change.ravel(), minlength=t) / np.bincount(gap.ravel(), minlength=t)
     v_c[0] = 0.0
+    return y0, v_c
+
+
+def _check_noise(lay, metric: str, v_t: np.ndarray, v_c: np.ndarray) -> None:
+    """Refuse a pilot whose one-checkpoint changes are below the engine's standard-error floor."""
     # an instance's change with a standard deviation at the engine's floor (a cell without sampling variation) is
     # rounding, not noise: planning on it would divide by ~0 (a plan of 10^16 validation instances)
     floor = did.se_floor(lay.scale)
@@ -128,17 +159,6 @@ def pilot_variances(panel: Panel, metric: str) -> Pilot:
                 f"'{clean(metric, 80)}' (up to rounding: standard deviation {math.sqrt(max(v[1], 0.0)):.2g}, the "
                 f"metric's {lay.scale:.3g}), so its noise cannot be measured; plan with a metric that varies."
             )
-    return Pilot(
-        metric=metric,
-        v_treated=v_t,
-        v_control=v_c,
-        treated_lags=treated_lags,
-        n_cohorts=len(lay.cohort_groups),
-        n_treated=int(lay.group_n[lay.cohort_groups].sum()),
-        n_control=len(y0),
-        checkpoints=t,
-        row_length=row_length(panel),
-    )
 
 
 def row_length(panel: Panel) -> float | None:
@@ -274,42 +294,52 @@ def plan_sizes(
     if isinstance(validation, str):
         kappa = validation_ratio(pilot, validation, cohorts)
         crit = crit_for(kappa)
-        for label, effect in effects:
-            ratio = pw.detectable_ratio(power, crit)
-            # (ratio * sd / effect)^2 as a product: ** on a float overflows with an exception, * gives inf
-            root = ratio * math.sqrt(pilot.s_treated + pilot.s_control / kappa) / effect
-            need = root * root
-            n = max(2, math.ceil(need)) if need <= MAX_INSTANCES else math.inf
-            n0 = max(2, math.ceil(kappa * n)) if kappa * n <= MAX_INSTANCES else math.inf
-            if not (n <= MAX_INSTANCES and n0 <= MAX_INSTANCES):
-                rows.append(PlanRow(label, effect, None, None, crit, float("nan"), _too_many(n, n0)))
-                continue
-            rows.append(PlanRow(label, effect, n, n0, crit, float(pw.power(effect, _se(pilot, n, n0), crit))))
+        rows += [_row_at_ratio(pilot, label, effect, kappa, crit, power) for label, effect in effects]
     else:
         n0 = int(validation)
         for label, effect in effects:
-            n, crit, seen = None, crit_for(validation_ratio(pilot, "optimal", cohorts)), set()
-            # the critical value depends on n_0 / n_g: iterate to a fixed point (a cycle ends at its largest n)
-            reason = ""
-            while True:
-                step = effect / pw.detectable_ratio(power, crit)
-                room = step * step - pilot.s_control / n0
-                if room <= 0:
-                    n, reason = None, f"not reachable with {n0} validation instances"
-                    break
-                if not pilot.s_treated / room <= MAX_INSTANCES:
-                    n, reason = None, _too_many(pilot.s_treated / room, n0)
-                    break
-                n = max(2, math.ceil(pilot.s_treated / room))
-                if n in seen:
-                    n = max(seen)
-                    crit = crit_for(n0 / n)
-                    break
-                seen.add(n)
-                crit = crit_for(n0 / n)
-            achieved = float(pw.power(effect, _se(pilot, n, n0), crit)) if n else float("nan")
-            rows.append(PlanRow(label, effect, n, n0 if n else None, crit, achieved, reason))
+            rows.append(_row_at_count(pilot, label, effect, n0, crit_for(validation_ratio(pilot, "optimal", cohorts)),
+                                      crit_for, power))  # fmt: skip
     return Plan(cohorts, checkpoints, power, alpha, str(validation), n_cells, used[0], rows)
+
+
+def _row_at_ratio(pilot: Pilot, label: str, effect: float, kappa: float, crit: float, power: float) -> PlanRow:
+    """The plan row of one effect with n_0 = kappa n_g: the smallest n_g that reaches ``power`` at ``crit``."""
+    ratio = pw.detectable_ratio(power, crit)
+    # (ratio * sd / effect)^2 as a product: ** on a float overflows with an exception, * gives inf
+    root = ratio * math.sqrt(pilot.s_treated + pilot.s_control / kappa) / effect
+    need = root * root
+    n = max(2, math.ceil(need)) if need <= MAX_INSTANCES else math.inf
+    n0 = max(2, math.ceil(kappa * n)) if kappa * n <= MAX_INSTANCES else math.inf
+    if not (n <= MAX_INSTANCES and n0 <= MAX_INSTANCES):
+        return PlanRow(label, effect, None, None, crit, float("nan"), _too_many(n, n0))
+    return PlanRow(label, effect, n, n0, crit, float(pw.power(effect, _se(pilot, n, n0), crit)))
+
+
+def _row_at_count(pilot: Pilot, label: str, effect: float, n0: int, crit: float, crit_for, power: float) -> PlanRow:
+    """The plan row of one effect with n0 validation instances, starting from ``crit``; ``crit_for(n_0 / n_g)``
+    gives the critical value of a ratio."""
+    n, seen = None, set()
+    # the critical value depends on n_0 / n_g: iterate to a fixed point (a cycle ends at its largest n)
+    reason = ""
+    while True:
+        step = effect / pw.detectable_ratio(power, crit)
+        room = step * step - pilot.s_control / n0
+        if room <= 0:
+            n, reason = None, f"not reachable with {n0} validation instances"
+            break
+        if not pilot.s_treated / room <= MAX_INSTANCES:
+            n, reason = None, _too_many(pilot.s_treated / room, n0)
+            break
+        n = max(2, math.ceil(pilot.s_treated / room))
+        if n in seen:
+            n = max(seen)
+            crit = crit_for(n0 / n)
+            break
+        seen.add(n)
+        crit = crit_for(n0 / n)
+    achieved = float(pw.power(effect, _se(pilot, n, n0), crit)) if n else float("nan")
+    return PlanRow(label, effect, n, n0 if n else None, crit, achieved, reason)
 
 
 def _too_many(per_cohort: float, validation: float) -> str:

@@ -176,7 +176,27 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
             "seed suite: the same instances under each seed's data order, each panel with its own treatment steps"
         )
 
-    # instances: (id, treatment) pairs every panel has, in the first panel's order
+    keep_ids = _shared_instances(panels, seeds, notes)
+    steps = _shared_steps(panels)
+    restricted = _restricted(names, panels, keep_ids, steps, notes)
+
+    params = [_parameters(p) for p in panels]
+    order = sorted(range(len(panels)), key=lambda i: (params[i] is None, params[i] or 0, names[i].casefold(), names[i]))
+    if len(panels) > 1 and any(params[i] is None for i in order) and any(params[i] is not None for i in order):
+        notes.append("some panels record no parameter count: those models come after the others, by name")
+    return Suite(
+        names=[names[i] for i in order],
+        panels=[restricted[i] for i in order],
+        notes=notes,
+        parameters=[params[i] for i in order],
+        paths=[paths[i] for i in order],
+        originals=[panels[i] for i in order],
+    )
+
+
+def _shared_instances(panels: list[Panel], seeds: bool, notes: list[str]) -> np.ndarray:
+    """Ids of the instances every panel has with the same treatment step (any step in a seed suite), in the first
+    panel's order; notes how many were left out for a different step."""
     first = panels[0]
     common = np.ones(first.n_instances, bool)
     moved = 0
@@ -196,8 +216,12 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
     keep_ids = first.ids[common]
     if moved:
         notes.append(f"{moved} instances have different treatment steps in different panels: left out")
+    return keep_ids
 
-    # checkpoints: steps every panel has and has completed
+
+def _shared_steps(panels: list[Panel]) -> np.ndarray:
+    """The checkpoint steps every panel has completed."""
+    first = panels[0]
     steps = first.done_steps
     for p in panels[1:]:
         steps = np.intersect1d(steps, p.done_steps)
@@ -206,7 +230,11 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
             "the panels share no completed checkpoint: a suite needs the same checkpoint steps in every panel; "
             "finish extraction or compare panels of the same run."
         )
+    return steps
 
+
+def _restricted(names: list[str], panels: list[Panel], keep_ids, steps, notes: list[str]) -> list[Panel]:
+    """Each panel on the shared instances and checkpoints, noting per model what was left out."""
     restricted = []
     for name, p in zip(names, panels, strict=True):
         rows = _positions(keep_ids, p.ids)
@@ -220,19 +248,7 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
         in_order = left_rows == 0 and np.array_equal(rows, np.arange(p.n_instances))
         full_cols = len(cols) == p.n_checkpoints
         restricted.append(_restrict(p, None if in_order else rows, None if full_cols else cols))
-
-    params = [_parameters(p) for p in panels]
-    order = sorted(range(len(panels)), key=lambda i: (params[i] is None, params[i] or 0, names[i].casefold(), names[i]))
-    if len(panels) > 1 and any(params[i] is None for i in order) and any(params[i] is not None for i in order):
-        notes.append("some panels record no parameter count: those models come after the others, by name")
-    return Suite(
-        names=[names[i] for i in order],
-        panels=[restricted[i] for i in order],
-        notes=notes,
-        parameters=[params[i] for i in order],
-        paths=[paths[i] for i in order],
-        originals=[panels[i] for i in order],
-    )
+    return restricted
 
 
 def is_seed_suite(panels: Sequence[Panel]) -> bool:

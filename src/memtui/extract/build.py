@@ -170,13 +170,7 @@ def build_from_memmap(
     rows, treat = rows[keep], treat[keep]
     if len(rows) == 0:
         raise MemtuiError("no training rows fall into the panel's checkpoint steps; check --steps and --macro.")
-    val = load_token_array(validation)
-    check_token_range(val, np.full(len(val), val.shape[1]), validation)
-    if n_validation is not None and n_validation < len(val):
-        pick = np.sort(np.random.default_rng(seed + 1).choice(len(val), size=n_validation, replace=False))
-    else:
-        pick = np.arange(len(val))
-    val = np.asarray(val[pick])
+    val, pick = _sampled_validation(validation, n_validation, seed)
     width = max(length, val.shape[1])
     tokens = np.full((len(rows) + len(val), width), PAD, dtype=np.int64)
     tokens[: len(rows), :length] = np.asarray(data[rows])
@@ -199,6 +193,17 @@ def build_from_memmap(
         },
         overwrite=overwrite,
     )
+
+
+def _sampled_validation(validation, n_validation: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The validation token rows (all, or ``n_validation`` drawn with seed + 1, in file order) and their row numbers."""
+    val = load_token_array(validation)
+    check_token_range(val, np.full(len(val), val.shape[1]), validation)
+    if n_validation is not None and n_validation < len(val):
+        pick = np.sort(np.random.default_rng(seed + 1).choice(len(val), size=n_validation, replace=False))
+    else:
+        pick = np.arange(len(val))
+    return np.asarray(val[pick]), pick
 
 
 def _read_table(path: Path, treatment_column: str, tokens_column: str):
@@ -268,6 +273,31 @@ def build_from_tokens(
     path = Path(tokens_file)
     if not path.exists():
         raise MemtuiError(f"{path}: no such token file.")
+    tokens, treat, ids, lengths, source = _read_token_file(path, treatment_column, tokens_column, treatment_file)
+    tokens, treat, lengths = _checked_token_rows(tokens, treat, lengths, path)
+    check_token_range(tokens, lengths, path)
+    if steps is None:
+        step_list = sorted({0, *treat[treat >= 0].tolist()})
+    else:
+        step_list = parse_checkpoints(steps) if isinstance(steps, str) else sorted(set(int(s) for s in steps))
+        if step_list is None:
+            raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
+    return create_panel(
+        out,
+        ids=np.arange(len(treat)) if ids is None else ids,
+        treatment=treat,
+        steps=step_list,
+        source_index=np.arange(len(treat)) if source is None else source,
+        tokens=tokens,
+        lengths=lengths,
+        attrs={"source": f"tokens {path}", **(attrs or {})},
+        overwrite=overwrite,
+    )
+
+
+def _read_token_file(path: Path, treatment_column: str, tokens_column: str, treatment_file):
+    """(tokens, treatment, ids, lengths, source rows) as stored in a .parquet, .npz or .npy (+ treatment file);
+    ids, lengths and source are None where the file does not give them."""
     ids = lengths = source = None
     if path.suffix == ".parquet":
         seqs, treat, ids, source = _read_table(path, treatment_column, tokens_column)
@@ -296,6 +326,11 @@ def build_from_tokens(
         tokens, treat = load_token_array(path), _load(Path(treatment_file))
     else:
         raise MemtuiError(f"{path}: unsupported token file; use .npy (+ --treatment-file), .npz or .parquet.")
+    return tokens, treat, ids, lengths, source
+
+
+def _checked_token_rows(tokens, treat, lengths, path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Token ids, whole treatment steps (>= -1) one per row, and each row's length (from padding if not given)."""
     tokens = _token_ids(tokens, path)
     treat = np.asarray(treat)
     if treat.dtype.kind not in "iu" and not (treat.dtype.kind == "f" and np.all(np.mod(treat, 1) == 0)):
@@ -315,24 +350,7 @@ def build_from_tokens(
         or lengths.max() > tokens.shape[1]
     ):
         raise MemtuiError(f"{path}: 'lengths' must give each row's length, 1 .. {tokens.shape[1]}.")
-    check_token_range(tokens, lengths, path)
-    if steps is None:
-        step_list = sorted({0, *treat[treat >= 0].tolist()})
-    else:
-        step_list = parse_checkpoints(steps) if isinstance(steps, str) else sorted(set(int(s) for s in steps))
-        if step_list is None:
-            raise MemtuiError("give the panel's checkpoint steps explicitly (e.g. 0:95000:1000), not 'all'.")
-    return create_panel(
-        out,
-        ids=np.arange(len(treat)) if ids is None else ids,
-        treatment=treat,
-        steps=step_list,
-        source_index=np.arange(len(treat)) if source is None else source,
-        tokens=tokens,
-        lengths=lengths,
-        attrs={"source": f"tokens {path}", **(attrs or {})},
-        overwrite=overwrite,
-    )
+    return tokens, treat, lengths
 
 
 # -- panels from a family's data order (memtui.orders; docs/suites.md) ----------------------------------------------
@@ -452,21 +470,10 @@ def build_from_neox(
     seeds' orders of the same corpus (``maps`` is the home seed): one panel per seed over the same instances, each
     with that seed's treatment (``OUT-{seed}.h5``). ``perturbation_info``: Hubble's inserted examples are added, each
     treated at its first insertion, with its duplication count and insertion steps. Returns the panels written."""
-    from memtui.orders.neox import IndexedTokens, IndexMaps, NeoxOrder, cohort, sample_panel_instances, seed_steps
+    from memtui.orders.neox import IndexedTokens, IndexMaps, NeoxOrder, sample_panel_instances
 
     out = Path(out)
-    if controls not in ("beyond", "validation"):
-        raise MemtuiError(f"--controls must be beyond or validation for --order neox, not '{controls}'.")
-    if seeds and controls == "beyond":
-        raise MemtuiError(
-            "a seed suite needs --controls validation: a sequence beyond the home seed's last step is trained under "
-            "the other seeds' orders."
-        )
-    names = [*seed_names] if seed_names else [_seed_name(p, i) for i, p in enumerate([maps, *(seeds or [])])]
-    if seeds and len(set(names)) != len(names):
-        raise MemtuiError(f"seed names must differ: {', '.join(names)}.")
-    outs = [out.with_name(f"{out.stem}-{name}{out.suffix or '.h5'}") for name in names] if seeds else [out]
-    _check_outputs(outs, overwrite)
+    names, outs = _neox_outputs(out, maps, controls, seeds, seed_names, overwrite)
     data = IndexedTokens(tokens, cache_dir=cache)
     order = NeoxOrder(data, IndexMaps(maps, cache_dir=cache), batch_size, None if seq_len is None else seq_len - 1)
     step_list = _order_steps(steps, macro, order.n_sequences // order.batch_size, str(maps))
@@ -508,6 +515,36 @@ def build_from_neox(
         return [_write_order_panel(out, ids=ids, treatment=treat, steps=step_list, tokens=matrix, lengths=lengths,
                                    provenance=prov, attrs=base, overwrite=overwrite)]  # fmt: skip
     others = [NeoxOrder(data, IndexMaps(p, cache_dir=cache), batch_size, order.seq_len) for p in seeds]
+    return _write_seed_suite(order, others, maps=maps, seeds=seeds, names=names, outs=outs, ids=ids, prov=prov,
+                             step_list=step_list, matrix=matrix, lengths=lengths, base=base,
+                             overwrite=overwrite)  # fmt: skip
+
+
+def _neox_outputs(out: Path, maps, controls: str, seeds, seed_names, overwrite: bool) -> tuple[list[str], list[Path]]:
+    """The panels' names (one per seed in a seed suite) and files, refused where the options do not fit together or a
+    file exists."""
+    if controls not in ("beyond", "validation"):
+        raise MemtuiError(f"--controls must be beyond or validation for --order neox, not '{controls}'.")
+    if seeds and controls == "beyond":
+        raise MemtuiError(
+            "a seed suite needs --controls validation: a sequence beyond the home seed's last step is trained under "
+            "the other seeds' orders."
+        )
+    names = [*seed_names] if seed_names else [_seed_name(p, i) for i, p in enumerate([maps, *(seeds or [])])]
+    if seeds and len(set(names)) != len(names):
+        raise MemtuiError(f"seed names must differ: {', '.join(names)}.")
+    outs = [out.with_name(f"{out.stem}-{name}{out.suffix or '.h5'}") for name in names] if seeds else [out]
+    _check_outputs(outs, overwrite)
+    return names, outs
+
+
+def _write_seed_suite(
+    order, others, *, maps, seeds, names, outs, ids, prov, step_list, matrix, lengths, base, overwrite
+) -> list[Path]:
+    """One panel per seed over the same instances, each with that seed's treatment steps; instances some seed
+    trained only partly by the last checkpoint leave the suite. Written whole or not at all."""
+    from memtui.orders.neox import cohort, seed_steps
+
     trained = prov["position"] >= 0
     # under every seed, the home seed included: when the instance's input tokens were first trained (any, all). In a
     # later epoch of the home order that is before the sequence's own step (its tokens were cut into other

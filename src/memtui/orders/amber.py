@@ -140,20 +140,7 @@ def sample_amber(
     files = [found[c] for c in order]
     held = list(heldout or [])
     lines = _Lines(files + held, seq_len)
-    if n_controls:
-        if controls == "beyond":
-            later = [i for i, x in enumerate(order) if x > steps[-1]]
-            if not later:
-                raise MemtuiError(
-                    f"no chunk after ckpt_{steps[-1]:03d} is in the folder for controls; add later chunks or give "
-                    "held-out files."
-                )
-        elif controls == "held-out":
-            if not held:
-                raise MemtuiError("held-out controls need held-out files (valid/*.jsonl).")
-            later = list(range(len(files), len(files) + len(held)))
-        else:
-            raise MemtuiError(f"controls must be 'beyond' or 'held-out', not '{controls}'.")
+    later = _control_files(controls, order, steps, len(files), len(held)) if n_controls else None
     rng = np.random.default_rng(seed)
     rows, taken = [], set()
     for a, b, c in _cohorts(steps, -1, N_CHUNKS - 1):
@@ -190,6 +177,25 @@ def sample_amber(
         ],
         source=np.array(source),  # Amber's per-record source (c4, arxiv, ...): the covariates' domain
     )
+
+
+def _control_files(controls: str, order: list[int], steps: list[int], n_files: int, n_held: int) -> list[int]:
+    """Which of the files (chunks in ``order``, then held-out files) controls are drawn from: the chunks after the
+    last panel checkpoint ("beyond") or the held-out files."""
+    if controls == "beyond":
+        later = [i for i, x in enumerate(order) if x > steps[-1]]
+        if not later:
+            raise MemtuiError(
+                f"no chunk after ckpt_{steps[-1]:03d} is in the folder for controls; add later chunks or give "
+                "held-out files."
+            )
+    elif controls == "held-out":
+        if not n_held:
+            raise MemtuiError("held-out controls need held-out files (valid/*.jsonl).")
+        later = list(range(n_files, n_files + n_held))
+    else:
+        raise MemtuiError(f"controls must be 'beyond' or 'held-out', not '{controls}'.")
+    return later
 
 
 def remote_chunks(base_url: str, numbers: Sequence[int]) -> dict[int, str]:

@@ -116,38 +116,13 @@ def sample_order(
         n_pos = min(len(indices), stage.files.n_instances)
         n_steps = stage.steps_in_order(n_pos)
         cohorts = _cohorts(steps, stage.offset, stage.offset + n_steps)
-        pos, treat = [], []
-        for a, b, c in cohorts:
-            chosen = a + np.sort(rng.choice(b - a + 1, size=min(k, b - a + 1), replace=False))
-            for s in chosen:
-                rows = np.sort(rng.choice(stage.batch, size=min(m, stage.batch), replace=False))
-                pos.append((s - stage.offset - 1) * stage.batch + rows)
-                treat.append(np.full(len(rows), c))
-        pos = np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64)
-        treat = np.concatenate(treat) if treat else np.zeros(0, dtype=np.int64)
+        pos, treat = _treated_positions(rng, stage, cohorts, k, m)
         last_trained = min(max(steps), stage.offset + n_steps) - stage.offset  # the stage's last step in the panel
         parts.append(_read(stage, si, pos, treat, indices, counts, "treated", progress))
         if n_controls:
-            if controls == "beyond":
-                if not stage.first_epoch:
-                    raise MemtuiError(
-                        f"{stage.name}: a later epoch has no never-trained instances in its order; use held-out "
-                        "controls (--controls held-out)."
-                    )
-                lo = max(last_trained, 0) * stage.batch
-                if lo >= n_pos:
-                    raise MemtuiError(
-                        f"{stage.name}: every instance of the order is trained by step {stage.offset + last_trained}; "
-                        "use held-out controls (--controls held-out with a held-out token set)."
-                    )
-                cpos = lo + np.sort(rng.choice(n_pos - lo, size=min(n_controls, n_pos - lo), replace=False))
-                parts.append(_read(stage, si, cpos, np.full(len(cpos), NEVER), indices, counts, "controls", progress))
-            else:
-                if stage.heldout is None:
-                    raise MemtuiError(f"{stage.name}: held-out controls need a held-out token set (--heldout FILES).")
-                n_held = stage.heldout.n_instances
-                pick = np.sort(rng.choice(n_held, size=min(n_controls, n_held), replace=False))
-                parts.append(_read_heldout(stage, si, pick, counts, progress))
+            parts.append(
+                _controls(stage, si, rng, controls, n_controls, last_trained, n_pos, indices, counts, progress)
+            )
         notes += [f"{stage.name}: {note}" for note in stage.notes]
     merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     if not (merged["treatment"] != NEVER).any():
@@ -169,6 +144,44 @@ def sample_order(
         notes=notes,
         source=_sources(stages, merged["stage"], merged["file"]),
     )
+
+
+def _treated_positions(rng: np.random.Generator, stage, cohorts, k: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per cohort, k of its steps and m rows of each step's batch: their positions in the stage's order and cohort."""
+    pos, treat = [], []
+    for a, b, c in cohorts:
+        chosen = a + np.sort(rng.choice(b - a + 1, size=min(k, b - a + 1), replace=False))
+        for s in chosen:
+            rows = np.sort(rng.choice(stage.batch, size=min(m, stage.batch), replace=False))
+            pos.append((s - stage.offset - 1) * stage.batch + rows)
+            treat.append(np.full(len(rows), c))
+    pos = np.concatenate(pos) if pos else np.zeros(0, dtype=np.int64)
+    treat = np.concatenate(treat) if treat else np.zeros(0, dtype=np.int64)
+    return pos, treat
+
+
+def _controls(stage, si, rng, controls, n_controls, last_trained, n_pos, indices, counts, progress) -> dict:
+    """The stage's never-trained controls: positions past its last panel step ("beyond") or held-out instances."""
+    if controls == "beyond":
+        if not stage.first_epoch:
+            raise MemtuiError(
+                f"{stage.name}: a later epoch has no never-trained instances in its order; use held-out "
+                "controls (--controls held-out)."
+            )
+        lo = max(last_trained, 0) * stage.batch
+        if lo >= n_pos:
+            raise MemtuiError(
+                f"{stage.name}: every instance of the order is trained by step {stage.offset + last_trained}; "
+                "use held-out controls (--controls held-out with a held-out token set)."
+            )
+        cpos = lo + np.sort(rng.choice(n_pos - lo, size=min(n_controls, n_pos - lo), replace=False))
+        return _read(stage, si, cpos, np.full(len(cpos), NEVER), indices, counts, "controls", progress)
+    else:
+        if stage.heldout is None:
+            raise MemtuiError(f"{stage.name}: held-out controls need a held-out token set (--heldout FILES).")
+        n_held = stage.heldout.n_instances
+        pick = np.sort(rng.choice(n_held, size=min(n_controls, n_held), replace=False))
+        return _read_heldout(stage, si, pick, counts, progress)
 
 
 def _sources(stages: Sequence[Stage], stage: np.ndarray, file: np.ndarray) -> np.ndarray | None:

@@ -120,27 +120,14 @@ def create_panel(
     """
     path = Path(path)
     refuse_existing(path, overwrite)
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = _checked_ids(ids)
     n = len(ids)
-    if n == 0:
-        raise MemtuiError("a panel needs at least one instance.")
-    if len(np.unique(ids)) != n:
-        raise MemtuiError("instance ids must be unique.")
     treatment = _checked_array("treatment", treatment, np.int64, (n,))
-    steps = np.asarray(steps, dtype=np.int64)
+    steps = _checked_steps(steps)
     t = len(steps)
-    if t == 0 or np.any(np.diff(steps) <= 0):
-        raise MemtuiError("checkpoint steps must be a non-empty, strictly increasing list.")
     values = dict(values or {})
-    metrics = list(dict.fromkeys([*metrics, *values]))
-    for name in metrics:  # a "/" would make a group of it (a panel every reader then refuses)
-        if not isinstance(name, str) or not name or "/" in name or name != clean(name, None) or name in (".", ".."):
-            raise MemtuiError(
-                f"metric name '{clean(name, 60)}' is not allowed: it must be non-empty text without '/' or control "
-                "characters."
-            )
-    if not (len(extractable) == 2 and all(isinstance(v, int | np.integer) and v >= 1 for v in extractable)):
-        raise MemtuiError(f"extractable (k, l) must be two whole numbers >= 1, not {extractable!r}.")
+    metrics = _checked_metric_names([*metrics, *values])
+    _check_extractable(extractable)
     split = np.where(treatment == NEVER, "validation", "train") if split is None else split
     split = _checked_array("split", split, object, (n,))
     source_index = np.full(n, -1) if source_index is None else source_index
@@ -148,31 +135,11 @@ def create_panel(
     revisions = [f"step{s}" for s in steps] if revisions is None else list(revisions)
     if len(revisions) != t:
         raise MemtuiError(f"{len(revisions)} revisions for {t} checkpoints.")
-
-    done = np.zeros(t, dtype=bool)
-    for name, arr in values.items():
-        values[name] = _checked_array(f"metric '{name}'", arr, np.float64, (n, t))
-        done |= np.isfinite(values[name]).any(axis=0)
-
+    done = _checked_values(values, n, t)
     if tokens is not None:
-        tokens = np.asarray(tokens)
-        if tokens.ndim != 2 or tokens.shape[0] != n:
-            raise MemtuiError(f"tokens have shape {tokens.shape}, expected ({n}, sequence length).")
-        tokens = tokens.astype(np.int32)
-        lengths = np.full(n, tokens.shape[1]) if lengths is None else lengths
-        lengths = _checked_array("lengths", lengths, np.int32, (n,))
-
+        tokens, lengths = _checked_tokens(tokens, lengths, n)
     provenance = _checked_provenance(provenance or {}, n)
-
-    root_attrs = {
-        "format": FORMAT_NAME,
-        "format_version": FORMAT_VERSION,
-        "memtui_version": __version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "command": " ".join(sys.argv),
-        "model": "",
-        **{k: str(v) for k, v in (attrs or {}).items()},
-    }
+    root_attrs = _root_attrs(attrs)
 
     def write(tmp: Path) -> None:
         with _new_file(tmp.name) as f:
@@ -187,28 +154,9 @@ def create_panel(
                 _put(inst, "tokens", tokens, chunks=(1, tokens.shape[1]))
                 _put(inst, "length", lengths)
             if provenance:
-                prov = inst.create_group("provenance")
-                for key, value in (provenance_attrs or {}).items():
-                    prov.attrs[str(key)] = text_attr(str(value))
-                for key, arr in provenance.items():
-                    _put(prov, key, arr)
-            ck = f.create_group("checkpoints")
-            _put(ck, "step", steps)
-            _put(ck, "done", done.astype(np.uint8))
-            _put(ck, "revision", np.array(revisions, dtype="S256"))
-            _put(ck, "weights_hash", np.zeros(t, dtype="S64"))
-            # written by extraction with each column: preallocated, so recording provenance never grows the file
-            _put(ck, "model", np.zeros(t, dtype="S256"))
-            _put(ck, "parameters", np.zeros(t, dtype=np.int64))  # 0: not recorded
-            _put(ck, "config", np.zeros(t, dtype="S256"))
-            _put(ck, "finished_at", np.zeros(t, dtype=np.float64))
-            grp = f.create_group("metrics")
-            for name in metrics:
-                data = values.get(name, np.full((n, t), np.nan))
-                ds = _put(grp, name, np.asarray(data, dtype=np.float64), chunks=(n, 1))
-                ds.attrs["sign"] = int((signs or {}).get(name, METRIC_SIGN.get(name, 1)))
-                if name in EXTRACTABLE_METRICS:  # fixed-size ints: two more compact attributes in the header
-                    ds.attrs["k"], ds.attrs["l"] = np.int64(extractable[0]), np.int64(extractable[1])
+                _write_provenance(inst, provenance, provenance_attrs)
+            _write_checkpoints(f, steps, done, revisions)
+            _write_metrics(f, metrics, values, signs, extractable, n, t)
             if truth:
                 tg = f.create_group("truth")
                 for key, arr in truth.items():
@@ -218,6 +166,114 @@ def create_panel(
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, write)
     return path
+
+
+def _checked_ids(ids: Sequence[int]) -> np.ndarray:
+    """Instance ids as int64: at least one, none repeated."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if len(ids) == 0:
+        raise MemtuiError("a panel needs at least one instance.")
+    if len(np.unique(ids)) != len(ids):
+        raise MemtuiError("instance ids must be unique.")
+    return ids
+
+
+def _checked_steps(steps: Sequence[int]) -> np.ndarray:
+    """Checkpoint steps as int64, non-empty and strictly increasing."""
+    steps = np.asarray(steps, dtype=np.int64)
+    if len(steps) == 0 or np.any(np.diff(steps) <= 0):
+        raise MemtuiError("checkpoint steps must be a non-empty, strictly increasing list.")
+    return steps
+
+
+def _checked_metric_names(names: Sequence[str]) -> list[str]:
+    """The metric names, first occurrence kept, each usable as a dataset name."""
+    metrics = list(dict.fromkeys(names))
+    for name in metrics:  # a "/" would make a group of it (a panel every reader then refuses)
+        if not isinstance(name, str) or not name or "/" in name or name != clean(name, None) or name in (".", ".."):
+            raise MemtuiError(
+                f"metric name '{clean(name, 60)}' is not allowed: it must be non-empty text without '/' or control "
+                "characters."
+            )
+    return metrics
+
+
+def _check_extractable(extractable: tuple[int, int]) -> None:
+    if not (len(extractable) == 2 and all(isinstance(v, int | np.integer) and v >= 1 for v in extractable)):
+        raise MemtuiError(f"extractable (k, l) must be two whole numbers >= 1, not {extractable!r}.")
+
+
+def _checked_values(values: dict[str, np.ndarray], n: int, t: int) -> np.ndarray:
+    """Check (in place) each given metric matrix is n x t float64; returns which checkpoints have any finite value."""
+    done = np.zeros(t, dtype=bool)
+    for name, arr in values.items():
+        values[name] = _checked_array(f"metric '{name}'", arr, np.float64, (n, t))
+        done |= np.isfinite(values[name]).any(axis=0)
+    return done
+
+
+def _checked_tokens(tokens: np.ndarray, lengths: Sequence[int] | None, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token matrix (n x sequence length) as int32 and the per-instance lengths (default: the full width)."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2 or tokens.shape[0] != n:
+        raise MemtuiError(f"tokens have shape {tokens.shape}, expected ({n}, sequence length).")
+    tokens = tokens.astype(np.int32)
+    lengths = np.full(n, tokens.shape[1]) if lengths is None else lengths
+    return tokens, _checked_array("lengths", lengths, np.int32, (n,))
+
+
+def _root_attrs(attrs: Mapping[str, str] | None) -> dict:
+    """The file's top-level attributes: format, versions, when and how it was made, and the caller's extras."""
+    return {
+        "format": FORMAT_NAME,
+        "format_version": FORMAT_VERSION,
+        "memtui_version": __version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": " ".join(sys.argv),
+        "model": "",
+        **{k: str(v) for k, v in (attrs or {}).items()},
+    }
+
+
+def _write_provenance(inst: h5py.Group, provenance: dict[str, np.ndarray], attrs: Mapping[str, str] | None) -> None:
+    prov = inst.create_group("provenance")
+    for key, value in (attrs or {}).items():
+        prov.attrs[str(key)] = text_attr(str(value))
+    for key, arr in provenance.items():
+        _put(prov, key, arr)
+
+
+def _write_checkpoints(f: h5py.File, steps: np.ndarray, done: np.ndarray, revisions: list[str]) -> None:
+    t = len(steps)
+    ck = f.create_group("checkpoints")
+    _put(ck, "step", steps)
+    _put(ck, "done", done.astype(np.uint8))
+    _put(ck, "revision", np.array(revisions, dtype="S256"))
+    _put(ck, "weights_hash", np.zeros(t, dtype="S64"))
+    # written by extraction with each column: preallocated, so recording provenance never grows the file
+    _put(ck, "model", np.zeros(t, dtype="S256"))
+    _put(ck, "parameters", np.zeros(t, dtype=np.int64))  # 0: not recorded
+    _put(ck, "config", np.zeros(t, dtype="S256"))
+    _put(ck, "finished_at", np.zeros(t, dtype=np.float64))
+
+
+def _write_metrics(
+    f: h5py.File,
+    metrics: list[str],
+    values: dict[str, np.ndarray],
+    signs: Mapping[str, int] | None,
+    extractable: tuple[int, int],
+    n: int,
+    t: int,
+) -> None:
+    """One n x t float64 dataset per metric (NaN where not given), chunked by checkpoint column for extraction."""
+    grp = f.create_group("metrics")
+    for name in metrics:
+        data = values.get(name, np.full((n, t), np.nan))
+        ds = _put(grp, name, np.asarray(data, dtype=np.float64), chunks=(n, 1))
+        ds.attrs["sign"] = int((signs or {}).get(name, METRIC_SIGN.get(name, 1)))
+        if name in EXTRACTABLE_METRICS:  # fixed-size ints: two more compact attributes in the header
+            ds.attrs["k"], ds.attrs["l"] = np.int64(extractable[0]), np.int64(extractable[1])
 
 
 PROVENANCE_TABLE = "_names"  # provenance datasets ending so are lookup tables, not one row per instance
@@ -389,7 +445,8 @@ def _being_written(path: Path) -> bool:
     return sb is not None and sb.open_for_write
 
 
-def _read(f: h5py.File, path: Path) -> Panel:
+def _check_format(f: h5py.File, path: Path) -> None:
+    """Refuse an HDF5 file that is not a memtui panel, or one of another format version."""
     if _attr_text(f.attrs.get("format", "")) != FORMAT_NAME:
         raise MemtuiError(f"{path} is an HDF5 file but not a memtui panel; convert it with `memtui import`.")
     try:
@@ -401,18 +458,10 @@ def _read(f: h5py.File, path: Path) -> Panel:
             f"{path} has panel format version {version}, this memtui reads version {FORMAT_VERSION}; "
             "use a matching memtui or rebuild the panel."
         )
-    ids = _dataset(f, path, "instances/id", "iu")
-    if ids.ndim != 1 or len(ids) == 0:
-        raise MemtuiError(f"{path}: 'instances/id' must list at least one instance; rebuild the panel.")
-    n = len(ids)
-    treatment = _dataset(f, path, "instances/treatment_step", "iu", (n,))
-    steps = _dataset(f, path, "checkpoints/step", "iu")
-    if steps.ndim != 1:
-        raise MemtuiError(f"{path}: 'checkpoints/step' has shape {steps.shape}, expected a list of steps.")
-    t = len(steps)
-    done = _dataset(f, path, "checkpoints/done", "iub", (t,))
-    if t == 0 or np.any(np.diff(steps.astype(np.int64)) <= 0):
-        raise MemtuiError(f"{path}: checkpoint steps are not strictly increasing; rebuild the panel.")
+
+
+def _check_treatment(treatment: np.ndarray, path: Path) -> None:
+    """A panel needs never-treated controls, and no treatment step below NEVER."""
     if not (treatment == NEVER).any():
         raise MemtuiError(
             f"{path}: no never-treated (validation) instances, so there is no control group; "
@@ -423,6 +472,10 @@ def _read(f: h5py.File, path: Path) -> Panel:
             f"{path}: {int((treatment < NEVER).sum())} treatment steps are below -1 (-1 means never treated); "
             "rebuild the panel."
         )
+
+
+def _read_metrics(f: h5py.File, path: Path, n: int, t: int) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """Every metric matrix (n x t, as float64) and its sign (+1 or -1); a panel without metrics is refused."""
     group = f.get("metrics", getlink=False) if isinstance(f.get("metrics", getlink=True), h5py.HardLink) else None
     if not isinstance(group, h5py.Group) or not len(group):
         raise MemtuiError(f"{path}: the panel has no metrics; rebuild it with `memtui import` or `memtui sample`.")
@@ -438,6 +491,25 @@ def _read(f: h5py.File, path: Path) -> Panel:
         if sign not in (1, -1):
             raise MemtuiError(f"{path}: metric '{shown}' has sign attribute other than +1 or -1; rebuild the panel.")
         signs[name] = sign
+    return metrics, signs
+
+
+def _read(f: h5py.File, path: Path) -> Panel:
+    _check_format(f, path)
+    ids = _dataset(f, path, "instances/id", "iu")
+    if ids.ndim != 1 or len(ids) == 0:
+        raise MemtuiError(f"{path}: 'instances/id' must list at least one instance; rebuild the panel.")
+    n = len(ids)
+    treatment = _dataset(f, path, "instances/treatment_step", "iu", (n,))
+    steps = _dataset(f, path, "checkpoints/step", "iu")
+    if steps.ndim != 1:
+        raise MemtuiError(f"{path}: 'checkpoints/step' has shape {steps.shape}, expected a list of steps.")
+    t = len(steps)
+    done = _dataset(f, path, "checkpoints/done", "iub", (t,))
+    if t == 0 or np.any(np.diff(steps.astype(np.int64)) <= 0):
+        raise MemtuiError(f"{path}: checkpoint steps are not strictly increasing; rebuild the panel.")
+    _check_treatment(treatment, path)
+    metrics, signs = _read_metrics(f, path, n, t)
     split = _dataset(f, path, "instances/split", "SO", (n,), optional=True)
     source = _dataset(f, path, "instances/source_index", "iu", (n,), optional=True)
     revisions = _dataset(f, path, "checkpoints/revision", "SO", (t,), optional=True)

@@ -313,13 +313,7 @@ def compare_reference(
     result = estimate(panel, settings)
     sign = panel.sign(metric)
     to_memtui = sign * factor
-    ref = rows.select(
-        pl.col("cohort").cast(pl.Int64),
-        pl.col("time").cast(pl.Int64).alias("checkpoint"),
-        (pl.col("ATT").cast(pl.Float64).fill_null(np.nan) * to_memtui).alias("reference_estimate"),
-        (pl.col("std_error").cast(pl.Float64) * abs(to_memtui)).alias("reference_std_error"),
-        pl.Series("reference_significant", _significant(rows["zero_not_in_cband"], path)),
-    )
+    ref = _reference_cells(rows, to_memtui, path)
     ours = result.cells.select(
         "cohort",
         "checkpoint",
@@ -335,9 +329,37 @@ def compare_reference(
             f"{_span(ref['checkpoint'])}) matches one memtui estimates from the panel (cohorts "
             f"{_span(ours['cohort'])}, checkpoints {_span(ours['checkpoint'])}); is it the same panel?"
         )
+    cells = _agreement(cells)
+    return ReferenceComparison(
+        cells=cells,
+        source=str(path),
+        model_size=size,
+        stat=stat,
+        metric=metric,
+        factor=factor,
+        settings=settings,
+        n_reference=ref.height,
+        n_memtui=ours.height,
+        notes=tuple(notes),
+    )
+
+
+def _reference_cells(rows: pl.DataFrame, to_memtui: float, path) -> pl.DataFrame:
+    """The reference file's cells in memtui's names, units and sign."""
+    return rows.select(
+        pl.col("cohort").cast(pl.Int64),
+        pl.col("time").cast(pl.Int64).alias("checkpoint"),
+        (pl.col("ATT").cast(pl.Float64).fill_null(np.nan) * to_memtui).alias("reference_estimate"),
+        (pl.col("std_error").cast(pl.Float64) * abs(to_memtui)).alias("reference_std_error"),
+        pl.Series("reference_significant", _significant(rows["zero_not_in_cband"], path)),
+    )
+
+
+def _agreement(cells: pl.DataFrame) -> pl.DataFrame:
+    """The joined cells with their difference and whether the two agree, in the comparison's column order."""
     m, r = cells["memtui_estimate"], cells["reference_estimate"]
     both = cells["memtui_significant"] & cells["reference_significant"]
-    cells = cells.with_columns(
+    return cells.with_columns(
         (m - r).alias("difference"),
         # a cell without an estimate on either side cannot agree (its significance says nothing)
         (
@@ -358,18 +380,6 @@ def compare_reference(
         "event_time",
         "memtui_std_error",
         "reference_std_error",
-    )
-    return ReferenceComparison(
-        cells=cells,
-        source=str(path),
-        model_size=size,
-        stat=stat,
-        metric=metric,
-        factor=factor,
-        settings=settings,
-        n_reference=ref.height,
-        n_memtui=ours.height,
-        notes=tuple(notes),
     )
 
 

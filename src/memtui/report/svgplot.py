@@ -85,13 +85,7 @@ def line_plot(
     """Lines with optional shaded bands, axes with round ticks, a legend (top right) and a reference line."""
     left, right, top, bottom = 64, 16, 30 if title else 12, 46
     pw, ph = width - left - right, height - top - bottom
-    arrays = []
-    for s in series:
-        x = np.asarray(s.x, dtype=float)
-        y = np.asarray(s.y, dtype=float)
-        lo = np.asarray(s.low, dtype=float) if s.low is not None else None
-        hi = np.asarray(s.high, dtype=float) if s.high is not None else None
-        arrays.append((x, y, lo, hi))
+    arrays = _as_arrays(series)
     xs = np.concatenate([a[0] for a in arrays]) if arrays else np.array([0.0, 1.0])
     ys = np.concatenate([v for a in arrays for v in a[1:] if v is not None]) if arrays else np.array([0.0, 1.0])
     if hline is not None:
@@ -127,6 +121,28 @@ def line_plot(
         out.append(_text(left + pw / 2, height - 8, xlabel, 11))
     if ylabel:
         out.append(_text(14, top + ph / 2, ylabel, 11, extra=f' transform="rotate(-90 14 {top + ph / 2:.1f})"'))
+    out += _series_marks(series, arrays, px, py)
+    if legend and series:
+        out += _legend(series, left + pw - 8, top + 8)
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _as_arrays(series: Sequence[Series]) -> list[tuple]:
+    """Each series' (x, y, low, high) as float arrays (low and high None where it has no band)."""
+    arrays = []
+    for s in series:
+        x = np.asarray(s.x, dtype=float)
+        y = np.asarray(s.y, dtype=float)
+        lo = np.asarray(s.low, dtype=float) if s.low is not None else None
+        hi = np.asarray(s.high, dtype=float) if s.high is not None else None
+        arrays.append((x, y, lo, hi))
+    return arrays
+
+
+def _series_marks(series: Sequence[Series], arrays: list[tuple], px, py) -> list[str]:
+    """Each series' band (shaded), line and markers, over its runs of finite values; px, py map data to pixels."""
+    out = []
     for i, (s, (x, y, lo, hi)) in enumerate(zip(series, arrays, strict=True)):
         color = s.color or PALETTE[i % len(PALETTE)]
         if lo is not None and hi is not None:
@@ -140,20 +156,23 @@ def line_plot(
             out.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.6"{dash}/>')
             if s.markers:
                 out += [f'<circle cx="{px(x[j]):.1f}" cy="{py(y[j]):.1f}" r="1.8" fill="{color}"/>' for j in r]
-    if legend and series:
-        lx, ly = left + pw - 8, top + 8
-        wide = max(len(s.name) for s in series) * 6.2 + 30
-        out.append(f'<rect x="{lx - wide:.1f}" y="{ly}" width="{wide:.1f}" height="{16 * len(series) + 6}" '
-                   'fill="white" fill-opacity="0.85" stroke="#ccc"/>')  # fmt: skip
-        for i, s in enumerate(series):
-            color = s.color or PALETTE[i % len(PALETTE)]
-            yy = ly + 14 + 16 * i
-            dash = ' stroke-dasharray="5,3"' if s.dashed else ""
-            out.append(f'<line x1="{lx - wide + 6:.1f}" y1="{yy - 4}" x2="{lx - wide + 22:.1f}" y2="{yy - 4}" '
-                       f'stroke="{color}" stroke-width="2"{dash}/>')  # fmt: skip
-            out.append(_text(lx - wide + 26, yy, s.name, 10, "start"))
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _legend(series: Sequence[Series], lx: float, ly: int) -> list[str]:
+    """A boxed legend whose top right corner is at (lx, ly): a line sample and the name of each series."""
+    out = []
+    wide = max(len(s.name) for s in series) * 6.2 + 30
+    out.append(f'<rect x="{lx - wide:.1f}" y="{ly}" width="{wide:.1f}" height="{16 * len(series) + 6}" '
+               'fill="white" fill-opacity="0.85" stroke="#ccc"/>')  # fmt: skip
+    for i, s in enumerate(series):
+        color = s.color or PALETTE[i % len(PALETTE)]
+        yy = ly + 14 + 16 * i
+        dash = ' stroke-dasharray="5,3"' if s.dashed else ""
+        out.append(f'<line x1="{lx - wide + 6:.1f}" y1="{yy - 4}" x2="{lx - wide + 22:.1f}" y2="{yy - 4}" '
+                   f'stroke="{color}" stroke-width="2"{dash}/>')  # fmt: skip
+        out.append(_text(lx - wide + 26, yy, s.name, 10, "start"))
+    return out
 
 
 def _diverging(v: float, vmin: float, vmax: float) -> str:
