@@ -41,6 +41,7 @@ from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did
 from memtui.engine.layout import NEVER_INDEX, Layout, build_layout
 from memtui.engine.summaries import aggregate
+from memtui.estimation.estimate import aggregate_members, cell_masks
 from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER, Panel
 
@@ -171,18 +172,9 @@ class _Structure:
 
     @classmethod
     def of(cls, lay: Layout) -> _Structure:
-        steps = lay.steps
-        cohort_step, cell_step = steps[lay.group_index[lay.cell_group]], steps[lay.cell_t]
-        event = cell_step - cohort_step
-        pre = lay.cell_pre
-        masks = {
-            "all": np.ones(len(pre), bool),
-            "post": ~pre,
-            "pre": pre,
-            "instantaneous": lay.cell_t == lay.group_index[lay.cell_group],
-        }
-        events = np.unique(event)
-        members = [np.flatnonzero(event == e) for e in events] + [np.flatnonzero(~pre)]
+        # the same subsets and aggregates an estimate forms (no residual family: calibrate does not report it)
+        masks = {k: m for k, m in cell_masks(lay, Settings()).items() if k != "residual"}
+        events, _, members = aggregate_members(lay)
         return cls(masks=masks, events=events, members=members, floor=did.se_floor(lay.scale))
 
 
