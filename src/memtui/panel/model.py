@@ -59,6 +59,9 @@ class Panel:
     # before it or from a table): per-instance arrays (first axis = instances) and the lookup tables they index
     provenance: dict[str, np.ndarray] = field(default_factory=dict)
     provenance_attrs: dict[str, str] = field(default_factory=dict)
+    # per-instance covariates (``instances/covariates/NAME``; empty for panels without them): float64 arrays (NaN =
+    # unknown) for numeric ones, object arrays of str for categorical ones
+    covariates: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def n_instances(self) -> int:
