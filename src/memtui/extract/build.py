@@ -653,6 +653,13 @@ def _olmo_controls(controls: str) -> str:
     return "held-out" if controls == "validation" else "beyond"
 
 
+def _stage_attrs(stage, step_offset: int) -> dict[str, str]:
+    """What extraction's revision presets read: tokens per step and the stage's first step (stage-2 names count
+    steps within the stage)."""
+    return {"tokens_per_step": str(stage.batch * stage.files.seq_len), "batch_size": str(stage.batch),
+            "step_offset": str(int(step_offset))}  # fmt: skip
+
+
 def _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps):
     from memtui.orders.sampling import sample_order
 
@@ -694,7 +701,7 @@ def build_from_olmo(
     stage = olmo_stage(config, global_indices=global_indices, data_root=data_root, name=stage_name,
                        offset=step_offset, heldout=heldout, revision_prefix=prefix)  # fmt: skip
     sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
-    extra = {"tokens_per_step": str(stage.batch * stage.files.seq_len), "batch_size": str(stage.batch)}
+    extra = _stage_attrs(stage, step_offset)
     return _sampled_panel(Path(out), sampled, order="olmo", source=f"OLMo config {config}",
                           attrs={**extra, **(attrs or {})}, overwrite=overwrite)  # fmt: skip
 
@@ -727,7 +734,7 @@ def build_from_olmo_core(
     stage = olmo_core_stage(config, data_root=data_root, data_paths=data_paths, epoch=epoch, name=stage_name,
                             offset=step_offset, heldout=heldout)  # fmt: skip
     sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
-    extra = {"tokens_per_step": str(stage.batch * stage.files.seq_len), "batch_size": str(stage.batch)}
+    extra = _stage_attrs(stage, step_offset)
     return _sampled_panel(Path(out), sampled, order="olmo-core", source=f"OLMo-core config {config}",
                           attrs={**extra, **(attrs or {})}, overwrite=overwrite)  # fmt: skip
 

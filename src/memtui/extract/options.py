@@ -117,8 +117,11 @@ class ExtractOptions:
             raise MemtuiError(f"--split must be between 1 and 4096, got {self.split}.")
         if not 1 <= self.workers <= 4096:
             raise MemtuiError(f"--workers must be between 1 and 4096, got {self.workers}.")
-        if "{step}" not in self.revision_template:
-            raise MemtuiError(f"--revision-template must contain {{step}}, got '{self.revision_template}'.")
+        if "{step}" not in self.revision_template and "{step-" not in self.revision_template:
+            raise MemtuiError(
+                f"--revision-template must contain {{step}} (or {{step-N}}: steps within a stage starting after N), "
+                f"got '{self.revision_template}'."
+            )
         if self.gpus is not None and self.slurm is not None:
             raise MemtuiError("--gpus pins workers to this machine's GPUs; with --slurm use --gpus-per-task.")
         if self.gpus is not None and self.device not in ("auto", "cuda"):
@@ -230,7 +233,7 @@ class ExtractOptions:
         p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision of a step [step{step}]")
         p.add_argument("--revisions", default=None, choices=sorted(PRESETS), metavar="FAMILY",
                        help="the family's hub revision names instead of a template: "
-                            f"{', '.join(PRESETS)} (OLMo: tokens per step from the panel)")  # fmt: skip
+                            f"{', '.join(PRESETS)} (OLMo: tokens per step, first step from the panel)")  # fmt: skip
         p.add_argument("--split", type=int, default=1,
                        help="instance ranges per checkpoint, when workers outnumber checkpoints [1]")  # fmt: skip
         p.add_argument("--extractable", default=None, metavar="K,L",
@@ -311,13 +314,16 @@ def _revision_template(args: argparse.Namespace) -> str:
         return args.revision_template
     if args.revision_template != "step{step}":
         raise MemtuiError("give either --revisions or --revision-template, not both.")
-    tokens = None
+    tokens = offset = None
     if "*T}" in PRESETS[preset] and getattr(args, "panel", None) is not None:
         from memtui.panel.hdf5 import read_panel
 
-        text = read_panel(args.panel).attrs.get("tokens_per_step", "")
-        tokens = int(text) if text.isdigit() else None
-    return preset_template(preset, tokens)
+        attrs = read_panel(args.panel).attrs
+        tokens, offset = (int(v) if v.isdigit() else None for v in (attrs.get(k, "") for k in _STAGE_ATTRS))
+    return preset_template(preset, tokens, offset)
+
+
+_STAGE_ATTRS = ("tokens_per_step", "step_offset")  # what an OLMo build records for the revision presets
 
 
 def _parse_gpus(spec: str | None, visible) -> tuple[int, ...] | None:

@@ -9,6 +9,11 @@ the nearest whole number, T the tokens per step. The two roundings are what the 
 - OLMo 2 (``allenai/OLMo-2-1124-7B``): up, ``stage1-step928646-tokens3896B`` (3895.03 B) for 1024 x 4096, as the
   upload scripts compute ``math.ceil(step * tokens_per_step / 1e9)``.
 
+A stage that restarts its step count (OLMo 2's stage-2 "ingredients", trained after stage 1's last step) names its
+checkpoints by the steps *within the stage*: ``{step-O}`` stands for ``step - O`` (O the stage's first panel step,
+``build --step-offset``), and the tokens fields then count the stage's tokens too, as the hub's names do
+(``allenai/OLMo-2-0325-32B``: ``stage2-ingredient1-step11921-tokens101B`` for 11,921 x 2048 x 4096 = 100.0006 B).
+
 The hub's names come from the trainer's token counter: where one differs, resolve the names against the repo's
 branches (``memtui.orders.olmo.match_revisions``).
 """
@@ -21,6 +26,8 @@ import re
 from memtui.core.errors import MemtuiError
 
 _TOKENS = re.compile(r"\{tokens_(ceil|round)\*(\d+)\}")
+_OFFSET = re.compile(r"\{step-(\d+)\}")
+_STAGE2 = "stage2-ingredient{k}-step{{step-O}}-tokens{{tokens_ceil*T}}B"
 
 # preset -> (template, whether it needs the tokens per step)
 PRESETS: dict[str, str] = {
@@ -29,6 +36,8 @@ PRESETS: dict[str, str] = {
     "hubble": "step{step}",
     "olmo1": "step{step}-tokens{tokens_round*T}B",
     "olmo2-stage1": "stage1-step{step}-tokens{tokens_ceil*T}B",
+    # OLMo 2's mid-training mixes (one panel per ingredient: build --stage-name stage2-ingredientK --step-offset N)
+    **{f"olmo2-stage2-ingredient{k}": _STAGE2.format(k=k) for k in (1, 2, 3)},
     "amber": "ckpt_{step:03d}",
 }
 
@@ -41,9 +50,19 @@ def _billions(tokens: int, rounding: str) -> int:
 
 def revision_name(template: str, step: int) -> str:
     """The revision of ``step`` under ``template`` (one-line refusal for a template that cannot be filled)."""
-    text = _TOKENS.sub(lambda m: str(_billions(int(step) * int(m[2]), m[1])), template)
+    offsets = {int(m) for m in _OFFSET.findall(template)}
+    if len(offsets) > 1:
+        raise MemtuiError(f"revision template '{template}' names two stage offsets ({{step-N}}); give one.")
+    offset = offsets.pop() if offsets else 0
+    if int(step) < offset:
+        raise MemtuiError(
+            f"step {int(step)} comes before the stage whose names template '{template}' gives (its steps start after "
+            f"{offset}); extract that stage's steps only."
+        )
+    step = int(step) - offset
+    text = _TOKENS.sub(lambda m: str(_billions(step * int(m[2]), m[1])), _OFFSET.sub("{step}", template))
     try:
-        return text.format(step=int(step))
+        return text.format(step=step)
     except (KeyError, IndexError, ValueError, AttributeError) as exc:
         raise MemtuiError(
             f"cannot use revision template '{template}' ({type(exc).__name__}: {exc}); use {{step}} for the step, "
@@ -51,8 +70,9 @@ def revision_name(template: str, step: int) -> str:
         ) from None
 
 
-def preset_template(preset: str, tokens_per_step: int | None = None) -> str:
-    """The revision template of a family preset; the OLMo presets need the run's tokens per step."""
+def preset_template(preset: str, tokens_per_step: int | None = None, step_offset: int | None = None) -> str:
+    """The revision template of a family preset; the OLMo presets need the run's tokens per step, and the stage-2
+    ones the stage's first step (the panel records both: attributes ``tokens_per_step`` and ``step_offset``)."""
     if preset not in PRESETS:
         raise MemtuiError(f"--revisions: unknown preset '{preset}'; choose one of {', '.join(PRESETS)}.")
     template = PRESETS[preset]
@@ -63,4 +83,12 @@ def preset_template(preset: str, tokens_per_step: int | None = None) -> str:
                 "records them when built with --order olmo or olmo-core (attribute tokens_per_step)."
             )
         template = template.replace("*T}", f"*{int(tokens_per_step)}}}")
+    if "{step-O}" in template:
+        if step_offset is None or step_offset < 0:
+            raise MemtuiError(
+                f"--revisions {preset}: a stage-2 ingredient counts its own steps, so its stage's first step is "
+                "needed; "
+                "the panel records it when built with --order olmo --step-offset N (attribute step_offset)."
+            )
+        template = template.replace("{step-O}", f"{{step-{int(step_offset)}}}")
     return template
