@@ -104,3 +104,37 @@ def test_stage2_presets_give_the_hubs_names():
                      "stage2-ingredient3-step35763-tokens301B"]  # fmt: skip
     with pytest.raises(MemtuiError, match="step_offset"):
         preset_template("olmo2-stage2-ingredient1", t)
+
+
+def _dolma_metadata(token_path: str, n_tokens: int, doc_len: int, source: str) -> list[tuple[int, int, str]]:
+    """The .csv.gz Dolma's MemmapWriter writes beside a token file: rows ``start,end,id,src,loc`` without a header
+    (python/dolma/tokenizer/memmap_writer.py, MemmapMetadata; dolma 1.2.1 pins numpy<2 and cannot be installed here)."""
+    import csv
+    import gzip
+
+    docs = [(s, min(s + doc_len, n_tokens), f"doc-{source}-{s}") for s in range(0, n_tokens, doc_len)]
+    with gzip.open(token_path.removesuffix(".npy") + ".csv.gz", "wt", newline="") as f:
+        csv.writer(f).writerows((s, e, i, f"s3://bucket/documents/{source}/{source}-0000.json.gz", k)
+                                for k, (s, e, i) in enumerate(docs))  # fmt: skip
+    return docs
+
+
+def test_build_olmo_records_dolmas_document_metadata(tmp_path, cli):
+    counts = [40, 29]
+    paths = write_tokens(tmp_path, [n * L for n in counts], np.uint32, seed=7)
+    docs = [_dolma_metadata(paths[0], counts[0] * L, 37, "books"), None]  # the second file has no metadata
+    out = tmp_path / "olmo.h5"
+    code, _, err = cli("build", out, "--order", "olmo", "--config", _config(tmp_path, paths), "--steps", "0,3,6",
+                       "-k", 2, "-m", 2, "--n-validation", 10)  # fmt: skip
+    assert code == 0, err
+    prov = read_panel(out).provenance
+    seen = set()
+    for f, off, doc, src in zip(prov["file"], prov["offset"], prov["document_id"], prov["document_source"],
+                                strict=True):  # fmt: skip
+        if f == 1:
+            assert doc == "" and src == ""
+            continue
+        start, _, want = next(d for d in docs[0] if d[0] <= off < d[1])
+        assert doc == want and src == "s3://bucket/documents/books/books-0000.json.gz" and start <= off
+        seen.add(doc)
+    assert len(seen) > 1 and set(prov["file"].tolist()) == {0, 1}

@@ -637,6 +637,10 @@ def _sampled_panel(out: Path, sampled, *, order: str, source: str, attrs: dict |
     }
     if sampled.source is not None:
         prov["source"] = np.asarray(sampled.source).astype(str)
+    if order in ("olmo", "olmo-core"):  # Dolma's per-document metadata (.csv.gz beside each token file), where present
+        from memtui.orders.dolma import document_of
+
+        prov |= document_of(files, prov["file"], np.asarray(sampled.offset)) or {}
     counts = ", ".join(f"{key} {value}" for key, value in sampled.counts.items())
     base = {"source": source, "order": order, "order_notes": "; ".join([*sampled.notes, counts])[:4000],
             **(attrs or {})}  # fmt: skip
