@@ -27,6 +27,7 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.core.memory import require_memory
+from memtui.core.text import clean
 from memtui.panel.hdf5 import checked_covariates, read_panel, write_covariates_group
 from memtui.panel.samples import is_sample
 from memtui.panel.superblock import read_superblock
@@ -94,3 +95,22 @@ def _with_covariates(image: bytes, columns: Mapping[str, np.ndarray]) -> bytes:
     with h5py.File(buffer, "r+", libver="latest", locking=False) as f:
         write_covariates_group(f["instances"], columns)
     return buffer.getvalue()
+
+
+def describe_covariate(values: np.ndarray) -> tuple[str, str]:
+    """(kind, summary) of one covariate for `memtui info` and `memtui covariates`: numbers with their missing count
+    and range (and median), text with its missing count and most frequent levels."""
+    if values.dtype.kind == "f":
+        known = values[np.isfinite(values)]
+        missing = f"{len(values) - len(known)} missing"
+        if not len(known):
+            return "numeric", missing
+        lo, mid, hi = (float(v) for v in np.quantile(known, [0, 0.5, 1]))
+        return "numeric", f"{missing}, {lo:.4g} .. {hi:.4g} (median {mid:.4g})"
+    text = np.asarray(values, dtype=object)
+    known = text[text != ""]
+    levels, counts = np.unique(known.astype(str), return_counts=True) if len(known) else ([], [])
+    top = sorted(zip(counts, levels, strict=True), key=lambda t: (-t[0], t[1]))[:5]
+    shown = ", ".join(f"{clean(level, 30)} ({count})" for count, level in top)
+    more = f", +{len(levels) - len(top)} more" if len(levels) > len(top) else ""
+    return "categorical", f"{len(text) - len(known)} missing, {len(levels)} levels: {shown}{more}"
