@@ -116,9 +116,8 @@ def test_bad_covariates_are_refused_and_nothing_is_written(tmp_path, columns, me
 
 def test_a_panel_being_written_is_refused(tmp_path):
     path = make(tmp_path)
-    with PanelWriter(path):
-        with pytest.raises(MemtuiError, match="being written"):
-            write_covariates(path, {"a": np.zeros(N)})
+    with PanelWriter(path), pytest.raises(MemtuiError, match="being written"):
+        write_covariates(path, {"a": np.zeros(N)})
     assert read_covariates(path) == {}
 
 

@@ -9,7 +9,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 
 SUMMARY = "compute per-instance covariates (length, zlib, domain, corpus duplicates, a table) into the panel"
-DESCRIPTION = """Compute per-instance covariates and store them in the panel (instances/covariates; docs/panel-format.md).
+DESCRIPTION = """Compute per-instance covariates and store them in the panel (instances/covariates, docs/covariates.md).
 
 From the panel's tokens: length (non-padding tokens) and zlib (compression ratio of the row's token ids as uint16
 bytes, uint32 where the vocabulary needs it). From its build: source (domain) and duplicates (Hubble's inserted
@@ -25,7 +25,7 @@ def add_arguments(p) -> None:
                    help="training corpus: a Megatron dataset PREFIX (PREFIX.idx + PREFIX.bin) or a flat token file; "
                         "repeat for several files")  # fmt: skip
     p.add_argument("--corpus-dtype", choices=("uint16", "uint32", "int32"), default=None,
-                   help="token type of flat corpus files (default uint16; a Megatron .idx records its own)")  # fmt: skip
+                   help="token type of flat corpus files (default uint16; a Megatron .idx says its own)")  # fmt: skip
     p.add_argument("--index-dir", type=Path, default=None,
                    help="where tokengrams' suffix tables are kept (default: beside each corpus file)")  # fmt: skip
     p.add_argument("--from", dest="table", type=Path, default=None, metavar="TABLE",
