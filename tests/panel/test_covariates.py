@@ -179,3 +179,12 @@ def test_covariates_of_a_copied_sample_round_trip(tmp_path):
     write_covariates(path, {"k": np.arange(n) % 3, "t": np.array(["ab"] * n)})
     cov = read_covariates(path)
     assert cov["k"].tolist() == (np.arange(n) % 3).tolist() and set(cov["t"]) == {"ab"}
+
+
+def test_a_suite_keeps_each_instance_its_covariates(tmp_path):
+    """load_suite puts the panels on the instances they share: covariates follow their instances."""
+    from memtui.estimation.suite import _restrict
+
+    path = make(tmp_path, covariates={"x": np.arange(N) * 10.0, "t": np.array(list("abcdef"))})
+    part = _restrict(read_panel(path), np.array([4, 0, 2]), None)
+    assert part.covariates["x"].tolist() == [40, 0, 20] and part.covariates["t"].tolist() == ["e", "a", "c"]

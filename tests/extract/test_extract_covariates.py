@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import zlib
 
 import numpy as np
@@ -21,7 +22,10 @@ from memtui.panel.hdf5 import create_panel, read_panel, read_tokens
 from memtui.panel.model import NEVER, PAD
 from memtui.panel.samples import SAMPLES, sample_path
 
-pytest.importorskip("tokengrams", reason="tokengrams (EleutherAI) is a test dependency")
+# tokengrams (EleutherAI) is a test dependency; without it only the corpus tests are skipped
+needs_tokengrams = pytest.mark.skipif(
+    importlib.util.find_spec("tokengrams") is None, reason="tokengrams is not installed"
+)
 
 
 # -- brute force: every position of every file, compared token by token -------------------------------------------
@@ -83,6 +87,7 @@ def padded(rows):
     return tokens, np.array([len(r) for r in rows])
 
 
+@needs_tokengrams
 def test_tokengrams_counts_equal_a_brute_force_count(corpus):
     counts = CorpusCounts(corpus["paths"], log=lambda _: None)
     rng = np.random.default_rng(0)
@@ -95,6 +100,7 @@ def test_tokengrams_counts_equal_a_brute_force_count(corpus):
     assert counts.count([70000]) == 0 and counts.count([-1, 2]) == 0  # outside 16 bits: never wrapped
 
 
+@needs_tokengrams
 def test_duplicates_and_ngram_novelty_equal_the_brute_force_ones(corpus):
     tokens, lengths = padded(corpus["rows"])
     counts = CorpusCounts(corpus["paths"], log=lambda _: None)
@@ -108,6 +114,7 @@ def test_duplicates_and_ngram_novelty_equal_the_brute_force_ones(corpus):
     assert np.isnan(seen[lengths < 13]).all() and (lengths < 13).any()
 
 
+@needs_tokengrams
 def test_an_instance_found_once_has_only_its_own_13grams_not_seen_elsewhere(tmp_path):
     """A row of distinct tokens found once in the corpus: its 13-grams occur only there, so none is seen elsewhere;
     found twice, all are."""
@@ -120,6 +127,7 @@ def test_an_instance_found_once_has_only_its_own_13grams_not_seen_elsewhere(tmp_
         assert out["duplicates_exact"][0] == copies and out["ngram13_seen"][0] == share
 
 
+@needs_tokengrams
 def test_a_megatron_dataset_is_counted_from_its_bin(corpus, tmp_path):
     mcore = pytest.importorskip("megatron.core.datasets.indexed_dataset", reason="megatron-core is not installed")
     torch = pytest.importorskip("torch")
@@ -136,6 +144,7 @@ def test_a_megatron_dataset_is_counted_from_its_bin(corpus, tmp_path):
     assert (tmp_path / "index" / "pile_text_document.bin.tokengrams").is_file()  # built once, then reused
 
 
+@needs_tokengrams
 def test_corpus_refusals(corpus, tmp_path):
     with pytest.raises(MemtuiError, match="no such token file"):
         CorpusCounts([str(tmp_path / "missing")])
