@@ -16,6 +16,7 @@ VERBS = {
     "import": "import_table",
     "sample": "sample",
     "build": "build",
+    "covariates": "covariates",
     "extract": "extract",
     "status": "status",
     "fetch": "fetch",

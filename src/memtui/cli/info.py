@@ -9,7 +9,7 @@ import numpy as np
 from memtui.cli.options import PANEL_HELP
 from memtui.core.text import clean
 
-SUMMARY = "describe a panel: shape, metrics, cohorts, completed checkpoints, provenance"
+SUMMARY = "describe a panel: shape, metrics, cohorts, completed checkpoints, covariates, provenance"
 
 # Panel attributes `info` shows first, in this order; any other attribute follows.
 _PROVENANCE = ("model", "created", "command", "memtui_version", "source")
@@ -58,6 +58,7 @@ def run(args) -> int:
         rows.append(("model size", f"{p.n_parameters:,} parameters" + (f"; {clean(config)}" if config else "")))
     if p.provenance:
         rows.append(("order", _order_note(p)))
+    rows += _covariate_rows(p.covariates)
     if p.truth is not None:
         rows.append(("truth", "simulated panel: the true profile is stored"))
     rows += [(clean(key, 40), clean(value)) for key, value in _provenance(p.attrs)]
@@ -65,6 +66,14 @@ def run(args) -> int:
     for label, text in rows:
         print(f"{label:<{pad}}{text}")
     return 0
+
+
+def _covariate_rows(covariates: dict) -> list[tuple[str, str]]:
+    """One row per covariate (``instances/covariates``): name, kind, missing count, range or levels."""
+    from memtui.panel.covariates import describe_covariate
+
+    width = max((len(name) for name in covariates), default=0)
+    return [("covariate", f"{name:<{width}} {' '.join(describe_covariate(v))}") for name, v in covariates.items()]
 
 
 def _provenance(attrs: dict[str, str]) -> list[tuple[str, str]]:

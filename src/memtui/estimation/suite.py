@@ -146,6 +146,7 @@ def _restrict(panel: Panel, rows: np.ndarray | None, cols: np.ndarray | None) ->
         weight_hashes=pick(panel.weight_hashes, c),
         models=pick(panel.models, c),
         provenance={k: v if k.endswith("_names") else v[r] for k, v in panel.provenance.items()},
+        covariates={k: v[r] for k, v in panel.covariates.items()},
         truth=None,  # the simulated truth is per cohort of the whole panel: not kept on a part of it
         **extra,
     )

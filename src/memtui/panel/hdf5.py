@@ -107,6 +107,7 @@ def create_panel(
     overwrite: bool = False,
     provenance: Mapping[str, np.ndarray] | None = None,
     provenance_attrs: Mapping[str, str] | None = None,
+    covariates: Mapping[str, np.ndarray] | None = None,
 ) -> Path:
     """Write a new panel with every dataset at its final shape.
 
@@ -139,6 +140,7 @@ def create_panel(
     if tokens is not None:
         tokens, lengths = _checked_tokens(tokens, lengths, n)
     provenance = _checked_provenance(provenance or {}, n)
+    covariates = checked_covariates(covariates or {}, n)
     root_attrs = _root_attrs(attrs)
 
     def write(tmp: Path) -> None:
@@ -155,6 +157,8 @@ def create_panel(
                 _put(inst, "length", lengths)
             if provenance:
                 _write_provenance(inst, provenance, provenance_attrs)
+            if covariates:
+                write_covariates_group(inst, covariates)
             _write_checkpoints(f, steps, done, revisions)
             _write_metrics(f, metrics, values, signs, extractable, n, t)
             if truth:
@@ -324,6 +328,91 @@ def _read_provenance(f: h5py.File, path: Path, n: int) -> tuple[dict[str, np.nda
     return out, {k: _attr_text(v) for k, v in f[name].attrs.items()}
 
 
+COVARIATES = "instances/covariates"
+MAX_COVARIATE_NAME = 64
+
+
+def checked_covariates(columns: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
+    """Per-instance covariates as stored: numbers (integers, flags, floats) as float64 with NaN = unknown, text as
+    fixed-length UTF-8 (empty = unknown). Names are letters, digits and '_' (they are dataset names, and a ``--by``
+    expression such as ``duplicates>=2`` must be able to name them); each is one value per instance."""
+    out = {}
+    for name, values in columns.items():
+        if not _covariate_name_ok(name):
+            raise MemtuiError(
+                f"covariate name '{clean(name, 60)}' must be 1 to {MAX_COVARIATE_NAME} letters, digits and '_'."
+            )
+        arr = np.asarray(values)
+        if arr.shape != (n,):
+            raise MemtuiError(
+                f"covariate '{name}' has shape {arr.shape}; it must hold one value for each of {n} instances."
+            )
+        out[name] = _covariate_column(name, arr)
+    return out
+
+
+def _covariate_name_ok(name) -> bool:
+    return (
+        isinstance(name, str)
+        and 0 < len(name) <= MAX_COVARIATE_NAME
+        and name.isascii()
+        and name.replace("_", "").isalnum()
+    )
+
+
+def _covariate_column(name: str, arr: np.ndarray) -> np.ndarray:
+    """One covariate as stored: float64 (finite or NaN) or fixed-length UTF-8 bytes."""
+    if arr.dtype.kind == "O" and all(isinstance(v, str | bytes) for v in arr):
+        arr = arr.astype(str)
+    elif arr.dtype.kind == "O":  # numbers with None for unknown, as a table reader may give them
+        try:
+            arr = np.array([np.nan if v is None else float(v) for v in arr], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise MemtuiError(f"covariate '{name}' mixes numbers and text; give one kind per covariate.") from None
+    if arr.dtype.kind in "US":
+        text = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in arr]
+        out = np.array([v.encode("utf-8") for v in text], dtype="S")
+        return out if out.dtype.itemsize else out.astype("S1")
+    if arr.dtype.kind not in "biuf":
+        raise MemtuiError(f"covariate '{name}' holds {arr.dtype}; it must be numbers or text.")
+    out = arr.astype(np.float64)
+    if np.isinf(out).any():
+        raise MemtuiError(f"covariate '{name}' holds infinite values; store unknown values as NaN.")
+    return out
+
+
+def write_covariates_group(inst: h5py.Group, covariates: Mapping[str, np.ndarray]) -> None:
+    """``instances/covariates/NAME`` for each checked covariate (replacing one of that name already there)."""
+    # past 8 links HDF5 keeps a group's links in a fractal heap and a v2 B-tree; both checksum every block for links
+    # (HDF5's H5Gdense.c creates that heap with checksummed direct blocks), so many covariates stay covered
+    group = inst.require_group("covariates")
+    for name, arr in covariates.items():
+        if name in group:
+            del group[name]
+        _put(group, name, arr)
+
+
+def read_covariates_group(f: h5py.File, path: Path, n: int) -> dict[str, np.ndarray]:
+    """``instances/covariates`` checked as every dataset is (links, kinds, shapes, names): float64 for numbers,
+    object arrays of str for text; empty for panels without the group."""
+    if COVARIATES not in f:
+        return {}
+    if not isinstance(f.get(COVARIATES, getlink=True), h5py.HardLink) or not isinstance(f[COVARIATES], h5py.Group):
+        raise MemtuiError(f"{path}: '{COVARIATES}' is not a group; rewrite it with `memtui covariates --replace`.")
+    out = {}
+    for name in f[COVARIATES]:
+        shown = clean(name, 40)
+        if not _covariate_name_ok(name):
+            raise MemtuiError(f"{path}: covariate '{shown}' has a name that is not letters, digits and '_'.")
+        values = _dataset(f, path, f"{COVARIATES}/{name}", "fS", (n,), label=f"covariate '{shown}'")
+        out[name] = (
+            np.array(_strings(values, path, name), dtype=object)
+            if values.dtype.kind == "S"
+            else values.astype(np.float64)
+        )
+    return out
+
+
 def _check_file(path: Path) -> None:
     """One-line refusals for what is not a whole panel file, before HDF5 touches it (it can hang on a cut file)."""
     if not path.exists():
@@ -405,6 +494,7 @@ def _dataset_handle(f: h5py.File, path: Path, name: str, kinds: str, shape: tupl
     label = label or f"'{name}'"
     if obj.dtype.kind not in kinds:
         want = {"iu": "integers", "f": "floating point", "S": "strings", "SO": "strings", "iub": "flags"}.get(kinds)
+        want = "numbers or strings" if kinds == "fS" else want
         raise MemtuiError(f"{path}: {label} is stored as {obj.dtype}, expected {want or kinds}; rebuild the panel.")
     if shape is not None and obj.shape != shape:
         raise MemtuiError(f"{path}: {label} has shape {obj.shape}, expected {shape}; the file is inconsistent.")
@@ -522,6 +612,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
         truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
     attrs = {k: _attr_text(v) for k, v in f.attrs.items()}
     provenance, provenance_attrs = _read_provenance(f, path, n)
+    covariates = read_covariates_group(f, path, n)
     models = _strings(models, path, "checkpoints/model") if models is not None else []
     if not attrs.get("model") and any(models):
         attrs["model"] = ", ".join(dict.fromkeys(m for m in models if m))  # who scored the checkpoints
@@ -547,6 +638,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
         extractable_kl=_lenient(_extractable_kl, f, path),
         provenance=provenance,
         provenance_attrs=provenance_attrs,
+        covariates=covariates,
     )
 
 
