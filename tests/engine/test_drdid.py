@@ -273,3 +273,22 @@ def test_cli_refuses_covariates_the_panel_lacks_in_one_line(cli, small_panel):
     assert "no covariate length, zlib" in err and len(err.strip().splitlines()) == 1
     code, _, err = cli("estimate", small_panel, "--covariates", "length")
     assert code == 2 and "--band classic" in err
+
+
+def test_cache_key_follows_the_covariates():
+    """The settings key reads back from JSON as itself (the cache compares them), and the key changes with the
+    covariates' values, so a cached estimate never outlives the covariates it was made with."""
+    import json
+
+    from memtui.estimation.cache import cache_key
+
+    panel = confounded_panel(seed=8)
+    settings = Settings(band="classic", covariates=["x1", "kind"])
+    assert settings.covariates == ("x1", "kind")
+    assert json.loads(json.dumps(settings.key())) == settings.key()
+    kind = panel.covariates["kind"].copy()
+    kind[0] = "other"
+    changed = Panel(**{**panel.__dict__, "covariates": {**panel.covariates, "kind": kind}})
+    assert cache_key(panel, settings) != cache_key(changed, settings)
+    assert cache_key(panel, settings) != cache_key(panel, Settings(band="classic"))
+    assert cache_key(panel, settings) == cache_key(Panel(**panel.__dict__), settings)
