@@ -206,6 +206,7 @@ def point_estimates(lay: Layout, x: np.ndarray) -> DrEstimates:
     slabs: list[Slab] = []
     keys = np.stack([lay.cell_group, lay.cell_prefix, lay.cell_own.astype(np.int64)], axis=1)
     unique, which = np.unique(keys, axis=0, return_inverse=True)
+    _check_memory(lay, unique, np.bincount(which.ravel(), minlength=len(unique)))
     unconverged = []
     for key, (g, prefix, own) in enumerate(unique):
         cells = np.flatnonzero(which.ravel() == key)
@@ -236,6 +237,19 @@ def point_estimates(lay: Layout, x: np.ndarray) -> DrEstimates:
         att=att, se=np.sqrt(se2), n_treated=lay.group_n[lay.cell_group].astype(np.int64), n_control=n_c, dmu=dmu,
         dm=dm, slabs=_merged(slabs), notes=notes,
     )  # fmt: skip
+
+
+def _check_memory(lay: Layout, keys: np.ndarray, cells_per_key: np.ndarray) -> None:
+    """Refuse, before computing them, influence functions that would not fit in memory: float64 and the bootstrap's
+    float32 copy, one entry per cell per instance of its cohort and control set."""
+    rows = lay.group_n[keys[:, 0]] + lay.group_start[keys[:, 1]] - keys[:, 2] * lay.group_n[keys[:, 0]]
+    need = 12 * int(rows @ cells_per_key)
+    have = did.available_memory()
+    if have is not None and need > have:
+        raise MemtuiError(
+            f"doubly robust DiD with covariates needs about {need / 2**30:.1f} GiB for its influence functions and "
+            f"{have / 2**30:.1f} GiB are free: estimate fewer checkpoints or cohorts, or without covariates."
+        )
 
 
 def _standardised(x: np.ndarray) -> np.ndarray:
