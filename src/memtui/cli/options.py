@@ -98,7 +98,7 @@ def add_covariates_arg(p) -> None:
         default=(),
         metavar="A,B",
         help="doubly robust DiD with these per-instance covariates (R did's xformla, est_method dr; needs --band "
-        "classic); `memtui info PANEL` lists them",
+        "classic); per-instance values from the panel (instances/covariates)",
     )
 
 
