@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 from memtui.cli.numbers import p_value
-from memtui.cli.options import PANEL_HELP, add_settings_args, estimate_from_args, printable_notes
+from memtui.cli.options import PANEL_HELP, add_covariates_arg, add_settings_args, estimate_from_args, printable_notes
 from memtui.core.text import clean
 
 SUMMARY = "estimate the memorisation profile and print its summaries"
@@ -15,6 +15,7 @@ SUMMARY = "estimate the memorisation profile and print its summaries"
 def add_arguments(p) -> None:
     p.add_argument("panel", type=Path, help=PANEL_HELP)
     add_settings_args(p)
+    add_covariates_arg(p)
 
 
 def _num(value, spec: str) -> str:

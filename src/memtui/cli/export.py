@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memtui.cli.options import PANEL_HELP, add_settings_args, estimate_from_args, printable_notes
+from memtui.cli.options import PANEL_HELP, add_covariates_arg, add_settings_args, estimate_from_args, printable_notes
 from memtui.core.text import clean
 
 SUMMARY = "write estimates to CSV (significant ones by default)"
@@ -29,6 +29,7 @@ def add_arguments(p) -> None:
     )
     sig.add_argument("--all", dest="significant_only", action="store_false", help="also non-significant estimates")
     add_settings_args(p)
+    add_covariates_arg(p)
 
 
 def run(args) -> int:

@@ -82,6 +82,26 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
 
 
+def covariate_names(text: str) -> tuple[str, ...]:
+    """``length,zlib`` -> ("length", "zlib"): the covariates of doubly robust DiD, comma-separated."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of covariate names")
+    return names
+
+
+def add_covariates_arg(p) -> None:
+    """``--covariates``: doubly robust DiD conditioning on per-instance covariates (the verbs that estimate one)."""
+    p.add_argument(
+        "--covariates",
+        type=covariate_names,
+        default=(),
+        metavar="A,B",
+        help="doubly robust DiD with these per-instance covariates (R did's xformla, est_method dr; needs --band "
+        "classic); per-instance values from the panel (instances/covariates)",
+    )
+
+
 def add_band_arg(p) -> None:
     """``--band``: which simultaneous band marks estimates significant (every verb that reports significance)."""
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
@@ -112,6 +132,7 @@ def settings_from_args(args, panel):
         final_step=args.final_step,
         engine=args.engine,
         band=args.band,
+        covariates=getattr(args, "covariates", ()),
     ).validate()
 
 

@@ -44,6 +44,7 @@ class Layout:
     # estimator, a level rather than a difference) add it back; 0 for the others, which are invariant
     level: np.ndarray | None = None
     controls: bool = True  # False for the extractable estimator: no control set (its counterfactual is zero)
+    order: np.ndarray | None = None  # (N,) the input row of each layout row (per-instance covariates follow it)
 
     @property
     def n_groups(self) -> int:
@@ -144,6 +145,7 @@ def build_layout(
         notes=notes,
         level=level,
         controls=estimator != "extractable",
+        order=order,
         **cells,
     )
 

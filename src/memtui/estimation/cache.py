@@ -64,6 +64,10 @@ def key_inputs(panel: Panel, metric: str) -> tuple[dict, list[np.ndarray]]:
 
 def cache_key(panel: Panel, settings: Settings) -> str:
     scalars, arrays = key_inputs(panel, settings.metric)
+    for name in settings.covariates:  # categorical ones as text: object arrays hold no bytes of their own
+        values = panel.covariates.get(name)
+        if values is not None:
+            arrays.append(values if values.dtype.kind in "fiub" else np.asarray(values, dtype=str))
     h = hashlib.blake2b(digest_size=16)
     h.update(json.dumps({"settings": settings.key(), "version": __version__, **scalars}, sort_keys=True).encode())
     for arr in arrays:

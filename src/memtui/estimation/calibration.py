@@ -370,6 +370,8 @@ def calibrate(
         raise MemtuiError("calibrate needs Rademacher multipliers (the calibrated band's); drop --multiplier mammen.")
     if not settings.draws:
         raise MemtuiError("calibrate needs a bootstrap (-B 0 has pointwise bands only, with no family to calibrate).")
+    if settings.covariates:
+        raise MemtuiError("calibrate simulates the estimate without covariates; drop --covariates.")
     model = model_from_panel(panel, settings, noise)
     result = run_calibration(model, alpha=settings.alpha, draws=settings.draws, seed=settings.seed, panels=panels,
                              budget_s=budget_s, progress=progress, cancelled=cancelled)  # fmt: skip

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import bands, did
+from memtui.engine import bands, did, drdid
 from memtui.engine.layout import build_layout
 from memtui.engine.summaries import aggregate, analytic_se
 from memtui.estimation import evidence
@@ -48,11 +48,14 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
         return estimate_with_differences(panel, settings, progress)
     report = progress or (lambda fraction, message: None)
     report(0.0, "preparing")
-    y = panel.values(settings.metric)
+    y, treatment = panel.values(settings.metric), panel.treatment
     steps = panel.done_steps
+    design = drdid.design_matrix(panel.covariates, settings.covariates) if settings.covariates else None
+    if design is not None:  # instances with an unknown covariate are left out (noted), as R did drops them
+        y, treatment = y[design.keep], treatment[design.keep]
     lay = build_layout(
         y,
-        panel.treatment,
+        treatment,
         steps,
         never=NEVER,
         estimator=settings.estimator,
@@ -68,7 +71,12 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
         )
     if settings.draws:
         check_memory(settings.draws, lay, settings.band)
-    est = did.point_estimates(lay)
+    if design is None:
+        est = did.point_estimates(lay)
+    else:  # doubly robust DiD (Sant'Anna & Zhao 2020) with the covariates; the classic band only (Settings)
+        est = drdid.point_estimates(lay, design.matrix[lay.order])
+        used = f"doubly robust DiD with covariates {', '.join(settings.covariates)}"
+        lay.notes[:0] = [*design.notes, *est.notes, used]
     report(0.05, "bootstrap")
     boot = cal = None
     if settings.draws:
@@ -81,7 +89,7 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
             )  # fmt: skip
             boot = cal.boot
         else:
-            boot = did.bootstrap(
+            boot = (did.bootstrap if design is None else drdid.bootstrap)(
                 lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of
             )
     report(0.9, "summaries")
@@ -219,7 +227,8 @@ class _Cells:
         theta, draws = aggregate(self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every)
         if self.cal is not None:
             return events, members, theta, draws, self.cal.agg_se, self.cal.agg_se
-        ase = did.floored(analytic_se(self.lay, self.est, every), self.floor)
+        influence_se = drdid.analytic_se if isinstance(self.est, drdid.DrEstimates) else analytic_se
+        ase = did.floored(influence_se(self.lay, self.est, every), self.floor)
         se = did.bootstrap_se(draws, self.floor) if draws is not None else ase
         return events, members, theta, draws, ase, se
 

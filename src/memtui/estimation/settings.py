@@ -45,6 +45,8 @@ class Settings:
     engine: str = "memtui"  # or "differences" (the paper's pipeline; slow)
     # simultaneous bands: "calibrated" (bootstrap-t, engine.bands; docs/calibration-study.md) or "classic" (R did's)
     band: str = "calibrated"
+    # per-instance covariates of doubly robust DiD (engine.drdid; R did's xformla with est_method "dr"); () = none
+    covariates: tuple[str, ...] = ()
 
     # the allowed values of every categorical setting: the CLI's choices and the settings dialog read them here
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = SETTING_CHOICES
@@ -55,6 +57,9 @@ class Settings:
             if getattr(self, name) not in allowed:
                 raise MemtuiError(f"{name} must be one of {', '.join(allowed)}, not '{getattr(self, name)}'.")
         check_alpha(self.alpha)
+        object.__setattr__(self, "covariates", tuple(self.covariates))  # a list (JSON, a caller) reads as a tuple
+        if self.covariates:
+            _check_covariates(self)
         if self.draws < 0 or 0 < self.draws < 20:
             raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
         if self.seed < 0:
@@ -75,4 +80,18 @@ class Settings:
         return self
 
     def key(self) -> dict:
-        return asdict(self)
+        # covariates as a list: the key must equal itself read back from JSON (the cache compares them)
+        return {**asdict(self), "covariates": list(self.covariates)}
+
+
+def _check_covariates(s: Settings) -> None:
+    """What doubly robust DiD with covariates supports, refused in one line otherwise."""
+    if s.estimator != "did" or s.engine != "memtui":
+        raise MemtuiError(
+            f"covariates need the did estimator and the memtui engine, not estimator {s.estimator} / engine {s.engine}."
+        )
+    if s.band == "calibrated" and s.draws:
+        raise MemtuiError(
+            "the calibrated band is not built for covariates (its per-draw variance is the difference-of-means one); "
+            "use --band classic (R did's band) with --covariates."
+        )

@@ -317,6 +317,8 @@ def estimate_suite(
     estimate makes (``did.bootstrap_shared``), and tests hold every frame, summary, note and critical value equal.
     ``keep_draws``: the metrics whose cell draws are kept for ``correlations`` (default: the first metric)."""
     settings = settings.validate()
+    if settings.covariates:  # its shared draws are the difference-of-means engine's (engine.drdid is per estimate)
+        raise MemtuiError("covariates are estimated one model at a time (memtui estimate), not yet in a suite.")
     metrics = list(dict.fromkeys(metrics or [settings.metric]))
     keep = set(metrics[:1] if keep_draws is None else keep_draws)
     report = progress or (lambda fraction, message: None)
