@@ -16,6 +16,7 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did
 from memtui.engine.layout import build_layout
+from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import aggregate, analytic_se
 from memtui.estimation import evidence
 from memtui.estimation.choices import ESTIMATORS
@@ -40,12 +41,25 @@ ALL_ESTIMATORS = ESTIMATORS
 
 def estimate(panel: Panel, settings: Settings, progress: Progress | None = None) -> EstimateResult:
     """Estimate the memorisation profile of one metric, with its summaries and bootstrap bands."""
+    return estimate_parts(panel, settings, progress)[0]
+
+
+def estimate_parts(
+    panel: Panel, settings: Settings, progress: Progress | None = None, *, source: JointMultipliers | None = None
+) -> tuple[EstimateResult, _Cells | None]:
+    """``estimate`` and what its scopes were cut from (the cells' draws, standard errors and sup-t laws; None for
+    engine differences). ``source``: the bootstrap's multipliers keyed by panel instance or cluster
+    (``engine.multipliers``; subgroups share one); default: ``settings.cluster``'s clusters, else per layout row."""
     settings = settings.validate()
     panel.refuse_mixed_stages()  # controls must come from the instance's own stage (staged curricula)
     if settings.engine == "differences":
         from memtui.estimation.crosscheck import estimate_with_differences
 
-        return estimate_with_differences(panel, settings, progress)
+        return estimate_with_differences(panel, settings, progress), None
+    if source is None and settings.cluster:
+        from memtui.estimation.clusters import cluster_source
+
+        source = cluster_source(panel, settings.cluster)
     report = progress or (lambda fraction, message: None)
     report(0.0, "preparing")
     y = panel.values(settings.metric)
@@ -70,24 +84,34 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
         check_memory(settings.draws, lay, settings.band)
     est = did.point_estimates(lay)
     report(0.05, "bootstrap")
-    boot = cal = None
-    if settings.draws:
-        progress_of = lambda f: report(0.05 + 0.85 * f, "bootstrap")  # noqa: E731
-        if settings.band == "calibrated":
-            cal = bands.calibrated_bootstrap(
-                lay, est, cell_masks(lay, settings), draws=settings.draws, seed=settings.seed,
-                floor=did.se_floor(lay.scale), multiplier=settings.multiplier, members=aggregate_members(lay)[2],
-                progress=progress_of,
-            )  # fmt: skip
-            boot = cal.boot
-        else:
-            boot = did.bootstrap(
-                lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of
-            )
+    boot, cal = _bootstrap(lay, est, settings, lambda f: report(0.05 + 0.85 * f, "bootstrap"), source)
     report(0.9, "summaries")
-    result = _assemble(panel, settings, lay, est, boot, cal)
+    result, cells = _assembled(panel, settings, lay, est, boot, cal)
+    if settings.cluster and settings.draws:
+        result.notes.append(
+            f"bootstrap clustered by {settings.cluster}: {source.n_clusters} clusters share multipliers (standard "
+            "errors and bands); the analytic_se column is not clustered"
+        )
     report(1.0, "done")
-    return result
+    return result, cells
+
+
+def _bootstrap(lay, est: did.CellEstimates, settings: Settings, progress_of, source: JointMultipliers | None):
+    """The cells' draws (``did.bootstrap``) and, under the calibrated band, its laws (``bands``); None without draws."""
+    if not settings.draws:
+        return None, None
+    if settings.band == "calibrated":
+        cal = bands.calibrated_bootstrap(
+            lay, est, cell_masks(lay, settings), draws=settings.draws, seed=settings.seed,
+            floor=did.se_floor(lay.scale), multiplier=settings.multiplier, members=aggregate_members(lay)[2],
+            progress=progress_of, source=source,
+        )  # fmt: skip
+        return cal.boot, cal
+    boot = did.bootstrap(
+        lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of,
+        source=source,
+    )  # fmt: skip
+    return boot, None
 
 
 def cell_masks(lay, settings: Settings) -> dict[str, np.ndarray]:
@@ -303,6 +327,11 @@ def _overall(c: _Cells) -> Overall:
 def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> EstimateResult:
     """Every scope of the estimate from the cells' point estimates and bootstrap draws (and, under the calibrated
     band, ``cal``: what ``bands.calibrated_bootstrap`` formed with those draws)."""
+    return _assembled(panel, settings, lay, est, boot, cal)[0]
+
+
+def _assembled(panel: Panel, settings: Settings, lay, est, boot, cal=None) -> tuple[EstimateResult, _Cells]:
+    """``_assemble`` and the ``_Cells`` its scopes were cut from."""
     c = _Cells.of(panel, settings, lay, est, boot, cal)
     small_notes = evidence.group_notes(lay, est, "calibrated") if cal is not None else group_notes(lay, est)
     notes = list(lay.notes) + small_notes
@@ -331,7 +360,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
             "completed checkpoint before it"
         )
     crit = _profile_crit(c)
-    return EstimateResult(
+    result = EstimateResult(
         settings=settings,
         cells=c.frame("profile", c.masks["all"], crit),
         instantaneous=c.subset("instantaneous"),
@@ -345,6 +374,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         notes=notes,
         band=settings.band,
     )
+    return result, c
 
 
 def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> Pretrend:
