@@ -173,7 +173,7 @@ def _binned(spec: str, name: str, how: str, values: np.ndarray, among: np.ndarra
 
 def _interval(name: str, lo: float, hi: float) -> str:
     if np.isinf(lo):
-        return f"{name}<{hi:g}"
+        return f"{name}<{hi:.4g}"
     if np.isinf(hi):
-        return f"{name}>={lo:g}"
-    return f"{name} in [{lo:g}, {hi:g})"
+        return f"{name}>={lo:.4g}"
+    return f"{name} in [{lo:.4g}, {hi:.4g})"

@@ -140,7 +140,7 @@ class Trend:
     def sentence(self) -> str:
         return (
             f"trend in {self.covariate}: slope {self.slope:.4g} per unit (se {self.std_error:.3g}, "
-            f"95%-type interval [{self.ci_low:.4g}, {self.ci_high:.4g}], p = {self.p_value:.3g}); the estimate rises "
+            f"interval [{self.ci_low:.4g}, {self.ci_high:.4g}], p = {self.p_value:.3g}); the estimate rises "
             f"at {self.increasing} of {self.steps} steps between adjacent groups"
         )
 

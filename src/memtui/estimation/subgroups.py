@@ -72,6 +72,7 @@ class ByResult:
     joint_crit: dict[str, float]
     differences: list[Difference]
     trend: Trend | None
+    sizes: dict[str, tuple[int, int]] = field(default_factory=dict)  # per group: (treated, never-treated) instances
     notes: list[str] = field(default_factory=list)
     _cells: dict = field(default_factory=dict, repr=False)  # per group: estimate._Cells (draws, se, laws)
 
@@ -157,7 +158,6 @@ def _assembled(panel, settings, groups: Groups, shared, results, cells, sizes) -
     notes = [f"{left} instances with no value of {groups.covariate} belong to no group"] if left else []
     if shared:
         notes.append("every group is compared with all never-treated controls (shared controls)")
-    notes += [f"group {n}: {sizes[n][0]} treated, {sizes[n][1]} never-treated instances" for n in names]
     return ByResult(
         settings=settings,
         spec=groups.spec,
@@ -168,6 +168,7 @@ def _assembled(panel, settings, groups: Groups, shared, results, cells, sizes) -
         joint_crit=joint,
         differences=diffs,
         trend=tr,
+        sizes=sizes,
         notes=notes,
         _cells=cells,
     )
