@@ -10,7 +10,9 @@ critical value over the family) whatever band the groups' own profiles use.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
@@ -27,9 +29,14 @@ class Difference:
 
     a: str
     b: str
-    cells: pl.DataFrame
     persistent: pl.DataFrame
     overall: dict
+    _cells: Callable[[], pl.DataFrame] = field(repr=False, default=None)
+
+    @functools.cached_property
+    def cells(self) -> pl.DataFrame:
+        """Per cell of both profiles, made when first asked for (a robust se per cell: a sort of every draw)."""
+        return self._cells()
 
     def count(self, scope: str = "persistent") -> tuple[int, int, int]:
         """(k above, k below, n): at how many post-treatment cells, or event times c - g > 0, the band of A - B lies
@@ -81,17 +88,20 @@ def difference(a: str, b: str, ca, cb, alpha: float) -> Difference:
     ia, ib = _matched(ca.cohort_step * big + ca.cell_step, cb.cohort_step * big + cb.cell_step)
     sign = ca.sign
     theta = sign * (ca.est.att[ia] - cb.est.att[ib])
-    draws = np.subtract(ca.draws[ia], cb.draws[ib]) * np.float32(sign)
     pre = ca.pre[ia]
-    cells = pl.DataFrame(
-        {
-            "cohort": pl.Series(ca.cohort_step[ia], dtype=pl.Int64),
-            "checkpoint": pl.Series(ca.cell_step[ia], dtype=pl.Int64),
-            "event_time": pl.Series(ca.event[ia], dtype=pl.Int64),
-            "pre_treatment": pre,
-            **_band(theta, draws, floor, [~pre, pre], alpha),
-        }
-    )
+
+    def cells() -> pl.DataFrame:
+        draws = np.subtract(ca.draws[ia], cb.draws[ib]) * np.float32(sign)
+        return pl.DataFrame(
+            {
+                "cohort": pl.Series(ca.cohort_step[ia], dtype=pl.Int64),
+                "checkpoint": pl.Series(ca.cell_step[ia], dtype=pl.Int64),
+                "event_time": pl.Series(ca.event[ia], dtype=pl.Int64),
+                "pre_treatment": pre,
+                **_band(theta, draws, floor, [~pre, pre], alpha),
+            }
+        )
+
     ev_a, _, th_a, dr_a, *_ = ca.aggregates
     ev_b, _, th_b, dr_b, *_ = cb.aggregates
     ja, jb = _matched(ev_a, ev_b)
@@ -114,7 +124,7 @@ def difference(a: str, b: str, ca, cb, alpha: float) -> Difference:
         "ci_high": o_theta + z * o_se,
         "p_value": float(np.mean(np.abs(o_draws) >= abs(o_theta))),
     }
-    return Difference(a=a, b=b, cells=cells, persistent=persistent, overall=overall)
+    return Difference(a=a, b=b, persistent=persistent, overall=overall, _cells=cells)
 
 
 @dataclass
