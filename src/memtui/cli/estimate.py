@@ -6,7 +6,14 @@ import math
 from pathlib import Path
 
 from memtui.cli.numbers import p_value
-from memtui.cli.options import PANEL_HELP, add_covariates_arg, add_settings_args, estimate_from_args, printable_notes
+from memtui.cli.options import (
+    PANEL_HELP,
+    add_by_args,
+    add_covariates_arg,
+    add_settings_args,
+    estimate_from_args,
+    printable_notes,
+)
 from memtui.core.text import clean
 
 SUMMARY = "estimate the memorisation profile and print its summaries"
@@ -16,6 +23,7 @@ def add_arguments(p) -> None:
     p.add_argument("panel", type=Path, help=PANEL_HELP)
     add_settings_args(p)
     add_covariates_arg(p)
+    add_by_args(p)
 
 
 def _num(value, spec: str) -> str:
@@ -35,6 +43,8 @@ def run(args) -> int:
     from memtui.estimation.settings import coverage
     from memtui.panel.model import METRIC_LABEL
 
+    if args.by:
+        return _print_by(args)
     panel, res = estimate_from_args(args)
     s = res.settings
     cells = res.cells
@@ -77,4 +87,40 @@ def run(args) -> int:
               f"p = {p_value(pt.p_value, s.alpha)}, {pt.n_significant} significant; {verdict}")  # fmt: skip
     for note in printable_notes(res):
         print(f"note           {note}")
+    return 0
+
+
+def _print_by(args) -> int:
+    from memtui.cli.options import estimate_by_from_args
+    from memtui.estimation.settings import coverage
+
+    panel, by = estimate_by_from_args(args)
+    s = by.settings
+    design = "shared never-treated controls" if by.shared_controls else "each group with its own controls"
+    print(f"{clean(panel.path)}: {clean(s.metric, 80)} by {clean(by.spec, 80)}: {len(by.names)} groups, {design}")
+    if s.draws:
+        print(f"joint band     {coverage(s.alpha)} simultaneous over every group: profile crit "
+              f"{_num(by.joint_crit['profile'], '.3f')}, persistent crit {_num(by.joint_crit['persistent'], '.3f')} "
+              f"({s.band}, B={s.draws})")  # fmt: skip
+    for name in by.names:
+        res = by.groups[name]
+        cells = by.joint(name) if s.draws else res.cells
+        post = cells.filter(~cells["pre_treatment"])
+        inst = res.instantaneous
+        o = res.overall
+        treated, controls = by.sizes[name]
+        print(f"group {clean(name, 40):<24} {treated} treated, {controls} controls: {post['significant'].sum()}/"
+              f"{post.height} post cells significant (joint band); instantaneous mean "
+              f"{_num(inst['estimate'].mean() if inst.height else None, '.4g')}; overall {o.estimate:.4g} "
+              f"(se {_num(o.std_error, '.3g')})")  # fmt: skip
+    for diff in by.differences:
+        o = diff.overall
+        ci = f"[{_num(o['ci_low'], '.4g')}, {_num(o['ci_high'], '.4g')}]"
+        print(f"difference     {clean(diff.a, 40)} - {clean(diff.b, 40)}: overall {o['estimate']:.4g} {ci}, "
+              f"p = {_num(o['p_value'], '.3g')}")  # fmt: skip
+        print(f"               {clean(diff.sentence(), limit=None)}")
+    if by.trend is not None:
+        print(f"dose-response  {clean(by.trend.sentence(), limit=None)}")
+    for note in by.notes:
+        print(f"note           {clean(note, limit=None)}")
     return 0

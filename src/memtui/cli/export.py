@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memtui.cli.options import PANEL_HELP, add_covariates_arg, add_settings_args, estimate_from_args, printable_notes
+from memtui.cli.options import (
+    PANEL_HELP,
+    add_by_args,
+    add_covariates_arg,
+    add_settings_args,
+    estimate_from_args,
+    printable_notes,
+)
 from memtui.core.text import clean
 
 SUMMARY = "write estimates to CSV (significant ones by default)"
@@ -30,15 +37,33 @@ def add_arguments(p) -> None:
     sig.add_argument("--all", dest="significant_only", action="store_false", help="also non-significant estimates")
     add_settings_args(p)
     add_covariates_arg(p)
+    add_by_args(p)
 
 
 def run(args) -> int:
     from memtui.report.export import export_csv
 
+    if args.by:
+        return _run_by(args)
     _, res = estimate_from_args(args)
     rows = export_csv(res, args.output, args.scope, args.significant_only)
     which = "significant " if args.significant_only else ""
     print(f"wrote {rows} {which}{args.scope} estimates of {clean(res.settings.metric, 80)} to {clean(args.output)}")
     for note in printable_notes(res):
         print(f"note   {note}")
+    return 0
+
+
+def _run_by(args) -> int:
+    """``--by``: every group's rows in one CSV, a column ``group`` first."""
+    from memtui.cli.options import estimate_by_from_args
+    from memtui.report.export import export_by_frame, export_csv
+
+    _, by = estimate_by_from_args(args)
+    rows = export_csv(export_by_frame(by, args.scope, args.significant_only), args.output)
+    which = "significant " if args.significant_only else ""
+    print(f"wrote {rows} {which}{args.scope} estimates of {len(by.names)} groups ({clean(by.spec, 80)}) to "
+          f"{clean(args.output)}")  # fmt: skip
+    for note in by.notes:
+        print(f"note   {clean(note, limit=None)}")
     return 0

@@ -79,6 +79,13 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
         help="memtui's engine, or the differences library (the paper's pipeline; slow, a cross-check)",
     )
     add_band_arg(g)
+    g.add_argument(
+        "--cluster",
+        default="",
+        metavar="batch|NAME",
+        help="clustered bootstrap: one multiplier per training batch (batch: the optimizer step the build recorded) or "
+        "per level of a categorical covariate; never-treated controls each their own cluster (needs --band classic)",
+    )
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
 
 
@@ -99,6 +106,22 @@ def add_covariates_arg(p) -> None:
         metavar="A,B",
         help="doubly robust DiD with these per-instance covariates (R did's xformla, est_method dr; needs --band "
         "classic); per-instance values from the panel (instances/covariates)",
+    )
+
+
+def add_by_args(p: argparse.ArgumentParser) -> None:
+    """``--by`` and ``--shared-controls``: subgroup profiles from one set of draws (estimation.subgroups)."""
+    g = p.add_argument_group("subgroups")
+    g.add_argument(
+        "--by",
+        metavar="SPEC",
+        help="one profile per group of instances, from one set of draws: NAME (a covariate's levels), NAME>=VALUE (a "
+        "comparison), NAME:quartiles (or :deciles, :K, :bins=a,b,c); with the difference between groups",
+    )
+    g.add_argument(
+        "--shared-controls",
+        action="store_true",
+        help="split only the treated instances; every group keeps all never-treated controls (doses)",
     )
 
 
@@ -133,6 +156,7 @@ def settings_from_args(args, panel):
         engine=args.engine,
         band=args.band,
         covariates=getattr(args, "covariates", ()),
+        cluster=getattr(args, "cluster", "") or "",
     ).validate()
 
 
@@ -161,6 +185,16 @@ def estimate_from_args(args):
     settings = settings_from_args(args, panel)
     run = estimate if args.no_cache else cached_estimate
     return panel, run(panel, settings, progress_bar())
+
+
+def estimate_by_from_args(args):
+    """The panel and its subgroup estimates (``--by``; never cached: each group is an estimate of its own)."""
+    from memtui.estimation.subgroups import estimate_by
+    from memtui.panel.hdf5 import read_panel
+
+    panel = read_panel(args.panel)
+    settings = settings_from_args(args, panel)
+    return panel, estimate_by(panel, settings, args.by, shared_controls=args.shared_controls, progress=progress_bar())
 
 
 def printable_notes(res) -> list[str]:

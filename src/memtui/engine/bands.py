@@ -44,6 +44,7 @@ import numpy as np
 
 from memtui.engine import did
 from memtui.engine.layout import Layout
+from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import _weights, analytic_se
 
 BANDS = ("calibrated", "classic")
@@ -151,6 +152,7 @@ def studentized_bootstrap(
     aggregates: list[AggregateSpec | None] | None = None,
     usable: list[np.ndarray] | None = None,
     progress: Callable[[float], None] | None = None,
+    source: JointMultipliers | None = None,
 ) -> list[StudentLaws]:
     """``did.bootstrap_shared`` (its very loop: same multipliers, same draws, bit for bit) that also returns, per
     layout, the studentised sup-t law of every mask in ``masks[j]`` (cells with a finite standard error only, or
@@ -216,7 +218,15 @@ def studentized_bootstrap(
             group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
 
     boots = did.bootstrap_shared(
-        lays, ests, draws=draws, seed=seed, multiplier=multiplier, chunk=chunk, progress=progress, on_chunk=studentise
+        lays,
+        ests,
+        draws=draws,
+        seed=seed,
+        multiplier=multiplier,
+        chunk=chunk,
+        progress=progress,
+        on_chunk=studentise,
+        source=source,
     )
     out = []
     for j, boot in enumerate(boots):
@@ -277,12 +287,13 @@ def calibrated_bootstrap(
     multiplier: str = "rademacher",
     members: list[np.ndarray] | None = None,
     progress: Callable[[float], None] | None = None,
+    source: JointMultipliers | None = None,
 ) -> CalibratedBands:
     """One layout's calibrated bootstrap: ``did.bootstrap``'s draws (bitwise the same for the same seed) plus the
     studentised sup law of every mask in ``masks`` and, with ``members``, of the aggregates (``summaries``)."""
     return calibrated_bootstraps(
         [lay], [est], [masks], draws=draws, seed=seed, floors=[floor], multiplier=multiplier, members=[members],
-        progress=progress,
+        progress=progress, source=source,
     )[0]  # fmt: skip
 
 
@@ -298,11 +309,13 @@ def calibrated_bootstraps(
     members: list[list[np.ndarray] | None] | None = None,
     progress: Callable[[float], None] | None = None,
     mapper: Callable | None = None,
+    source: JointMultipliers | None = None,
 ) -> list[CalibratedBands]:
     """``calibrated_bootstrap`` of several layouts with the same groups and cells (a suite's models or metrics) from
     one set of multipliers (``did.bootstrap_shared``): each result is that layout's lone ``calibrated_bootstrap``,
     bit for bit, and the draws are joint. ``mapper(fn, items)``: how the per-layout preparation (variances, the
-    aggregates' analytic standard errors) is spread over cores (default: one after another)."""
+    aggregates' analytic standard errors) is spread over cores (default: one after another). ``source``: multipliers
+    keyed by panel instance or cluster (``did.bootstrap_shared``)."""
     members = members or [None] * len(lays)
 
     def prepare(j: int) -> tuple[CellVariances, np.ndarray, AggregateSpec | None]:
@@ -314,7 +327,7 @@ def calibrated_bootstraps(
     laws = studentized_bootstrap(
         lays, ests, [p[0] for p in parts], [list(m.values()) for m in masks], draws=draws, seed=seed,
         multiplier=multiplier, aggregates=[p[2] for p in parts], usable=[np.isfinite(p[1]) for p in parts],
-        progress=progress,
+        progress=progress, source=source,
     )  # fmt: skip
     return [
         CalibratedBands(

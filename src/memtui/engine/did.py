@@ -20,6 +20,7 @@ import numpy as np
 
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import Layout
+from memtui.engine.multipliers import JointMultipliers
 
 # R `did` treats a bootstrap se at or below sqrt(eps) * 10 (~1.5e-7) as degenerate. That is absolute: an outcome in
 # units of 1e-8 would have nothing significant, one in units of 1e8 would keep rounding noise as a "standard error".
@@ -113,10 +114,12 @@ def bootstrap(
     multiplier: str = "rademacher",
     chunk: int = 128,
     progress: Callable[[float], None] | None = None,
+    source: JointMultipliers | None = None,
 ) -> BootstrapDraws:
-    """B multiplier-bootstrap draws of every cell: about B*N*T multiply-adds, chunked over draws to bound memory."""
+    """B multiplier-bootstrap draws of every cell: about B*N*T multiply-adds, chunked over draws to bound memory.
+    ``source``: multipliers keyed by panel instance or cluster (``bootstrap_shared``)."""
     return bootstrap_shared(
-        [lay], [est], draws=draws, seed=seed, multiplier=multiplier, chunk=chunk, progress=progress
+        [lay], [est], draws=draws, seed=seed, multiplier=multiplier, chunk=chunk, progress=progress, source=source
     )[0]
 
 
@@ -137,6 +140,7 @@ def bootstrap_shared(
     chunk: int = 128,
     progress: Callable[[float], None] | None = None,
     on_chunk: Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    source: JointMultipliers | None = None,
 ) -> list[BootstrapDraws]:
     """``bootstrap`` of several layouts with the same groups and cells (``same_cells``: one panel's instances scored
     by several models, or several metrics) at once. The multipliers are drawn once, as ``bootstrap`` draws them for
@@ -148,7 +152,12 @@ def bootstrap_shared(
     ``on_chunk(j, start, treated, ctrl, out)`` is called for layout j after each chunk of draws starting at draw
     ``start``, with the cohort's and the control set's parts of the draws (cells x chunk, float32 temporaries it may
     overwrite; draw = treated - ctrl) and the draws themselves (a view into the result: read only). It runs on the
-    thread that formed the chunk; the calibrated band (``engine.bands``) forms its studentised maxima there."""
+    thread that formed the chunk; the calibrated band (``engine.bands``) forms its studentised maxima there.
+
+    ``source`` (``engine.multipliers``): each chunk's multipliers are drawn one per key (panel instance or cluster)
+    and looked up by ``first.source_rows``, so bootstraps of layouts built on subsets of one panel with the same
+    source and seed share the multiplier of every instance in every draw. Without it (the default) the multipliers
+    are drawn one per layout row, as they always were."""
     first = lays[0]
     if not all(same_cells(first, lay) for lay in lays[1:]):
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells")
@@ -176,7 +185,10 @@ def bootstrap_shared(
     cores = min(os.cpu_count() or 1, first.n_groups)
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        v = multipliers(rng, (first.n_units, bc), multiplier, f32)
+        if source is None:
+            v = multipliers(rng, (first.n_units, bc), multiplier, f32)
+        else:
+            v = source.take(multipliers(rng, (source.n_keys, bc), multiplier, f32), first.source_rows)
         r = np.empty((first.n_groups, stride, bc), dtype=f32)
 
         def group_sums(ks: range, r=r, v=v) -> None:

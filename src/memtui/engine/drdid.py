@@ -30,6 +30,7 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.engine import did
 from memtui.engine.layout import Layout
+from memtui.engine.multipliers import JointMultipliers
 
 PS_CLIP = 1 - 1e-6  # DRDID: pmin(ps.fit, 1 - 1e-6), "avoid divide by zero"
 TRIM_LEVEL = 0.995  # DRDID's trim.level: controls with a propensity score at or above it get no weight
@@ -283,9 +284,11 @@ def bootstrap(
     multiplier: str = "rademacher",
     chunk: int = 128,
     progress: Callable[[float], None] | None = None,
+    source: JointMultipliers | None = None,
 ) -> did.BootstrapDraws:
     """B multiplier-bootstrap draws of every cell, sum_i v_i phi_i, with the multipliers ``did.bootstrap`` draws for
-    the same layout and seed (so, without covariates, its draws up to float32 rounding), chunked over draws."""
+    the same layout and seed (so, without covariates, its draws up to float32 rounding), chunked over draws;
+    ``source``: multipliers keyed by panel instance or cluster, as ``did.bootstrap_shared`` takes them."""
     f32 = np.float32
     rng = np.random.default_rng(seed)
     out = np.empty((len(est.att), draws), dtype=f32)
@@ -293,7 +296,10 @@ def bootstrap(
     phis = [s.phi.astype(f32) for s in est.slabs]
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        v = did.multipliers(rng, (lay.n_units, bc), multiplier, f32)
+        if source is None:
+            v = did.multipliers(rng, (lay.n_units, bc), multiplier, f32)
+        else:
+            v = source.take(did.multipliers(rng, (source.n_keys, bc), multiplier, f32), lay.source_rows)
         group_w[:, start : start + bc] = np.add.reduceat(v, lay.group_start[:-1], axis=0)
         acc = np.zeros((len(est.att), bc), dtype=f32)
         for slab, phi in zip(est.slabs, phis, strict=True):

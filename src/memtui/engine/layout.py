@@ -44,7 +44,9 @@ class Layout:
     # estimator, a level rather than a difference) add it back; 0 for the others, which are invariant
     level: np.ndarray | None = None
     controls: bool = True  # False for the extractable estimator: no control set (its counterfactual is zero)
-    order: np.ndarray | None = None  # (N,) the input row of each layout row (per-instance covariates follow it)
+    # (N,) the row of the ``y`` given to build_layout that each row came from: what a multiplier source keyed by
+    # instance (``engine.multipliers.JointMultipliers``) looks each row's multiplier up by
+    source_rows: np.ndarray | None = None
 
     @property
     def n_groups(self) -> int:
@@ -145,7 +147,7 @@ def build_layout(
         notes=notes,
         level=level,
         controls=estimator != "extractable",
-        order=order,
+        source_rows=order,
         **cells,
     )
 

@@ -16,6 +16,7 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did, drdid
 from memtui.engine.layout import build_layout
+from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import aggregate, analytic_se
 from memtui.estimation import evidence
 from memtui.estimation.choices import ESTIMATORS
@@ -40,12 +41,25 @@ ALL_ESTIMATORS = ESTIMATORS
 
 def estimate(panel: Panel, settings: Settings, progress: Progress | None = None) -> EstimateResult:
     """Estimate the memorisation profile of one metric, with its summaries and bootstrap bands."""
+    return estimate_parts(panel, settings, progress)[0]
+
+
+def estimate_parts(
+    panel: Panel, settings: Settings, progress: Progress | None = None, *, source: JointMultipliers | None = None
+) -> tuple[EstimateResult, _Cells | None]:
+    """``estimate`` and what its scopes were cut from (the cells' draws, standard errors and sup-t laws; None for
+    engine differences). ``source``: the bootstrap's multipliers keyed by panel instance or cluster
+    (``engine.multipliers``; subgroups share one); default: ``settings.cluster``'s clusters, else per layout row."""
     settings = settings.validate()
     panel.refuse_mixed_stages()  # controls must come from the instance's own stage (staged curricula)
     if settings.engine == "differences":
         from memtui.estimation.crosscheck import estimate_with_differences
 
-        return estimate_with_differences(panel, settings, progress)
+        return estimate_with_differences(panel, settings, progress), None
+    if source is None and settings.cluster:
+        from memtui.estimation.clusters import cluster_source
+
+        source = cluster_source(panel, settings.cluster)
     report = progress or (lambda fraction, message: None)
     report(0.0, "preparing")
     y, treatment = panel.values(settings.metric), panel.treatment
@@ -53,6 +67,7 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
     design = drdid.design_matrix(panel.covariates, settings.covariates) if settings.covariates else None
     if design is not None:  # instances with an unknown covariate are left out (noted), as R did drops them
         y, treatment = y[design.keep], treatment[design.keep]
+        source = source.subset(np.flatnonzero(design.keep)) if source is not None else None
     lay = build_layout(
         y,
         treatment,
@@ -74,28 +89,38 @@ def estimate(panel: Panel, settings: Settings, progress: Progress | None = None)
     if design is None:
         est = did.point_estimates(lay)
     else:  # doubly robust DiD (Sant'Anna & Zhao 2020) with the covariates; the classic band only (Settings)
-        est = drdid.point_estimates(lay, design.matrix[lay.order])
+        est = drdid.point_estimates(lay, design.matrix[lay.source_rows])
         used = f"doubly robust DiD with covariates {', '.join(settings.covariates)}"
         lay.notes[:0] = [*design.notes, *est.notes, used]
     report(0.05, "bootstrap")
-    boot = cal = None
-    if settings.draws:
-        progress_of = lambda f: report(0.05 + 0.85 * f, "bootstrap")  # noqa: E731
-        if settings.band == "calibrated":
-            cal = bands.calibrated_bootstrap(
-                lay, est, cell_masks(lay, settings), draws=settings.draws, seed=settings.seed,
-                floor=did.se_floor(lay.scale), multiplier=settings.multiplier, members=aggregate_members(lay)[2],
-                progress=progress_of,
-            )  # fmt: skip
-            boot = cal.boot
-        else:
-            boot = (did.bootstrap if design is None else drdid.bootstrap)(
-                lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of
-            )
+    boot, cal = _bootstrap(lay, est, settings, lambda f: report(0.05 + 0.85 * f, "bootstrap"), source)
     report(0.9, "summaries")
-    result = _assemble(panel, settings, lay, est, boot, cal)
+    result, cells = _assembled(panel, settings, lay, est, boot, cal)
+    if settings.cluster and settings.draws:
+        result.notes.append(
+            f"bootstrap clustered by {settings.cluster}: {source.n_clusters} clusters share multipliers (standard "
+            "errors and bands); the analytic_se column is not clustered"
+        )
     report(1.0, "done")
-    return result
+    return result, cells
+
+
+def _bootstrap(lay, est: did.CellEstimates, settings: Settings, progress_of, source: JointMultipliers | None):
+    """The cells' draws (``did.bootstrap``) and, under the calibrated band, its laws (``bands``); None without draws."""
+    if not settings.draws:
+        return None, None
+    if settings.band == "calibrated":
+        cal = bands.calibrated_bootstrap(
+            lay, est, cell_masks(lay, settings), draws=settings.draws, seed=settings.seed,
+            floor=did.se_floor(lay.scale), multiplier=settings.multiplier, members=aggregate_members(lay)[2],
+            progress=progress_of, source=source,
+        )  # fmt: skip
+        return cal.boot, cal
+    boot = (drdid.bootstrap if isinstance(est, drdid.DrEstimates) else did.bootstrap)(
+        lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of,
+        source=source,
+    )  # fmt: skip
+    return boot, None
 
 
 def cell_masks(lay, settings: Settings) -> dict[str, np.ndarray]:
@@ -312,6 +337,11 @@ def _overall(c: _Cells) -> Overall:
 def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> EstimateResult:
     """Every scope of the estimate from the cells' point estimates and bootstrap draws (and, under the calibrated
     band, ``cal``: what ``bands.calibrated_bootstrap`` formed with those draws)."""
+    return _assembled(panel, settings, lay, est, boot, cal)[0]
+
+
+def _assembled(panel: Panel, settings: Settings, lay, est, boot, cal=None) -> tuple[EstimateResult, _Cells]:
+    """``_assemble`` and the ``_Cells`` its scopes were cut from."""
     c = _Cells.of(panel, settings, lay, est, boot, cal)
     small_notes = evidence.group_notes(lay, est, "calibrated") if cal is not None else group_notes(lay, est)
     notes = list(lay.notes) + small_notes
@@ -340,7 +370,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
             "completed checkpoint before it"
         )
     crit = _profile_crit(c)
-    return EstimateResult(
+    result = EstimateResult(
         settings=settings,
         cells=c.frame("profile", c.masks["all"], crit),
         instantaneous=c.subset("instantaneous"),
@@ -354,6 +384,7 @@ def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boo
         notes=notes,
         band=settings.band,
     )
+    return result, c
 
 
 def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> Pretrend:

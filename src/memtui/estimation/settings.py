@@ -47,6 +47,9 @@ class Settings:
     band: str = "calibrated"
     # per-instance covariates of doubly robust DiD (engine.drdid; R did's xformla with est_method "dr"); () = none
     covariates: tuple[str, ...] = ()
+    # clustered bootstrap (R did's clustervars): "" (none), "batch" (instances of one optimizer step) or a categorical
+    # covariate's name; one multiplier per cluster, never-treated controls each their own (estimation.clusters)
+    cluster: str = ""
 
     # the allowed values of every categorical setting: the CLI's choices and the settings dialog read them here
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = SETTING_CHOICES
@@ -74,6 +77,21 @@ class Settings:
                 "engine differences gives only the classic band (R did's); use --band classic with --engine "
                 "differences."
             )
+
+        if self.cluster:
+            self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        """A clustered bootstrap needs draws and the classic band (the calibrated band studentises by per-instance
+        variances, which a cluster's shared multiplier does not re-estimate)."""
+        if self.draws == 0:
+            raise MemtuiError(
+                "clustered standard errors come from the bootstrap: use -B 1000 (or at least 20) with --cluster."
+            )
+        if self.band == "calibrated":
+            raise MemtuiError("the calibrated band does not take clusters yet; use --band classic with --cluster.")
+        if self.engine == "differences":
+            raise MemtuiError("engine differences does not take --cluster here; use --engine memtui.")
 
     def validate(self) -> Settings:
         """Kept for callers written before construction checked: a Settings is always valid."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -10,6 +12,9 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.estimation.estimate import EstimateResult
 from memtui.estimation.results import persistent_cells
+
+if TYPE_CHECKING:
+    from memtui.estimation.subgroups import ByResult
 
 # what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Export columns")
 COLUMNS = [
@@ -26,6 +31,19 @@ def export_frame(result: EstimateResult, scope: str = "profile", significant_onl
     return frame.filter(pl.col("significant")) if significant_only else frame
 
 
+def export_by_frame(by: ByResult, scope: str = "profile", significant_only: bool = True) -> pl.DataFrame:
+    """Every group's rows (``export_frame``) under a first column ``group``; profile and persistent rows carry the
+    joint band (simultaneous over every group: ``ByResult.joint``), the other scopes each group's own."""
+    frames = []
+    for name in by.names:
+        res = by.groups[name]
+        if scope in ("profile", "persistent") and by.settings.draws:
+            joint = by.joint(name, scope)
+            res = replace(res, cells=joint) if scope == "profile" else replace(res, persistent=joint)
+        frames.append(export_frame(res, scope, significant_only).select(pl.lit(name).alias("group"), *COLUMNS))
+    return pl.concat(frames)
+
+
 def default_name(result: EstimateResult, panel_path: Path, scope: str = "profile") -> str:
     """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv`` (``-classic`` before ``.csv`` under the classic band): two
     exports with different settings never share a name. The panel's name and the metric come from a file: no control
@@ -36,10 +54,12 @@ def default_name(result: EstimateResult, panel_path: Path, scope: str = "profile
     return f"{stem[:120]}-{s.estimator}-{scope}-a{s.alpha:g}-d{s.draws}{band}.csv"
 
 
-def export_csv(result: EstimateResult, path: str | Path, scope: str = "profile", significant_only: bool = True) -> int:
+def export_csv(
+    result: EstimateResult | pl.DataFrame, path: str | Path, scope: str = "profile", significant_only: bool = True
+) -> int:
     """Write the scope's estimates to ``path`` (beside it, then renamed: a failure leaves an existing file as it was);
-    returns the number of rows written."""
-    frame = export_frame(result, scope, significant_only)
+    returns the number of rows written. ``result`` may be a frame made already (``export_by_frame``)."""
+    frame = export_frame(result, scope, significant_only) if isinstance(result, EstimateResult) else result
     path = Path(path).expanduser()
     if path.is_dir():
         raise MemtuiError(f"{path} is a folder; give a file name such as {path / 'estimates.csv'}.")
