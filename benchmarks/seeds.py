@@ -97,8 +97,10 @@ def main() -> None:
         "100/cohort, independent draws": (large, False),
         "100/cohort, seed 0 x1.5": (replace(large, odd_seed=1.5), True),
     }
-    print(f"{args.reps} replications, B = {args.draws}, {args.seeds} seeds, {small.n_cohorts} cohorts (+ "
-          f"{small.n_never} or {large.n_never} controls), {small.n_checkpoints} checkpoints, classic band, nominal 95%")
+    print(
+        f"{args.reps} replications, B = {args.draws}, {args.seeds} seeds, {small.n_cohorts} cohorts (+ "
+        f"{small.n_never} or {large.n_never} controls), {small.n_checkpoints} checkpoints, classic band, nominal 95%"
+    )
     rows = {}
     for name, (design, shared) in designs.items():
         start = time.perf_counter()

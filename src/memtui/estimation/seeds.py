@@ -230,7 +230,8 @@ def _common_cells(parts: list) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]
     where = []
     for p in parts:
         ok = np.isfinite(p.est.att)
-        where.append({(int(g), int(c)): i for i, (g, c) in enumerate(zip(p.cohort_step, p.cell_step)) if ok[i]})
+        pairs = zip(p.cohort_step, p.cell_step, strict=True)
+        where.append({(int(g), int(c)): i for i, (g, c) in enumerate(pairs) if ok[i]})
     keys = [key for key in where[0] if all(key in w for w in where[1:])]
     idx = [np.array([w[key] for key in keys], dtype=np.int64) for w in where]
     cohort = np.array([g for g, _ in keys], dtype=np.int64)

@@ -85,8 +85,14 @@ def simulate_seeds(sim: SeedSimulation) -> list[Panel]:
         y[:n_treated] += truth[s][row] + np.where(after, eta[:, None], 0.0)
         order = rng.permutation(n)
         panels.append(
-            Panel(ids=np.arange(n)[order], treatment=treatment[order], steps=steps, done=np.ones(t, bool),
-                  metrics={"loglik": y[order]}, signs={"loglik": 1},
-                  attrs={"seed_suite": f"simulated {sim.seed}", "seed": f"seed{s}"})  # fmt: skip
+            Panel(
+                ids=np.arange(n)[order],
+                treatment=treatment[order],
+                steps=steps,
+                done=np.ones(t, bool),
+                metrics={"loglik": y[order]},
+                signs={"loglik": 1},
+                attrs={"seed_suite": f"simulated {sim.seed}", "seed": f"seed{s}"},
+            )  # fmt: skip
         )
     return panels
