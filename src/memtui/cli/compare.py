@@ -153,6 +153,7 @@ def _seed_lines(sr, metric: str) -> list[str]:
         "",
         f"between-seed spread of the profile over {spread.n_cells} post-treatment cells every seed estimates: mean "
         f"SD across seeds {_num(spread.spread)}{inst}; mean within-seed standard error {_num(spread.std_error)}",
+        "(--pooled: the profile pooled across seeds with shared draws, and a test that the seeds agree)",
     ]
 
 
