@@ -1,6 +1,7 @@
 """Compare pane: every model of a suite on one screen — instantaneous memorisation by cohort, persistent by c − g and
 residual by cohort overlaid (each model's line with its band, a legend of model names), and the matrices of
-correlations between the models' profiles as small coloured grids.
+correlations between the models' profiles as small coloured grids. A seed suite (one model's data orders) adds the
+pooled estimate across seeds (``estimation.seeds``): each summary pooled, the seeds' spread, and whether they agree.
 
 The suite is estimated in a thread of the pane's own (``estimation.suite.estimate_suite``: shared draws, so all models
 cost little more than one) and the result arrives as a typed message; results are kept per settings, so cycling
@@ -119,9 +120,10 @@ class ComparePane(VerticalScroll, can_focus=True):
     class Ready(Message):
         """The suite's estimate (or why there is none) for ``settings``."""
 
-        def __init__(self, settings: Settings, suite_result=None, pearson=None, error: str = "") -> None:
+        def __init__(self, settings: Settings, suite_result=None, pearson=None, error: str = "", seeds=()) -> None:
             super().__init__()
             self.settings, self.suite_result, self.pearson, self.error = settings, suite_result, pearson, error
+            self.seeds = list(seeds)  # a seed suite's pooled lines (``seed_lines``)
 
     def __init__(self, suite=None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -194,12 +196,25 @@ class ComparePane(VerticalScroll, can_focus=True):
             # the comparison is of causal profiles: the workbench's naive estimators are shown per model elsewhere
             sr = estimate_suite(self.suite, replace(settings, engine="memtui"), progress=progress)
             corr = correlations(sr, settings.metric, scope="post")
-            ready = self.Ready(settings, sr, corr)
+            ready = self.Ready(settings, sr, corr, seeds=self._pooled(replace(settings, engine="memtui"), progress))
         except _Cancelled:
             return
         except MemtuiError as exc:
             ready = self.Ready(settings, error=str(exc))
         self.post_message(ready)
+
+    def _pooled(self, settings: Settings, progress) -> list[str]:
+        """A seed suite's pooled lines (none for a suite of models); a refusal is one line in their place."""
+        from memtui.estimation.seeds import estimate_pooled
+        from memtui.estimation.suite import is_seed_suite
+
+        if not is_seed_suite(self.suite.panels):
+            return []
+        try:
+            pooled = estimate_pooled(self.suite.panels, settings, self.suite.names, progress=progress)
+        except MemtuiError as exc:
+            return ["", f"Pooled across seeds: {clean(str(exc))}"]
+        return seed_lines(pooled)
 
     @on(Ready)
     def _on_ready(self, event: Ready) -> None:
@@ -221,6 +236,7 @@ class ComparePane(VerticalScroll, can_focus=True):
             size = f" ({compact_count(params)} parameters)" if params else ""
             lines.append(f"  {i + 1} {clean(name, 40)}{size}: mean instantaneous {num(inst, signed=True)}, overall "
                          f"{num(res.overall['estimate'], signed=True)}")  # fmt: skip
+        lines += ready.seeds
         lines += [f"⚠ {clean(n)}" for n in (*sr.suite.notes, *sr.notes)]
         self.query_one("#compare-text", Static).update("\n".join(lines))
         for widget in (*self.query(OverlayPlot), *self.query(".compare-legend")):
@@ -276,6 +292,27 @@ class ComparePane(VerticalScroll, can_focus=True):
             correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Raw Spearman", scheme, width)
         )
         self.query_one("#compare-grid", Static).update(grid)
+
+
+def seed_lines(pooled) -> list[str]:
+    """The pooled estimate across seeds in a few lines: per summary the pooled value ± its standard error (one
+    multiplier per instance shared by every seed) and the seeds' range and sd; per scope whether the seeds agree."""
+    s = pooled.settings
+    lines = ["", f"Pooled across {len(pooled.names)} seeds (the seeds' mean; ± its standard error from draws shared by "
+             f"every seed; classic {1 - s.alpha:.0%} band) and the spread across seeds:"]  # fmt: skip
+    for name, summ in pooled.summaries.items():
+        label = name.replace("persistent_", "persistent, c − g = checkpoint ")
+        lines.append(f"  {label}: {num(summ.estimate, signed=True)} ± {num(summ.std_error, 2)}; seeds "
+                     f"{num(summ.min, signed=True)} … {num(summ.max, signed=True)}, sd {num(summ.sd, 2)}")  # fmt: skip
+    verdicts = []
+    for a in pooled.agreement.values():
+        if not math.isfinite(a.statistic):
+            verdicts.append(f"{a.scope} —")
+        else:
+            verdicts.append(f"{a.scope} {'differ (' + clean(a.seed, 20) + ')' if a.rejected else 'agree'} "
+                            f"p={a.p_value:.3f}")  # fmt: skip
+    lines.append("  Do the seeds agree (largest studentised deviation from the pooled value)? " + "; ".join(verdicts))
+    return lines
 
 
 class _Cancelled(Exception):

@@ -32,6 +32,8 @@ def add_arguments(p) -> None:
                    help="cells the correlations run over [post: every post-treatment cell]")  # fmt: skip
     p.add_argument("--reference", type=Path, help="the paper's estimates file: put them beside this panel's")
     p.add_argument("--model-size", help="with --reference: which model_size of the file (when it holds several)")
+    p.add_argument("--pooled", action="store_true",
+                   help="a seed suite: its profile pooled across seeds, their spread and agreement")  # fmt: skip
     add_settings_args(p)
 
 
@@ -41,6 +43,12 @@ def run(args) -> int:
         if len(args.panels) != 1:
             raise MemtuiError("--reference compares one panel with the published estimates; give one panel.")
         return _reference(args, out)
+    if getattr(args, "pooled", False):
+        if len(args.panels) < 2:
+            raise MemtuiError("--pooled averages a seed suite's panels; give every seed's panel.")
+        from memtui.cli.pooled import run_pooled
+
+        return run_pooled(args, out, _settings, companion, write_together)
     if len(args.panels) == 1:
         return _estimators(args, out)
     return _suite(args, out)
@@ -145,6 +153,7 @@ def _seed_lines(sr, metric: str) -> list[str]:
         "",
         f"between-seed spread of the profile over {spread.n_cells} post-treatment cells every seed estimates: mean "
         f"SD across seeds {_num(spread.spread)}{inst}; mean within-seed standard error {_num(spread.std_error)}",
+        "(--pooled: the profile pooled across seeds with shared draws, and a test that the seeds agree)",
     ]
 
 
