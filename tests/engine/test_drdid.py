@@ -267,14 +267,6 @@ def test_categorical_covariates_are_r_dummies():
     np.testing.assert_array_equal(design.matrix[:, 1:3], [[1, 0], [0, 0], [0, 1], [0, 0]])
 
 
-def test_cli_refuses_covariates_the_panel_lacks_in_one_line(cli, small_panel):
-    code, out, err = cli("estimate", small_panel, "--covariates", "length,zlib", "--band", "classic", "-B", "0")
-    assert code == 2
-    assert "no covariate length, zlib" in err and len(err.strip().splitlines()) == 1
-    code, _, err = cli("estimate", small_panel, "--covariates", "length")
-    assert code == 2 and "--band classic" in err
-
-
 def test_cache_key_follows_the_covariates():
     """The settings key reads back from JSON as itself (the cache compares them), and the key changes with the
     covariates' values, so a cached estimate never outlives the covariates it was made with."""

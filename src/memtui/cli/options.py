@@ -104,8 +104,8 @@ def add_covariates_arg(p) -> None:
         type=covariate_names,
         default=(),
         metavar="A,B",
-        help="doubly robust DiD with these per-instance covariates (R did's xformla, est_method dr; needs --band "
-        "classic); per-instance values from the panel (instances/covariates)",
+        help="doubly robust DiD with these per-instance covariates (R did's xformla, est_method dr; the classic "
+        "band); per-instance values from the panel (instances/covariates)",
     )
 
 
@@ -132,10 +132,30 @@ def add_band_arg(p) -> None:
     p.add_argument(
         "--band",
         default="calibrated",
+        action=_ChosenBand,
         choices=list(CHOICES["band"]),
         help="simultaneous band: calibrated (studentised bootstrap-t; holds its level with small cohorts) or classic "
         "(R did's and the paper's; needed for --multiplier mammen) [calibrated]",
     )
+
+
+class _ChosenBand(argparse.Action):
+    """``--band`` that remembers it was given: without it, covariates fall back to the classic band (with a note)
+    instead of refusing the default one."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.band_chosen = True
+
+
+def _band(args) -> str:
+    """The band asked for; the default calibrated band is not derived for doubly robust DiD, so with --covariates and
+    no --band the classic one is used and the user told so (an explicit --band calibrated is refused by Settings)."""
+    if getattr(args, "covariates", ()) and args.band == "calibrated" and not getattr(args, "band_chosen", False):
+        print("note: --covariates uses the classic band (R did's); the calibrated band is not derived for doubly "
+              "robust DiD.", file=sys.stderr)  # fmt: skip
+        return "classic"
+    return args.band
 
 
 def settings_from_args(args, panel):
@@ -154,7 +174,7 @@ def settings_from_args(args, panel):
         family=args.family,
         final_step=args.final_step,
         engine=args.engine,
-        band=args.band,
+        band=_band(args),
         covariates=getattr(args, "covariates", ()),
         cluster=getattr(args, "cluster", "") or "",
     ).validate()
