@@ -120,12 +120,12 @@ def by_lines(by: ByResult, final_step: int) -> list[str]:
         )
     for name in by.names:
         res = by.groups[name]
-        lines.append(f"  {size_label(by, name)}: overall {num(res.overall.estimate, signed=True)}")
+        lines.append(f"  Group {size_label(by, name)}: overall {num(res.overall.estimate, signed=True)}")
         lines += [f"    {line}" for line in means_lines(res, final_step)]
     for diff in by.differences:
         o = diff.overall
         lines.append(
-            f"  {clean(diff.a, 40)} − {clean(diff.b, 40)}: overall {num(o['estimate'], signed=True)} "
+            f"  Difference {clean(diff.a, 40)} − {clean(diff.b, 40)}: overall {num(o['estimate'], signed=True)} "
             f"[{num(o['ci_low'], signed=True)}, {num(o['ci_high'], signed=True)}], p = {num(o['p_value'], 2)}; "
             f"{clean(diff.sentence(), limit=None)}."
         )
