@@ -239,3 +239,28 @@ async def test_compare_pane_says_plainly_that_it_does_not_split(tmp_path):
         assert note.startswith("Not split by domain: the models are compared over all their instances")
         pane.show_settings(Settings(metric="loglik", draws=100))
         assert not pane.query_one("#compare-by").display
+
+
+def test_split_profile_snapshot(snap_compare, tmp_path):
+    """The split Profile pane: the legend line naming each group and its size, the first group's heatmap, and the
+    cursor cohort's path in each group's colour (``--snapshot-update`` after a deliberate change; look at it)."""
+    from memtui.panel.synthetic import Simulation, write_synthetic
+
+    path = write_synthetic(
+        tmp_path / "panel.h5", Simulation(n_cohorts=8, per_cohort=24, n_never=80, n_checkpoints=10, seed=5)
+    )
+    n = read_panel(path).n_instances
+    write_covariates(path, {"domain": np.where(np.arange(n) % 3 == 0, "code", "web").astype(object)})
+
+    async def split(pilot):
+        await settle(pilot)
+        await pilot.press("b", "j", "j", "i")
+        await settle(pilot)
+        profile = pilot.app.query_one(ProfilePane)
+        for _ in range(1000):  # the path plot follows the cursor on a timer: wait for it to reach the row
+            if profile._plotted == (id(profile.result), profile.heatmap.row):
+                break
+            await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(MemtuiApp(read_panel(path)), terminal_size=(110, 32), run_before=split)

@@ -493,8 +493,7 @@ class MemtuiApp(App):
             return
         index = options.index(self.by) if self.by in options else 0
         spec = options[(index + step) % len(options)]
-        if self.set_by(spec):
-            self.notify(f"Split by {clean(spec, 60)}." if spec else "No split.", markup=False, timeout=3)
+        self.set_by(spec)  # the title bar and the legend line say what the split is
 
     def action_next_view(self, step: int = 1) -> None:
         """The heatmap's next group, or difference of two groups, of the split."""
