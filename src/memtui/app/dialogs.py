@@ -201,12 +201,16 @@ class SettingsDialog(ModalScreen[Settings | None]):
             )
             yield _row("base period", Choice([(b, b) for b in ("varying", "universal")], s.base_period, id="set-base"))
             yield _row("seed", ApplyField(str(s.seed), id="set-seed"))
-            if self.check_by is not None:
+            if self.check_by is not None:  # one row: the offered specs, and the spec itself (any can be typed)
                 offered = [(clean(o, 60) or "none", o) for o in self.by_options]
-                yield _row(
-                    "split by", Choice(offered, self.by if self.by in self.by_options else "", id="set-by-choice")
+                chosen = self.by if self.by in self.by_options else ""
+                hint = "or type NAME>=VALUE"
+                yield Horizontal(
+                    Label("split by", classes="field-label"),
+                    Choice(offered, chosen, id="set-by-choice"),
+                    ApplyField(self.by, placeholder=hint, id="set-by"),
+                    classes="field",
                 )
-                yield _row("split spec", ApplyField(self.by, placeholder="e.g. length>=300", id="set-by"))
             yield Static("", id="settings-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply")
@@ -235,6 +239,10 @@ class SettingsDialog(ModalScreen[Settings | None]):
             base_period=self.query_one("#set-base", Choice).value,
             seed=number("#set-seed", int, "seed"),
         ).validate()
+
+    def on_resize(self) -> None:
+        """No blank line between the fields where the terminal is short (80 x 24): the buttons stay on screen."""
+        self.query_one("#dialog").set_class(self.size.height < 28, "-tight")
 
     @on(Choice.Changed, "#set-by-choice")
     def _by_chosen(self, event: Choice.Changed) -> None:
