@@ -16,7 +16,7 @@ from textual.message import Message
 from textual.worker import WorkerState
 
 HANG_S = 300.0
-APP_GROUPS = ("estimate", "reload", "summary-extras", "compare")  # the panes that compute in workers of their own
+APP_GROUPS = ("estimate", "by", "reload", "summary-extras", "compare")  # the panes that compute in workers of their own
 
 
 def run_async(test):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from rich.color import Color
 from rich.style import Style
 from rich.text import Text
 from textual import on, work
@@ -24,6 +23,7 @@ from textual.worker import get_current_worker
 
 from memtui.app import palette
 from memtui.app.fmt import minus, num, short_step
+from memtui.app.legend import legend, pack
 from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summaries import final_checkpoint
 from memtui.core.errors import MemtuiError
@@ -41,36 +41,6 @@ class OverlayPlot(BandPlot):
 
     def overlay(self, series: list[Series], *, title: str | tuple[str, ...], marks: tuple = ()) -> None:
         self.show_series(series, title=title, marks=marks, band_marker=BAND_MARKER)
-
-
-def pack(head: Text, items: list[Text], width: int, indent: int = 2, gap: int = 2) -> Text:
-    """``head`` then ``items`` on as many lines of ``width`` cells as they need, a line breaking only between two
-    items (an interval or a legend entry never wraps in the middle); lines after the first are indented."""
-    out = head.copy()
-    used = head.cell_len
-    for n, item in enumerate(items):
-        space = 1 if n == 0 else gap  # "intervals: 1–2 […]  1–3 […]"
-        if used > indent and used + space + item.cell_len > width:
-            out.append("\n" + " " * indent)
-            used = indent
-        elif used > 0 and used != indent:
-            out.append(" " * space)
-            used += space
-        out.append_text(item)
-        used += item.cell_len
-    return out
-
-
-def legend(names: list[str], colours: tuple, width: int) -> Text:
-    """Each model's colour swatch and name, then what the dots are; packed to ``width``."""
-    items = [Text.assemble(("━━", Style(color=_colour(colours[i % len(colours)]))), f" {name}")
-             for i, name in enumerate(names)]  # fmt: skip
-    items.append(Text("··· its band", style="dim"))
-    return pack(Text(), items, width)
-
-
-def _colour(value) -> Color:
-    return Color.from_ansi(value) if isinstance(value, int) else Color.from_rgb(*value)
 
 
 def correlation_grid(
@@ -132,6 +102,7 @@ class ComparePane(VerticalScroll, can_focus=True):
         self._ready: dict[Settings, ComparePane.Ready] = {}
 
     def compose(self) -> ComposeResult:
+        yield Static("", id="compare-by", classes="message", markup=False)
         yield Static("", id="compare-text", markup=False)
         for name in PLOTS:
             yield Static("", id=f"compare-{name}-legend", classes="compare-legend", markup=False)
@@ -160,8 +131,17 @@ class ComparePane(VerticalScroll, can_focus=True):
         width = self.scrollable_content_region.width - 2  # the statics' padding
         return width if width > 10 else 10_000  # before the first layout: one line, redrawn on resize
 
-    def show_settings(self, settings: Settings) -> None:
-        """Show the suite for ``settings``: at once when estimated before, else estimate it in the background."""
+    def show_settings(self, settings: Settings, by: str = "") -> None:
+        """Show the suite for ``settings``: at once when estimated before, else estimate it in the background. The
+        models are compared over all their instances: a split by group (``by``) is said, not applied."""
+        note = self.query_one("#compare-by", Static)
+        note.update(
+            f"Not split by {clean(by, 60)}: the models are compared over all their instances (the split is on the "
+            "Profile and Summaries panes)."
+            if by
+            else ""
+        )
+        note.display = bool(by)
         self.settings = settings
         if self.suite is None or len(self.suite.names) < 2:
             self._message("Compare needs several panels of the same instances: `memtui A.h5 B.h5 …` opens a suite.")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.text import Text
@@ -156,17 +156,30 @@ class ExportDialog(ModalScreen[str | None]):
 
 
 class SettingsDialog(ModalScreen[Settings | None]):
-    """Estimator, band family, alpha, bootstrap draws and the residual checkpoint; validated before closing."""
+    """Estimator, band family, alpha, bootstrap draws and the residual checkpoint; validated before closing. With
+    ``check_by``, also the split by group: a choice of the specs the panel's covariates offer, which fills the spec
+    field (any spec can be typed there: ``length>=300``); after Apply the spec is ``by``."""
 
     BINDINGS = [
         Binding("enter", "apply", "Apply", tooltip="Apply the settings (checked first)"),
         Binding("escape", "cancel", "Cancel", tooltip="Close, keeping the settings as they were"),
     ]
 
-    def __init__(self, settings: Settings, checkpoints: Sequence[int]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        checkpoints: Sequence[int],
+        *,
+        by: str = "",
+        by_options: Sequence[str] = ("",),
+        check_by: Callable[[str], None] | None = None,
+    ) -> None:
         super().__init__()
         self.settings = settings
         self.checkpoints = [int(c) for c in checkpoints]
+        self.by = by
+        self.by_options = list(by_options)
+        self.check_by = check_by
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -188,6 +201,16 @@ class SettingsDialog(ModalScreen[Settings | None]):
             )
             yield _row("base period", Choice([(b, b) for b in ("varying", "universal")], s.base_period, id="set-base"))
             yield _row("seed", ApplyField(str(s.seed), id="set-seed"))
+            if self.check_by is not None:  # one row: the offered specs, and the spec itself (any can be typed)
+                offered = [(clean(o, 60) or "none", o) for o in self.by_options]
+                chosen = self.by if self.by in self.by_options else ""
+                hint = "or type NAME>=VALUE"
+                yield Horizontal(
+                    Label("split by", classes="field-label"),
+                    Choice(offered, chosen, id="set-by-choice"),
+                    ApplyField(self.by, placeholder=hint, id="set-by"),
+                    classes="field",
+                )
             yield Static("", id="settings-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply")
@@ -217,11 +240,23 @@ class SettingsDialog(ModalScreen[Settings | None]):
             seed=number("#set-seed", int, "seed"),
         ).validate()
 
+    def on_resize(self) -> None:
+        """No blank line between the fields where the terminal is short (80 x 24): the buttons stay on screen."""
+        self.query_one("#dialog").set_class(self.size.height < 28, "-tight")
+
+    @on(Choice.Changed, "#set-by-choice")
+    def _by_chosen(self, event: Choice.Changed) -> None:
+        self.query_one("#set-by", Input).value = event.choice.value
+
     @on(Input.Submitted)
     @on(Button.Pressed, "#settings-apply")
     def action_apply(self) -> None:
         try:
             settings = self.read()
+            if self.check_by is not None:
+                by = self.query_one("#set-by", Input).value.strip()
+                self.check_by(by)
+                self.by = by
         except MemtuiError as exc:
             self.query_one("#settings-error", Static).update(clean(exc))
             return

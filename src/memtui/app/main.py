@@ -25,6 +25,7 @@ from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane,
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from memtui.app import config
+from memtui.app.by_view import by_options, view_result, views
 from memtui.app.compare import ComparePane
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable
@@ -38,7 +39,9 @@ from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.estimation import cache
 from memtui.estimation.estimate import ESTIMATORS, EstimateResult
+from memtui.estimation.group_spec import resolve
 from memtui.estimation.settings import Settings
+from memtui.estimation.subgroups import ByResult
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import METRIC_LABEL, Panel
 
@@ -70,6 +73,20 @@ class EstimateReady(Message):
     def __init__(self, settings: Settings, generation: int, result: EstimateResult | None, error: str = "") -> None:
         super().__init__()
         self.settings, self.generation, self.result, self.error = settings, generation, result, error
+
+
+class ByProgress(Message):
+    def __init__(self, key: tuple[Settings, str], fraction: float, stage: str) -> None:
+        super().__init__()
+        self.key, self.fraction, self.stage = key, fraction, stage
+
+
+class ByReady(Message):
+    """The split worker's outcome for ``key`` (settings, spec): the groups' estimates, or the one-line reason."""
+
+    def __init__(self, key: tuple[Settings, str], generation: int, result: ByResult | None, error: str = "") -> None:
+        super().__init__()
+        self.key, self.generation, self.result, self.error = key, generation, result, error
 
 
 class PanelReloaded(Message):
@@ -118,6 +135,11 @@ class MainScreen(Screen):
         # with one panel open the three above are off (and out of the footer); these say why instead of nothing
         Binding("5,n,N", "app.needs_suite", show=False),
         Binding("r", "app.reload", "Reload panel", show=False, tooltip="Re-read the panel file"),
+        # the split by group: listed by ? (the footer keeps its keys at 80 columns)
+        Binding("b", "app.next_by(1)", "Split", show=False, tooltip="Split by the next covariate spec (none first)"),
+        Binding("B", "app.next_by(-1)", "Previous split", show=False, tooltip="Split by the previous covariate spec"),
+        Binding("v", "app.next_view(1)", "Group", show=False, tooltip="Heatmap: next group, or difference of two"),
+        Binding("V", "app.next_view(-1)", "Previous group", show=False, tooltip="Heatmap: previous group view"),
         Binding("ctrl+o", "app.open_panel", "Open panel", show=False, tooltip="Pick another panel file"),
     ]
 
@@ -190,6 +212,14 @@ class MemtuiApp(App):
         self._stage = ""
         self.computing: Settings | None = None
         self._worker: Worker | None = None
+        # the split by group (b, settings): its spec, the groups' estimates for (settings, spec), the heatmap's view
+        self.by = ""
+        self._by_good = ""  # the last spec shown: an estimate that fails goes back to it
+        self.by_result: ByResult | None = None
+        self.by_view = 0
+        self.by_computing: tuple[Settings, str] | None = None
+        self._by_results: dict[tuple[Settings, str], ByResult] = {}
+        self._view_results: dict[tuple[int, int], object] = {}
         self._heap_frozen = False
         self.preferences = config.load()
         if self.preferences.theme in self.available_themes:
@@ -265,14 +295,20 @@ class MemtuiApp(App):
         if len(self.models) > 1:
             name = f"{name} ({self._model_index() + 1}/{len(self.models)})"
         settings = f"α {s.alpha:g} · {s.draws} draws · {s.family}"
+        by = f" │ by {clean(self.by, 40)}" if self.by else ""
         self.query_one("#title", Static).update(
-            f"{name} │ {clean(s.metric, 60)} · {s.estimator} │ {settings} │ {done}/{total} ckpts"
+            f"{name} │ {clean(s.metric, 60)} · {s.estimator}{by} │ {settings} │ {done}/{total} ckpts"
         )
 
     # ---- estimation ---------------------------------------------------------------------------------------------
 
     def request_estimate(self) -> None:
-        """Show the estimate for the current settings: from memory or disk at once, else compute in a thread."""
+        """Show the estimate for the current settings (and their split by group, if one is chosen)."""
+        self._request_whole()
+        self.request_by()
+
+    def _request_whole(self) -> None:
+        """The whole panel's estimate: from memory or disk at once, else compute in a thread."""
         self.update_title()
         settings = self.settings
         if settings in self._results:
@@ -375,15 +411,39 @@ class MemtuiApp(App):
 
     def _refresh_pane(self, name: str) -> None:
         if name == "compare":
-            self.query_one(ComparePane).show_settings(self.settings)
+            self.query_one(ComparePane).show_settings(self.settings, self.by)
         if name in ("profile", "summaries", "estimates"):
             pane = self._pane_widget(name)
-            if getattr(pane, "_shown", None) != (id(self.result), self.message):
-                pane._shown = (id(self.result), self.message)
+            split = (id(self.by_result), self.by_view) if name != "estimates" else None
+            if getattr(pane, "_shown", None) != (id(self.result), self.message, split):
+                pane._shown = (id(self.result), self.message, split)
                 message = self.message
                 if self.result is None and not message:
                     message = "Computing the estimate…"
-                pane.show(self.result, message)
+                if name == "estimates":
+                    pane.show(self.result, message)
+                else:
+                    self._show_split(pane, message)
+
+    def _show_split(self, pane, message: str) -> None:
+        """Profile and Summaries with the split: the heatmap draws the chosen group (or difference), the plots one
+        line per group; without one, the whole panel's estimate as before."""
+        by = self.by_result if self.result is not None else None
+        if pane.id == "summaries-pane":
+            pane.split = by
+            pane.show(self.result, message)
+            return
+        if by is None:
+            pane.split = None
+            pane.show(self.result, message)
+            return
+        all_views = views(by)
+        view = all_views[self.by_view % len(all_views)]
+        key = (id(by), self.by_view % len(all_views))
+        if key not in self._view_results:
+            self._view_results = {key: view_result(by, view)}  # only the one shown: a difference sorts every draw
+        pane.split = (by, view)
+        pane.show(self._view_results[key], message)
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
@@ -401,6 +461,129 @@ class MemtuiApp(App):
         # Extraction: the pane itself, so the keys keep working (no text field takes them) and Tab goes to the
         # form's first field
         self.query_one(target or ExtractionPane).focus()
+
+    # ---- the split by group -------------------------------------------------------------------------------------
+
+    def check_by(self, spec: str) -> None:
+        """Raise the one-line MemtuiError that makes ``spec`` no split of this panel (cheap: no estimate)."""
+        if not spec:
+            return
+        if self.settings.engine != "memtui":
+            raise MemtuiError("a split by group is estimated by memtui's engine; choose it in the settings.")
+        resolve(self.panel, spec)
+
+    def set_by(self, spec: str) -> bool:
+        """Split the views by ``spec`` ("" : no split); an invalid spec is a notification and the view stays."""
+        spec = spec.strip()
+        try:
+            self.check_by(spec)
+        except MemtuiError as exc:
+            self.notify(clean(exc), title="Not split", severity="error", markup=False)
+            return False
+        if spec != self.by:
+            self.by, self.by_view = spec, 0
+            self.update_title()
+            self.request_by()
+        return True
+
+    def action_next_by(self, step: int = 1) -> None:
+        options = by_options(self.panel)
+        if len(options) < 2:
+            self.notify("This panel has no covariate to split by: `memtui covariates PANEL` adds them.", markup=False)
+            return
+        index = options.index(self.by) if self.by in options else 0
+        spec = options[(index + step) % len(options)]
+        self.set_by(spec)  # the title bar and the legend line say what the split is
+
+    def action_next_view(self, step: int = 1) -> None:
+        """The heatmap's next group, or difference of two groups, of the split."""
+        if self.by_result is None:
+            self.notify("No split: b (or the settings, o) splits the views by a covariate.", markup=False)
+            return
+        self.by_view = (self.by_view + step) % len(views(self.by_result))
+        self._refresh_pane(self.active_pane)
+
+    def request_by(self) -> None:
+        """The split's estimates for the current settings: from memory at once, else computed in a thread."""
+        if not self.by:
+            self._set_by_result(None)
+            return
+        key = (self.settings, self.by)
+        if key in self._by_results:
+            self._set_by_result(self._by_results[key])
+            return
+        if self.by_computing == key:
+            return
+        self.by_computing = key
+        self._show_by_busy(0.0, "starting")
+        self._compute_by(self.panel, key, self._generation)
+
+    @work(thread=True, exclusive=True, group="by", exit_on_error=False)
+    def _compute_by(self, panel: Panel, key: tuple[Settings, str], generation: int) -> None:
+        from memtui.estimation.subgroups import estimate_by
+
+        worker = get_current_worker()
+        last = [0.0]
+
+        def progress(fraction: float, stage: str) -> None:
+            if worker.is_cancelled:  # another split or settings since: stop between bootstrap chunks
+                raise _Cancelled
+            now = time.monotonic()
+            if now - last[0] > 0.1:
+                last[0] = now
+                self.post_message(ByProgress(key, fraction, stage))
+
+        try:
+            self.post_message(ByReady(key, generation, estimate_by(panel, key[0], key[1], progress=progress)))
+        except _Cancelled:
+            return
+        except MemtuiError as exc:
+            self.post_message(ByReady(key, generation, None, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a bug in the split must not stop the app: it says so instead
+            self.post_message(ByReady(key, generation, None, f"{type(exc).__name__}: {exc}"))
+
+    def on_by_progress(self, event: ByProgress) -> None:
+        if event.key == self.by_computing:
+            self._show_by_busy(event.fraction, event.stage)
+
+    @on(ByReady)
+    def _by_ready(self, event: ByReady) -> None:
+        if event.generation != self._generation:  # computed on a panel re-read (or another model) since
+            return
+        if event.result is not None:
+            self._by_results[event.key] = event.result
+        if event.key != self.by_computing:
+            return
+        self.by_computing = None
+        if self.computing is None:
+            self._hide_busy()
+        if event.result is None:  # the previous view stays (or none, if the same spec fails again)
+            spec, self.by = self.by, (self._by_good if self._by_good != event.key[1] else "")
+            self.notify(f"Not split by {clean(spec, 60)}: {clean(event.error)}", severity="error", markup=False)
+            self.update_title()
+            self.request_by()
+            return
+        self._set_by_result(event.result)
+
+    def _set_by_result(self, by: ByResult | None) -> None:
+        if self.by_computing is not None:  # a split no longer wanted: drop it
+            self.workers.cancel_group(self, "by")
+            self.by_computing = None
+            if self.computing is None:
+                self._hide_busy()
+        if by is not None:
+            self._by_good = by.spec
+        self.by_result = by
+        self._refresh_pane(self.active_pane)
+
+    def _show_by_busy(self, fraction: float, stage: str) -> None:
+        if self.computing is not None:  # the whole estimate's progress has the bar first
+            return
+        self.query_one("#panes").add_class("-stale")
+        bar = self.query_one("#busy", ProgressBar)
+        bar.display = True
+        bar.update(progress=fraction)
+        self.query_one("#busy-label", Static).update(f"computing by {clean(self.by, 40)}: {clean(stage, 60)} ")
 
     # ---- settings changes ---------------------------------------------------------------------------------------
 
@@ -424,11 +607,21 @@ class MemtuiApp(App):
 
     def action_settings(self) -> None:
         def done(settings: Settings | None) -> None:
-            if settings is not None and settings != self.settings:
+            if settings is None:
+                return
+            if dialog.by != self.by:  # checked in the dialog: the split and the settings change together
+                self.by, self.by_view = dialog.by, 0
+            if settings != self.settings:
                 self.settings = settings
                 self.request_estimate()
+            else:
+                self.update_title()
+                self.request_by()
 
-        self.push_screen(SettingsDialog(self.settings, self.panel.done_steps), done)
+        dialog = SettingsDialog(
+            self.settings, self.panel.done_steps, by=self.by, by_options=by_options(self.panel), check_by=self.check_by
+        )
+        self.push_screen(dialog, done)
 
     def action_export(self) -> None:
         if self.result is None:
@@ -563,6 +756,14 @@ class MemtuiApp(App):
         self._generation += 1
         self._results.clear()
         self._errors.clear()
+        self._by_results.clear()
+        self.by_computing = None
+        if self.by:  # another model or a re-read copy: the split stays if it still makes groups there
+            try:
+                self.check_by(self.by)
+            except MemtuiError as exc:
+                self.notify(f"No split: {clean(exc)}", severity="warning", markup=False)
+                self.by = self._by_good = ""
         self.metrics = metric_order(panel)
         self.query_one(ExtractionPane).describe_panel(panel)
         if self.settings.metric not in self.metrics:

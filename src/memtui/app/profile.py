@@ -12,9 +12,10 @@ from textual.containers import Container, Vertical
 from textual.widgets import Static
 
 from memtui.app import palette
+from memtui.app.by_view import View, legend_text, view_result
 from memtui.app.fmt import integer, num, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
-from memtui.app.plots import BandPlot
+from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.core.text import clean
 from memtui.estimation.estimate import EstimateResult
 
@@ -122,11 +123,15 @@ class ProfilePane(Vertical):
         self._plot_timer = None
         self._base = ""
         self.plot_hidden = False  # p: the heatmap takes the path plot's rows
+        self.split: tuple | None = None  # (ByResult, by_view.View) while the views are split by group
+        self._paths_of = None  # the split whose groups' paths are in _paths
+        self._paths: dict = {}
 
     def compose(self) -> ComposeResult:
         # markup off: messages quote the panel (metric names, attributes) and must show as written
         yield Static("", id="profile-message", classes="message", markup=False)
         yield Static("", id="profile-notes", classes="message", markup=False)
+        yield Static("", id="by-legend", markup=False)
         with Container(id="profile-main"):
             yield Heatmap(id="heatmap")
             yield BandPlot(id="path-plot")
@@ -135,6 +140,7 @@ class ProfilePane(Vertical):
 
     def on_resize(self) -> None:
         self._layout()
+        self._show_by_legend()
         if self.result is not None:
             self._describe(self.heatmap.row, self.heatmap.column)
 
@@ -166,6 +172,7 @@ class ProfilePane(Vertical):
         notes = self.query_one("#profile-notes", Static)
         notes.update(notes_line(result))
         notes.display = bool(result is not None and result.notes)
+        self._show_by_legend()
         if result is None:
             self._mats = {}
             self.heatmap.set_data(None)
@@ -185,6 +192,15 @@ class ProfilePane(Vertical):
         self._scale = scale
         self._base = _base_label(result)
         self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base)
+
+    def _show_by_legend(self) -> None:
+        """The split's line above the heatmap: what it shows, and each group's colour in the path plot, its size."""
+        line = self.query_one("#by-legend", Static)
+        line.display = self.split is not None and self.result is not None
+        if line.display:
+            colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark).models
+            width = self.size.width - 2 if self.size.width > 2 else 10_000
+            line.update(legend_text(*self.split, colours, width))
 
     def on_heatmap_cursor_moved(self, event: Heatmap.CursorMoved) -> None:
         self._describe(event.row, event.column)
@@ -219,13 +235,16 @@ class ProfilePane(Vertical):
         placebo = ["pre-treatment (placebo)"] if c < g else []
         se = f"SE {num(m['std_error'][row, column])}"
         low, high = num(m["band_low"][row, column], signed=True), num(m["band_high"][row, column], signed=True)
-        nt, nc = int(m["n_treated"][row, column]), int(m["n_control"][row, column])
+        counts = m["n_treated"][row, column], m["n_control"][row, column]
+        known = all(np.isfinite(n) for n in counts)  # a difference of two groups has no counts of its own
+        nt, nc = (int(n) if known else 0 for n in counts)
+        full, short = ([f"n {nt} treated / {nc} control"], [f"n {nt}/{nc}"]) if known else ([], [])
         t = f"τ {num(tau, signed=True)}"
         variants = [
             " │ ".join([f"g {g}  c {c}  c−g {integer(c - g)}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
-                        "significant" if sig else "not significant", f"n {nt} treated / {nc} control"]),
+                        "significant" if sig else "not significant", *full]),
             " │ ".join([f"g {g} c {c} c−g {integer(c - g)}", *(["placebo"] if placebo else []), f"{t} {se}",
-                        f"band [{low}, {high}]", "sig." if sig else "n.s.", f"n {nt}/{nc}"]),
+                        f"band [{low}, {high}]", "sig." if sig else "n.s.", *short]),
             " │ ".join([f"g {g} c {c}", *(["placebo"] if placebo else []), f"{t} {se}", f"[{low}, {high}]",
                         "sig." if sig else "n.s."]),
             " │ ".join([f"g {short_step(g)} c {short_step(c)}", t, f"[{low}, {high}]", "sig." if sig else "n.s."]),
@@ -256,13 +275,32 @@ class ProfilePane(Vertical):
         self._plotted_at = now
         self._plotted = key
         g = int(r.cohorts[row])
+        if self.split is not None and not self.split[1].b:  # a group on the heatmap: every group's path, coloured
+            self.query_one(BandPlot).show_series(
+                self._group_paths(g),
+                title=(
+                    f"memorisation path τ(g = {short_step(g)}, c) per group, dotted: joint band",
+                    f"path τ(g = {short_step(g)}, c) per group, dotted: band",
+                    f"τ(g = {short_step(g)}, c) per group",
+                    f"τ(g = {short_step(g)}, c)",
+                ),
+                marks=(g,),
+                band_marker="dot",
+            )
+            return
         m = self._mats
+        if self.split is not None:  # a difference of two groups on the heatmap: its path
+            diff = clean(self.split[1].label, 80)
+            titles = (f"{diff}: path τ(g = {short_step(g)}, c), with band", f"difference τ(g = {short_step(g)}, c)")
+        else:
+            titles = ()
         self.query_one(BandPlot).show(
             r.checkpoints,
             m["estimate"][row],
             m["band_low"][row],
             m["band_high"][row],
-            title=(
+            title=titles
+            or (
                 f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",
                 f"path τ(g = {short_step(g)}, c) over checkpoints c, with band",
                 f"path τ(g = {short_step(g)}, c), with band",
@@ -270,3 +308,21 @@ class ProfilePane(Vertical):
             ),
             marks=(g,),
         )
+
+    def _group_paths(self, g: int) -> list[Series]:
+        """Cohort ``g``'s path in each group of the split that has the cohort, in the group's colour (its index)."""
+        by = self.split[0]
+        if self._paths_of is not by:  # each group's matrices once per split, not on every cursor move
+            self._paths_of, self._paths = by, {}
+            for name in by.names:
+                res = view_result(by, View(name))
+                mats = {c: res.matrix(c) for c in ("estimate", "band_low", "band_high")}
+                self._paths[name] = (res.cohorts, res.checkpoints, mats)
+        out = []
+        for i, name in enumerate(by.names):
+            cohorts, checkpoints, mats = self._paths[name]
+            row = int(np.searchsorted(cohorts, g))
+            if row < len(cohorts) and cohorts[row] == g:
+                est, low, high = (mats[c][row] for c in ("estimate", "band_low", "band_high"))
+                out.append(Series(checkpoints, est, low, high, colour=i))
+        return out

@@ -15,12 +15,15 @@ from textual.message import Message
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from memtui.app.by_view import by_lines, size_label
 from memtui.app.fmt import num, short_step
-from memtui.app.plots import BandPlot
+from memtui.app.legend import legend
+from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summary_lines import calibration_line, estimators_lines, mde_line, means_lines
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.estimation.estimate import Comparison, EstimateResult
+from memtui.estimation.subgroups import ByResult
 from memtui.panel.model import METRIC_LABEL
 
 
@@ -78,10 +81,12 @@ class SummariesPane(VerticalScroll, can_focus=True):
         super().__init__(**kwargs)
         self._result: EstimateResult | None = None
         self._extras: dict[int, SummariesPane.Extras] = {}  # by id of the result they belong to
+        self.split: ByResult | None = None  # the groups' estimates while the views are split by group
 
     def compose(self) -> ComposeResult:
         yield Static("", id="summary-text", markup=False)  # metric names and notes are shown as written
         yield Static("", id="summary-extras", markup=False)
+        yield Static("", id="summary-by-legend", markup=False)  # the groups' colours in the plots, when split
         yield BandPlot(id="plot-instantaneous", classes="summary-plot")
         yield BandPlot(id="plot-persistent", classes="summary-plot")
         yield BandPlot(id="plot-residual", classes="summary-plot")
@@ -108,7 +113,10 @@ class SummariesPane(VerticalScroll, can_focus=True):
             pretrend_text(result),
             calibration_line(result),
             *(f"⚠ Note: {clean(note)}" for note in result.notes),
+            *covariates_lines(getattr(self.app, "panel", None)),
         ]
+        if self.split is not None:  # the groups right after what the whole panel's estimate is
+            lines[1:1] = [*by_lines(self.split, final), "", "The whole panel (every instance):"]
         if message:
             lines.insert(0, message)
         text.update("\n".join(lines))
@@ -120,6 +128,10 @@ class SummariesPane(VerticalScroll, can_focus=True):
             )
             self._compute_extras(getattr(self.app, "panel", None), result)
 
+        self._show_legend()
+        if self.split is not None:
+            self._show_group_plots(self.split, final)
+            return
         # which line is which: the plots cannot carry a legend without covering the data. Each title in wordings
         # from the fullest down: the plot draws the widest that fits its width
         band = f"{1 - result.settings.alpha:.0%} band"
@@ -147,6 +159,43 @@ class SummariesPane(VerticalScroll, can_focus=True):
             title=_titles(f"Residual memorisation τ(g, {at}) by cohort g", f"Residual τ(g, {at}) by cohort g",
                           f"Residual τ(g, {at})", key, short),
         )  # fmt: skip
+
+    def on_resize(self) -> None:
+        self._show_legend()
+
+    def _show_legend(self) -> None:
+        """With a split, each group's colour and size on a line above the plots (never drawn over the data)."""
+        line = self.query_one("#summary-by-legend", Static)
+        line.display = self.split is not None and self._result is not None
+        if line.display:
+            colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark).models
+            width = self.scrollable_content_region.width - 2
+            names = [size_label(self.split, name) for name in self.split.names]
+            line.update(legend(names, colours, width if width > 10 else 10_000))
+
+    def _show_group_plots(self, by: ByResult, final: int) -> None:
+        """The three plots with one line per group (its own band, dotted, in its colour)."""
+
+        def series(scope: str, x: str) -> list[Series]:
+            out = []
+            for i, name in enumerate(by.names):
+                frame = getattr(by.groups[name], scope).sort(x)
+                out.append(Series(frame[x].to_numpy(), *_series(frame), colour=i))
+            return out
+
+        at = short_step(final)
+        plots = (
+            ("instantaneous", "cohort", ("Instantaneous memorisation τ(g, g) by cohort g, per group",
+                                         "Instantaneous τ(g, g) by cohort g", "Instantaneous τ(g, g)"), ()),
+            ("persistent", "event_time", ("Persistent memorisation by c − g, per group (left of the line: placebo)",
+                                          "Persistent by c − g, per group", "Persistent by c − g"), (0,)),
+            ("residual", "cohort", (f"Residual memorisation τ(g, {at}) by cohort g, per group",
+                                    f"Residual τ(g, {at}) by cohort g", f"Residual τ(g, {at})"), ()),
+        )  # fmt: skip
+        for scope, x, titles, marks in plots:
+            self.query_one(f"#plot-{scope}", BandPlot).show_series(
+                series(scope, x), title=titles, marks=marks, band_marker="dot"
+            )
 
     @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)
     def _compute_extras(self, panel, result: EstimateResult) -> None:
@@ -194,6 +243,16 @@ class SummariesPane(VerticalScroll, can_focus=True):
         if extras.error:
             lines.append(f"Estimators side by side: {clean(extras.error)}")
         self.query_one("#summary-extras", Static).update("\n".join(lines))
+
+
+def covariates_lines(panel) -> list[str]:
+    """The panel's covariates (name, kind, missing, range or levels), as `memtui info` lists them."""
+    if panel is None or not panel.covariates:
+        return []
+    from memtui.panel.covariates import covariate_lines
+
+    rows = covariate_lines(panel.covariates)
+    return ["Covariates (b or the settings split the views by one):", *(f"  {line}" for line in rows)]
 
 
 def final_checkpoint(result: EstimateResult) -> int:

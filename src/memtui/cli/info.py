@@ -70,10 +70,9 @@ def run(args) -> int:
 
 def _covariate_rows(covariates: dict) -> list[tuple[str, str]]:
     """One row per covariate (``instances/covariates``): name, kind, missing count, range or levels."""
-    from memtui.panel.covariates import describe_covariate
+    from memtui.panel.covariates import covariate_lines
 
-    width = max((len(name) for name in covariates), default=0)
-    return [("covariate", f"{name:<{width}} {' '.join(describe_covariate(v))}") for name, v in covariates.items()]
+    return [("covariate", line) for line in covariate_lines(covariates)]
 
 
 def _provenance(attrs: dict[str, str]) -> list[tuple[str, str]]:

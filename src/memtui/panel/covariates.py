@@ -114,3 +114,10 @@ def describe_covariate(values: np.ndarray) -> tuple[str, str]:
     shown = ", ".join(f"{clean(level, 30)} ({count})" for count, level in top)
     more = f", +{len(levels) - len(top)} more" if len(levels) > len(top) else ""
     return "categorical", f"{len(text) - len(known)} missing, {len(levels)} levels: {shown}{more}"
+
+
+def covariate_lines(covariates: Mapping[str, np.ndarray]) -> list[str]:
+    """One line per covariate, names in one column: name, kind, missing count, range or levels (`memtui info` and
+    the workbench's Summaries pane list them alike)."""
+    width = max((len(clean(name, 40)) for name in covariates), default=0)
+    return [f"{clean(name, 40):<{width}} {' '.join(describe_covariate(v))}" for name, v in covariates.items()]
