@@ -441,13 +441,13 @@ class _FlciTerms:
 
     @classmethod
     def of(cls, es: EventStudyInput) -> _FlciTerms:
-        k, l = es.n_pre, es.l_vec
+        k, lv = es.n_pre, es.l_vec
         to_l = np.eye(k) - np.eye(k, k=-1)  # l_pre = to_l @ w
         pre, cross = es.sigma[:k, :k], es.sigma[:k, k:]
-        post = float(l @ es.sigma[k:, k:] @ l)
+        post = float(lv @ es.sigma[k:, k:] @ lv)
         t = np.arange(1, es.n_post + 1)
-        bias_const = sum(abs(float(t[:s] @ l[es.n_post - s :])) for s in t) - float(t @ l)
-        return cls(to_l.T @ pre @ to_l, 2 * to_l.T @ cross @ l, post, bias_const, float(t @ l))
+        bias_const = sum(abs(float(t[:s] @ lv[es.n_post - s :])) for s in t) - float(t @ lv)
+        return cls(to_l.T @ pre @ to_l, 2 * to_l.T @ cross @ lv, post, bias_const, float(t @ lv))
 
     def variance(self, w: np.ndarray) -> float:
         return float(w @ self.quad @ w + self.lin @ w + self.const)

@@ -55,9 +55,13 @@ class EventStudy:
             try:
                 e = int(target.split(":", 1)[1])
             except ValueError:
-                raise MemtuiError(f"target must be instantaneous, persistent or persistent:EVENT, not '{target}'.")
+                raise MemtuiError(
+                    f"target must be instantaneous, persistent or persistent:EVENT, not '{target}'."
+                ) from None
             if e not in post:
-                raise MemtuiError(f"event time {e} is not a post-treatment event time of this panel: {list(post)}.")
+                raise MemtuiError(
+                    f"event time {e} is not a post-treatment event time of this panel: {[int(p) for p in post]}."
+                )
             l_vec[np.flatnonzero(post == e)[0]] = 1.0
             return l_vec, f"persistent memorisation at event time {e}"
         raise MemtuiError(f"target must be instantaneous, persistent or persistent:EVENT, not '{target}'.")
@@ -139,6 +143,7 @@ class Sensitivity:
     breakdown: float | None  # None: not significant even under exact parallel trends
     breakdown_capped: bool  # the conclusion still held at the largest parameter tried
     notes: list[str] = field(default_factory=list)
+    resolution: float = 0.0  # the bisection's tolerance on the breakdown value
 
     @property
     def parameter(self) -> str:
@@ -160,7 +165,10 @@ class Sensitivity:
         v = f"{self.breakdown:.3g}"
         if self.breakdown_capped:
             return f"The {self.target} stays significant under {what.format(v=v)} (the largest value tried)."
-        return f"The {self.target} stays significant under {what.format(v=v)}; the breakdown value is {self.parameter} = {v}."
+        return (
+            f"The {self.target} stays significant under {what.format(v=v)}; the breakdown value is "
+            f"{self.parameter} = {v} (to within {self.resolution:.2g})."
+        )
 
 
 def interval(es: honest.EventStudyInput, method: str, value: float, alpha: float, **kw) -> honest.Interval:
@@ -254,7 +262,9 @@ def sensitivity(
     notes = list(study.notes)
     if any(iv.open_end for iv in intervals):
         notes.append("an interval reaches the end of the theta grid it was inverted over: it may be longer")
-    return Sensitivity(method, words, es.theta, honest.original_ci(es, alpha), intervals, value, capped, notes)
+    resolution = tol * (upper if upper is not None else 2.0)
+    original = honest.original_ci(es, alpha)
+    return Sensitivity(method, words, es.theta, original, intervals, value, capped, notes, resolution)
 
 
 def with_pretrend(study: EventStudy, slope: float) -> EventStudy:
