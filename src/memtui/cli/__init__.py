@@ -13,6 +13,7 @@ VERBS = {
     "compare": "compare",
     "plan": "plan",
     "calibrate": "calibrate",
+    "sensitivity": "sensitivity",
     "import": "import_table",
     "sample": "sample",
     "build": "build",

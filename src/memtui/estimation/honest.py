@@ -1,0 +1,528 @@
+"""Confidence sets that stay valid when parallel trends fails by a bounded amount (Rambachan & Roth 2023).
+
+An event study betahat = (pre-period coefficients, post-period coefficients) with covariance sigma is read as
+beta = tau + delta: the post-period effects tau (zero before treatment) plus a violation of parallel trends delta,
+whose pre-period part is what the placebo coefficients estimate. The target is theta = l' tau_post. Two families
+of violations, both as in R HonestDiD (github.com/asheshrambachan/HonestDiD) and its Python port moderndid:
+
+- relative magnitudes Delta^RM(Mbar): no post-period change of delta exceeds Mbar times the largest pre-period
+  change. The set is a union over which pre-period change is the largest (s) and its sign; each piece is a polyhedron
+  A delta <= 0, tested by the conditional / least-favourable hybrid moment-inequality test of Andrews, Roth & Pakes
+  (2023, "ARP"), inverted over a grid of theta;
+- smoothness Delta^SD(M): the second differences of delta are at most M (M = 0: linear trends), with the fixed-length
+  confidence interval (FLCI) of Armstrong & Kolesar: an affine estimator v' betahat whose pre-period weights minimise
+  the half-length cv_alpha(worst-case bias / sd) * sd.
+
+Periods are the event study's consecutive coefficients: the restrictions compare neighbouring ones, whatever the
+spacing of the event times. The reference period (event time -1 under a universal base period) is normalised to 0
+and is not in betahat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import optimize, stats
+
+from memtui.core.errors import MemtuiError
+
+GRID_POINTS = 1000  # HonestDiD's default number of theta values the ARP test is inverted over
+LF_SIMS = 1000  # draws for the least-favourable critical value (HonestDiD's default)
+_TOL_LAMBDA = 1e-6  # a moment binds when its Lagrange multiplier exceeds this (ARP, as HonestDiD)
+_COARSE = 25  # grid stride of the first pass over theta; the edges are then found by bisection
+
+
+@dataclass(frozen=True)
+class EventStudyInput:
+    """A checked event study: coefficients, covariance, the split into pre and post periods, the target weights."""
+
+    betahat: np.ndarray
+    sigma: np.ndarray
+    n_pre: int
+    n_post: int
+    l_vec: np.ndarray
+
+    @classmethod
+    def of(cls, betahat, sigma, n_pre: int, n_post: int, l_vec=None) -> EventStudyInput:
+        """Refuse, in one line, anything HonestDiD would refuse or silently misread."""
+        b = np.asarray(betahat, dtype=float).ravel()
+        s = np.asarray(sigma, dtype=float)
+        if n_pre < 1 or n_post < 1:
+            raise MemtuiError(f"need at least one pre-period and one post-period, not {n_pre} and {n_post}.")
+        if len(b) != n_pre + n_post:
+            raise MemtuiError(f"betahat has {len(b)} coefficients but {n_pre} pre + {n_post} post periods were given.")
+        if s.shape != (len(b), len(b)):
+            raise MemtuiError(f"sigma must be {len(b)} x {len(b)} like betahat, not {' x '.join(map(str, s.shape))}.")
+        if not (np.all(np.isfinite(b)) and np.all(np.isfinite(s))):
+            raise MemtuiError("betahat and sigma must be finite (no NaN or infinity).")
+        if not np.allclose(s, s.T, rtol=1e-8, atol=1e-14 * np.abs(s).max()):
+            raise MemtuiError("sigma must be symmetric.")
+        if np.linalg.eigvalsh(s).min() < -1e-10 * max(np.abs(s).max(), 1e-300) or np.any(np.diag(s) <= 0):
+            raise MemtuiError("sigma must be positive semi-definite with positive variances.")
+        lv = np.zeros(n_post) if l_vec is None else np.asarray(l_vec, dtype=float).ravel()
+        if l_vec is None:
+            lv[0] = 1.0
+        if len(lv) != n_post or not np.all(np.isfinite(lv)) or not lv.any():
+            raise MemtuiError(f"l_vec must be {n_post} finite weights on the post periods, not all zero.")
+        return cls(b, (s + s.T) / 2, n_pre, n_post, lv)
+
+    @property
+    def theta(self) -> float:
+        return float(self.l_vec @ self.betahat[self.n_pre :])
+
+    @property
+    def sd_theta(self) -> float:
+        post = self.sigma[self.n_pre :, self.n_pre :]
+        return float(np.sqrt(self.l_vec @ post @ self.l_vec))
+
+
+def original_ci(es: EventStudyInput, alpha: float = 0.05) -> tuple[float, float]:
+    """The usual interval under exact parallel trends: theta-hat +- z * sd (HonestDiD's constructOriginalCS)."""
+    z = stats.norm.ppf(1 - alpha / 2)
+    return es.theta - z * es.sd_theta, es.theta + z * es.sd_theta
+
+
+# ---------------------------------------------------------------- relative magnitudes: the ARP hybrid test
+
+
+def rm_constraints(n_pre: int, n_post: int, mbar: float, s: int, positive: bool, post_only: bool = True) -> np.ndarray:
+    """A with Delta^RM_{s,sign}(Mbar) = {delta: A delta <= 0}, keeping only the rows that involve a post period (the
+    pre-only rows constrain nothing HonestDiD tests: its postPeriodMomentsOnly): |delta_{t+1} - delta_t| <= Mbar *
+    (delta_{s} - delta_{s-1}) (sign +) or Mbar * -(...) (sign -), for post t; the columns are delta without period 0."""
+    width = n_pre + n_post + 1  # delta with the normalised reference period (index n_pre) still in
+    diffs = np.zeros((n_pre + n_post, width))
+    rows = np.arange(n_pre + n_post)
+    diffs[rows, rows], diffs[rows, rows + 1] = -1.0, 1.0
+    v_max = np.zeros(width)
+    v_max[n_pre + s - 1], v_max[n_pre + s] = -1.0, 1.0  # the change into period s (s = -(n_pre-1), ..., 0)
+    v_max = v_max if positive else -v_max
+    bound = np.vstack([np.tile(v_max, (n_pre, 1)), np.tile(mbar * v_max, (n_post, 1))])
+    a = np.vstack([diffs - bound, -diffs - bound])
+    a = a[np.einsum("ij,ij->i", a, a) > 1e-10]
+    a = np.delete(a, n_pre, axis=1)
+    return a[np.any(a[:, n_pre:] != 0, axis=1)] if post_only else a
+
+
+def rm_identified_set(es: EventStudyInput, mbar: float) -> tuple[float, float]:
+    """The identified set of theta under Delta^RM(mbar) at betahat taken as the truth: the union over the pieces
+    (s, sign) of l' beta_post - [max, min] l' delta_post over the deltas of the piece that match the placebo
+    coefficients (HonestDiD's .compute_IDset_DeltaRM)."""
+    n = es.n_pre + es.n_post
+    eq = np.hstack([np.eye(es.n_pre), np.zeros((es.n_pre, es.n_post))])
+    objective = np.r_[np.zeros(es.n_pre), es.l_vec]
+    lows, highs = [], []
+    for s in range(-(es.n_pre - 1), 1):
+        for positive in (True, False):
+            a = rm_constraints(es.n_pre, es.n_post, mbar, s, positive, post_only=False)
+            ends = []
+            for direction in (1.0, -1.0):
+                res = optimize.linprog(
+                    -direction * objective, A_ub=a, b_ub=np.zeros(len(a)), A_eq=eq, b_eq=es.betahat[: es.n_pre],
+                    bounds=[(None, None)] * n, method="highs-ds",
+                )  # fmt: skip
+                ends.append(direction * -res.fun if res.status == 0 else None)
+            if ends[0] is not None and ends[1] is not None:
+                lows.append(es.theta - ends[0])
+                highs.append(es.theta - ends[1])
+    if not lows:
+        return es.theta, es.theta
+    return float(min(lows)), float(max(highs))
+
+
+def sd_upper_bound_m(es: EventStudyInput, alpha: float = 0.05) -> float:
+    """An upper confidence bound on the largest second difference of the placebo coefficients followed by the
+    reference period's 0 (HonestDiD's DeltaSD_upperBound_Mpre); the placebo sd with a single placebo coefficient."""
+    if es.n_pre < 2:
+        return float(np.sqrt(es.sigma[0, 0]))
+    k = es.n_pre
+    second = np.zeros((k - 1, k))
+    for r in range(k - 2):
+        second[r, r : r + 3] = (1.0, -2.0, 1.0)
+    second[k - 2, k - 2 :] = (1.0, -2.0)  # the last one runs into the reference period's 0
+    a = np.vstack([second, -second])
+    se = np.sqrt(np.diag(a @ es.sigma[:k, :k] @ a.T))
+    return float(np.max(a @ es.betahat[:k] + stats.norm.ppf(1 - alpha) * se))
+
+
+def _gamma_inverse(l_vec: np.ndarray) -> np.ndarray:
+    """Inverse of an invertible Gamma whose first row is l' (the other rows: unit vectors, skipping l's first non-zero
+    entry), so that Gamma tau = (theta, nuisance). Any such Gamma gives the same test: the nuisance columns span the
+    null space of l' whatever the basis."""
+    n = len(l_vec)
+    skip = int(np.flatnonzero(l_vec)[0])
+    gamma = np.vstack([l_vec, np.eye(n)[[i for i in range(n) if i != skip]]])
+    return np.linalg.inv(gamma)
+
+
+def _eta_lp(y: np.ndarray, x: np.ndarray, sd: np.ndarray):
+    """min eta s.t. y - x delta <= eta * sd: the ARP statistic, its minimiser and the multipliers (the dual vertex)."""
+    k = x.shape[1]
+    res = optimize.linprog(
+        np.r_[1.0, np.zeros(k)],
+        A_ub=-np.column_stack([sd, x]),
+        b_ub=-y,
+        bounds=[(None, None)] * (k + 1),
+        method="highs-ds",
+    )
+    if res.status != 0:
+        return None
+    return float(res.x[0]), -res.ineqlin.marginals
+
+
+def least_favourable_cv(x: np.ndarray | None, sigma_y: np.ndarray, kappa: float, sims: int, seed: int) -> float:
+    """The 1 - kappa quantile of the ARP statistic when every moment is zero (the least favourable case), from
+    ``sims`` normal draws of the moments (numpy's default_rng(seed), as moderndid draws them)."""
+    rng = np.random.default_rng(seed)
+    xi = rng.multivariate_normal(np.zeros(len(sigma_y)), sigma_y, size=sims)
+    sd = np.sqrt(np.diag(sigma_y))
+    if x is None:
+        return float(np.quantile(np.max(xi / sd, axis=1), 1 - kappa))
+    etas = [sol[0] for sol in (_eta_lp(draw, x, sd) for draw in xi) if sol is not None]
+    return float(np.quantile(etas, 1 - kappa))
+
+
+def _trunc_quantile(p: float, lo: float, hi: float) -> float:
+    """The p-quantile of a standard normal truncated to [lo, hi]."""
+    q = stats.truncnorm.ppf(p, lo, hi)
+    return float(q) if np.isfinite(q) else float(min(max(stats.norm.ppf(p), lo), hi))
+
+
+def _conditional_reject(eta: float, vlo: float, vup: float, sigma_b: float, alpha_2: float, lf_cv) -> bool:
+    """ARP's second stage: eta / sigma_B against the 1 - alpha_2 quantile of a normal truncated to [vlo, vup] (vup
+    capped at the least-favourable critical value in the hybrid), never below 0."""
+    zlo = vlo / sigma_b
+    zup = (min(vup, lf_cv) if lf_cv is not None else vup) / sigma_b
+    stat = eta / sigma_b
+    if not zlo <= stat <= zup:
+        return False
+    return bool(stat > max(0.0, _trunc_quantile(1 - alpha_2, zlo, zup)))
+
+
+def _primal_truncation(y, x, sigma_y, sd, binding):
+    """Truncation points of the statistic and its sd when the binding moments give a unique vertex (ARP, primal)."""
+    m = len(y)
+    w_b = np.column_stack([sd[binding], x[binding]])
+    s_b, s_bc = np.eye(m)[binding], np.eye(m)[~binding]
+    w_b_inv_s = np.linalg.solve(w_b, s_b)
+    gamma_b = np.column_stack([sd[~binding], x[~binding]]) @ w_b_inv_s - s_bc
+    v_b = w_b_inv_s[0]
+    sigma2_b = float(v_b @ sigma_y @ v_b)
+    rho = gamma_b @ sigma_y @ v_b / sigma2_b
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bound = -(gamma_b @ y) / rho + v_b @ y
+    vlo = bound[rho > 0].max() if (rho > 0).any() else -np.inf
+    vup = bound[rho < 0].min() if (rho < 0).any() else np.inf
+    return float(vlo), float(vup), np.sqrt(sigma2_b)
+
+
+def arp_test(y, x, sigma_y, alpha: float, lf_cv: float | None, kappa: float) -> bool:
+    """Does the ARP test (the least-favourable hybrid when ``lf_cv`` is given) reject E[y - x delta] <= 0 for every
+    delta? ``y`` are the moments at the tested theta, ``x`` the nuisance directions, ``sigma_y`` their covariance."""
+    sd = np.sqrt(np.diag(sigma_y))
+    sol = _eta_lp(y, x, sd)
+    if sol is None:
+        return False  # HonestDiD: an LP that does not solve never rejects
+    eta, lam = sol
+    alpha_2 = alpha
+    if lf_cv is not None:
+        if eta > lf_cv:
+            return True
+        alpha_2 = (alpha - kappa) / (1 - kappa)
+    k = x.shape[1]
+    binding = lam > _TOL_LAMBDA
+    x_b = x[binding]
+    full_rank = min(x_b.shape) > 0 and np.linalg.matrix_rank(x_b) == min(x_b.shape)
+    if full_rank and binding.sum() == k + 1:
+        vlo, vup, sigma_b = _primal_truncation(y, x, sigma_y, sd, binding)
+        return _conditional_reject(eta, vlo, vup, sigma_b, alpha_2, lf_cv)
+    sigma2_b = float(lam @ sigma_y @ lam)
+    if abs(sigma2_b) < np.finfo(float).eps:
+        return eta > 0
+    vlo, vup = _dual_truncation(eta, y, x, sd, lam, sigma_y)
+    return _conditional_reject(eta, vlo, vup, np.sqrt(sigma2_b), alpha_2, lf_cv)
+
+
+def _dual_truncation(eta, y, x, sd, gamma, sigma_y):
+    """Truncation points from the dual vertex ``gamma`` when the primal one is degenerate: the values c where the dual
+    LP max (s + b c)' g over its vertices g still equals c (ARP Appendix D, Algorithm 1, by HonestDiD's bisection)."""
+    w = np.column_stack([sd, x])
+    sig_g = sigma_y @ gamma
+    b = sig_g / float(gamma @ sig_g)
+    s = y - b * float(gamma @ y)
+    e1 = np.zeros(w.shape[1])
+    e1[0] = 1.0
+
+    def solve(c: float):
+        res = optimize.linprog(-(s + b * c), A_eq=w.T, b_eq=e1, bounds=[(0, None)] * len(s), method="highs-ds")
+        if res.status != 0:
+            return False, None
+        return abs(c - (-res.fun)) <= 1e-6, res.x
+
+    ok, _ = solve(eta)
+    if not ok:
+        return eta, np.inf
+    sigma_b = np.sqrt(float(gamma @ sig_g))
+    vup = _dual_edge(solve, eta, max(100.0, eta + 20 * sigma_b), s, b)
+    vlo = _dual_edge(solve, eta, min(-100.0, eta - 20 * sigma_b), s, b)
+    return vlo, vup
+
+
+def _dual_edge(solve, eta: float, far: float, s, b, tol: float = 1e-6, max_iter: int = 10000) -> float:
+    """The last c between eta and ``far`` where ``solve(c)`` still holds (+-inf when it holds at ``far``): a few
+    fixed-point steps c = s'g / (1 - b'g) on the current vertex g, then bisection."""
+    ok, g = solve(far)
+    if ok:
+        return float(np.copysign(np.inf, far - eta))
+    mid, iters, dif = far, 1, 0.0
+    while True:
+        denom = 1 - float(g @ b) if g is not None else 0.0
+        num = float(g @ s) if g is not None else 0.0
+        mid = (0.0 if abs(num) < np.finfo(float).eps ** 0.75 else num) / denom if denom else far
+        ok, g = solve(mid)
+        if ok:
+            break
+        iters += 1
+        if iters >= 10 or g is None:
+            dif = tol + 1
+            break
+    inside, outside = eta, mid
+    while dif > tol and iters < max_iter:
+        iters += 1
+        mid = (inside + outside) / 2
+        if solve(mid)[0]:
+            inside = mid
+        else:
+            outside = mid
+        dif = abs(outside - inside)
+    return float(mid)
+
+
+def _no_nuisance_reject(y, sigma_y, alpha: float, lf_cv: float | None, kappa: float) -> bool:
+    """ARP without nuisance parameters (a single post period): the largest studentised moment, conditioned on which
+    moment it is (HonestDiD's .testInIdentifiedSet and its least-favourable hybrid)."""
+    sd = np.sqrt(np.diag(sigma_y))
+    moments = y / sd
+    j = int(np.argmax(moments))
+    if lf_cv is not None and moments[j] > lf_cv:
+        return True
+    alpha_2 = alpha if lf_cv is None else (alpha - kappa) / (1 - kappa)
+    a_t = np.eye(len(y)) / sd[:, None]
+    gamma = a_t[j]
+    a_bar = a_t - gamma
+    sig_g = sigma_y @ gamma
+    var_g = float(gamma @ sig_g)
+    c = sig_g / var_g
+    z = y - c * float(gamma @ y)
+    ac, az = a_bar @ c, a_bar @ z
+    with np.errstate(divide="ignore", invalid="ignore"):
+        obj = -az / ac
+    vlo = obj[ac < 0].max() if (ac < 0).any() else -np.inf
+    vup = obj[ac > 0].min() if (ac > 0).any() else np.inf
+    sd_b = np.sqrt(var_g)
+    crit = max(0.0, sd_b * _trunc_quantile(1 - alpha_2, vlo / sd_b, vup / sd_b))
+    return bool(moments[j] > crit)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A robust confidence interval: its ends (NaN when the set is empty), whether it reaches the end of the theta grid
+    it was inverted over (then the true set may be longer), and the restriction's parameter it holds for."""
+
+    low: float
+    high: float
+    parameter: float
+    open_end: bool = False
+
+    def excludes_zero(self) -> bool:
+        return bool(np.isfinite(self.low) and (self.low > 0 or self.high < 0))
+
+
+def default_grid(es: EventStudyInput) -> tuple[float, float]:
+    """HonestDiD's theta grid, +- 20 sd(theta-hat) around 0, widened to keep theta-hat 20 sd inside when the effect
+    is larger than that (a memorisation effect can be many standard errors)."""
+    half = 20 * es.sd_theta
+    return min(-half, es.theta - half), max(half, es.theta + half)
+
+
+def _accepted_span(accept, n: int) -> tuple[int, int] | None:
+    """First and last accepted grid index of one acceptance region, assumed an interval (as moderndid assumes):
+    every _COARSE-th point first, then bisection for each edge; every point when no coarse point is accepted."""
+    coarse = np.unique(np.r_[np.arange(0, n, _COARSE), n - 1])
+    hits = [i for i in coarse if accept(i)]
+    if not hits:
+        hits = [i for i in range(n) if i not in set(coarse) and accept(i)]
+        return (hits[0], hits[-1]) if hits else None
+    lo_in, hi_in = hits[0], hits[-1]
+    lo_out = coarse[np.searchsorted(coarse, lo_in) - 1] if lo_in > 0 else None
+    hi_out = coarse[np.searchsorted(coarse, hi_in) + 1] if hi_in < n - 1 else None
+    if lo_out is not None:
+        while lo_in - lo_out > 1:
+            mid = (lo_in + lo_out) // 2
+            lo_in, lo_out = (mid, lo_out) if accept(mid) else (lo_in, mid)
+    if hi_out is not None:
+        while hi_out - hi_in > 1:
+            mid = (hi_in + hi_out) // 2
+            hi_in, hi_out = (mid, hi_out) if accept(mid) else (hi_in, mid)
+    return lo_in, hi_in
+
+
+def _rm_piece_span(es, mbar, s, positive, grid, alpha, hybrid, kappa, lf_sims, seed):
+    """The accepted grid span of one piece (s, sign) of Delta^RM(Mbar)."""
+    a = rm_constraints(es.n_pre, es.n_post, mbar, s, positive)
+    sigma_y = a @ es.sigma @ a.T
+    y0 = a @ es.betahat
+    if es.n_post == 1:
+        direction = a[:, es.n_pre] / es.l_vec[0]  # theta = l * tau_post
+        lf = least_favourable_cv(None, sigma_y, kappa, lf_sims, seed) if hybrid else None
+        return _accepted_span(
+            lambda i: not _no_nuisance_reject(y0 - direction * grid[i], sigma_y, alpha, lf, kappa), len(grid)
+        )
+    a_gamma = a[:, es.n_pre :] @ _gamma_inverse(es.l_vec)
+    direction, x = a_gamma[:, 0], a_gamma[:, 1:]
+    lf = least_favourable_cv(x, sigma_y, kappa, lf_sims, seed) if hybrid else None
+    return _accepted_span(lambda i: not arp_test(y0 - direction * grid[i], x, sigma_y, alpha, lf, kappa), len(grid))
+
+
+def rm_interval(
+    es: EventStudyInput,
+    mbar: float,
+    alpha: float = 0.05,
+    hybrid: bool = True,
+    grid: tuple[float, float] | None = None,
+    grid_points: int = GRID_POINTS,
+    lf_sims: int = LF_SIMS,
+    seed: int = 0,
+) -> Interval:
+    """The robust confidence interval for theta under Delta^RM(mbar): the hull of the grid values of theta accepted
+    for some piece (s, sign), as HonestDiD's createSensitivityResults_relativeMagnitudes reports it; ``hybrid``: the
+    conditional-least-favourable hybrid ("C-LF", kappa = alpha/10, HonestDiD's default), else the conditional test."""
+    if not (np.isfinite(mbar) and mbar >= 0):
+        raise MemtuiError(f"Mbar must be 0 or more, not {mbar:g}.")
+    lo, hi = grid if grid is not None else default_grid(es)
+    thetas = np.linspace(lo, hi, grid_points)
+    kappa = alpha / 10
+    spans = [
+        _rm_piece_span(es, mbar, s, positive, thetas, alpha, hybrid, kappa, lf_sims, seed)
+        for s in range(-(es.n_pre - 1), 1)
+        for positive in (True, False)
+    ]
+    spans = [sp for sp in spans if sp is not None]
+    if not spans:
+        return Interval(np.nan, np.nan, mbar)
+    first, last = min(sp[0] for sp in spans), max(sp[1] for sp in spans)
+    return Interval(float(thetas[first]), float(thetas[last]), mbar, first == 0 or last == grid_points - 1)
+
+
+# ---------------------------------------------------------------- smoothness: the fixed-length confidence interval
+
+
+def folded_normal_quantile(p: float, mu: float) -> float:
+    """cv such that P(|N(mu, 1)| <= cv) = p (HonestDiD simulates it with 10^6 draws; here it is solved exactly)."""
+    mu = abs(mu)
+
+    def cdf(x: float) -> float:
+        return stats.norm.cdf(x - mu) - stats.norm.cdf(-x - mu) - p
+
+    hi = mu + stats.norm.ppf(p) + 10
+    return float(optimize.brentq(cdf, 0.0, hi, xtol=1e-14, rtol=1e-14))
+
+
+@dataclass(frozen=True)
+class _FlciTerms:
+    """The FLCI's pieces for weights w on cumulative pre-period differences (l_pre = first differences of w): the
+    variance w'Qw + q'w + c0, the bias constant and the sum the weights must reach (unbiased under linear trends)."""
+
+    quad: np.ndarray
+    lin: np.ndarray
+    const: float
+    bias_const: float
+    total: float
+
+    @classmethod
+    def of(cls, es: EventStudyInput) -> _FlciTerms:
+        k, lv = es.n_pre, es.l_vec
+        to_l = np.eye(k) - np.eye(k, k=-1)  # l_pre = to_l @ w
+        pre, cross = es.sigma[:k, :k], es.sigma[:k, k:]
+        post = float(lv @ es.sigma[k:, k:] @ lv)
+        t = np.arange(1, es.n_post + 1)
+        bias_const = sum(abs(float(t[:s] @ lv[es.n_post - s :])) for s in t) - float(t @ lv)
+        return cls(to_l.T @ pre @ to_l, 2 * to_l.T @ cross @ lv, post, bias_const, float(t @ lv))
+
+    def variance(self, w: np.ndarray) -> float:
+        return float(w @ self.quad @ w + self.lin @ w + self.const)
+
+
+def _min_variance_weights(terms: _FlciTerms) -> np.ndarray:
+    """The weights of least variance among those that sum to ``terms.total`` (a KKT system)."""
+    k = len(terms.lin)
+    kkt = np.block([[2 * terms.quad, np.ones((k, 1))], [np.ones((1, k)), np.zeros((1, 1))]])
+    return np.linalg.lstsq(kkt, np.r_[-terms.lin, terms.total], rcond=None)[0][:k]
+
+
+def _least_bias(terms: _FlciTerms, h: float, start: np.ndarray) -> tuple[float, np.ndarray]:
+    """Worst-case bias per unit M of the least-biased estimator with sd at most h: min const + sum |cumsum(w)| s.t.
+    sum(w) = total and variance(w) <= h^2, a convex problem solved in (u, w) with u >= |cumsum(w)|."""
+    k = len(start)
+    tri = np.tril(np.ones((k, k)))
+    scale = max(h * h, 1e-300)
+    cons = [
+        {"type": "ineq", "fun": lambda z: z[:k] - tri @ z[k:], "jac": lambda z: np.hstack([np.eye(k), -tri])},
+        {"type": "ineq", "fun": lambda z: z[:k] + tri @ z[k:], "jac": lambda z: np.hstack([np.eye(k), tri])},
+        {"type": "eq", "fun": lambda z: np.sum(z[k:]) - terms.total, "jac": lambda z: np.r_[np.zeros(k), np.ones(k)]},
+        {
+            "type": "ineq",
+            "fun": lambda z: (h * h - terms.variance(z[k:])) / scale,
+            "jac": lambda z: np.r_[np.zeros(k), -(2 * terms.quad @ z[k:] + terms.lin)] / scale,
+        },
+    ]
+    z0 = np.r_[np.abs(tri @ start), start]
+    res = optimize.minimize(
+        lambda z: np.sum(z[:k]),
+        z0,
+        jac=lambda z: np.r_[np.ones(k), np.zeros(k)],
+        constraints=cons,
+        method="SLSQP",
+        options={"ftol": 1e-13, "maxiter": 1000},
+    )
+    w = res.x[k:]
+    return terms.bias_const + float(np.sum(np.abs(tri @ w))), w
+
+
+def flci(es: EventStudyInput, m: float, alpha: float = 0.05) -> tuple[Interval, np.ndarray]:
+    """The optimal fixed-length confidence interval for theta under Delta^SD(m) (HonestDiD's findOptimalFLCI) and the
+    estimator's weights on betahat: the sd h of the affine estimator is chosen in [h_min, h_0] (least variance,
+    least bias) to minimise the half-length cv_alpha(m * bias(h) / h) * h."""
+    if not (np.isfinite(m) and m >= 0):
+        raise MemtuiError(f"M must be 0 or more, not {m:g}.")
+    terms = _FlciTerms.of(es)
+    w_min = _min_variance_weights(terms)
+    h_min = np.sqrt(terms.variance(w_min))
+    w_0 = np.r_[np.zeros(es.n_pre - 1), terms.total]
+    h_0 = np.sqrt(terms.variance(w_0))
+    cache: dict[float, tuple[float, np.ndarray]] = {}
+
+    def half_length(h: float) -> float:
+        if h not in cache:
+            cache[h] = _least_bias(terms, h, w_min)
+        bias = cache[h][0]
+        return folded_normal_quantile(1 - alpha, m * bias / h) * h
+
+    if m == 0 or h_0 <= h_min * (1 + 1e-12):
+        h_star, w = h_min, w_min
+    else:
+        res = optimize.minimize_scalar(
+            half_length, bounds=(h_min, h_0), method="bounded", options={"xatol": 1e-10 * h_0}
+        )
+        h_star = float(res.x)
+        candidates = {h_min: half_length(h_min), h_0: half_length(h_0), h_star: half_length(h_star)}
+        h_star = min(candidates, key=candidates.get)
+        w = cache[h_star][1] if h_star in cache else w_0
+    half = (
+        folded_normal_quantile(1 - alpha, m * _least_bias(terms, h_star, w_min)[0] / h_star) * h_star
+        if m
+        else (stats.norm.ppf(1 - alpha / 2) * h_star)
+    )
+    weights = np.r_[(np.eye(es.n_pre) - np.eye(es.n_pre, k=-1)) @ w, es.l_vec]
+    centre = float(weights @ es.betahat)
+    return Interval(centre - half, centre + half, m), weights
