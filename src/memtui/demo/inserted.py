@@ -3,13 +3,16 @@ from the same initialisation on the same rows in the same order, except that the
 random token sequences inserted at known steps with known doses (copies) and timings, as Hubble's perturbed models
 (Wei et al. 2025: duplication levels; timing variants that insert early, in the middle or late in training).
 
-Canaries. Every canary is ``seq_len`` tokens drawn independently from the corpus's own byte frequencies: a random
-sequence of the corpus's tokens, unlike any sentence of it (Hubble's perturbation data is distinct from its corpus),
-whose only route into the model is being trained on. A canary of dose d has d copies, evenly spread over
-``window`` steps whose first macro-batch holds its first copy; every canary of one (dose, timing) group shares that
-macro-batch, so each group is one cohort of the panel. A copy *replaces* an ordinary row of its step's batch (a
-position drawn at random), so batch shapes, step counts and the rest of the data order are the standard run's.
-Never-inserted canaries of the same distribution are the panel's controls.
+Canaries. Every canary is ``seq_len`` tokens drawn independently from the corpus's own byte frequencies: the
+corpus's tokens, in sequences unlike any sentence of it (Hubble's perturbation data is distinct from its corpus),
+whose only route into the model is being trained on. (Drawn uniformly from 36 letters and digits instead, as
+Carlini et al.'s random-digit canaries, they were barely memorised by these models: the full run gained under 10 nats
+at 16 copies, on top of the ~240 nats that learning what canaries look like gave every canary; so not that.)
+
+A canary of dose d has d copies, evenly spread over ``window`` steps whose first macro-batch holds its first copy;
+every canary of one (dose, timing) group shares that macro-batch, so each group is one cohort of the panel. A copy
+*replaces* an ordinary row of its step's batch (a position drawn at random), so batch shapes, step counts and the rest
+of the data order are the standard run's. Never-inserted canaries of the same distribution are the panel's controls.
 
 The panel (:func:`canary_panel`) holds the canaries (treated at the first checkpoint after their first copy; dose and
 timing as covariates, copies and steps as Hubble's provenance) and the controls; it is scored once by the perturbed
@@ -43,7 +46,7 @@ from memtui.panel.model import NEVER
 
 MODELS = ("perturbed", "standard")  # the panels' names: OUT_DIR/perturbed.h5 and OUT_DIR/standard.h5
 # Hubble's timing variants, as the fraction of training at which a timing's first cohort starts
-TIMINGS = (("early", 0.05), ("middle", 0.4), ("late", 0.7))
+TIMINGS = (("early", 0.05), ("middle", 0.375), ("late", 0.7))
 MAX_SHARE = 0.5  # at most this share of any step's batch is canaries: the rest is the corpus
 
 
@@ -54,7 +57,7 @@ class InsertedConfig:
     base: DemoConfig = field(default_factory=lambda: suite_base(DemoConfig(batch=32, steps=256, n_validation=64)))
     doses: tuple[int, ...] = (1, 2, 4, 8, 16)
     timings: tuple[tuple[str, float], ...] = TIMINGS
-    per_group: int = 8  # canaries per (dose, timing) group: one cohort
+    per_group: int = 16  # canaries per (dose, timing) group: one cohort
     n_controls: int = 256  # never-inserted canaries
     window: int = 16  # steps over which a canary's copies are spread (two macro-batches: half at the cohort's own)
     spacing: int = 2  # macro-batches between two cohorts of one timing (so copy windows do not overlap)
@@ -63,10 +66,10 @@ class InsertedConfig:
 
     @classmethod
     def small(cls) -> InsertedConfig:
-        """The CI version (under a minute of CPU): a 42k-parameter model, two doses and two timings."""
-        base = suite_base(DemoConfig(hidden=32, layers=2, heads=4, intermediate=128, batch=32, steps=64, every=8,
+        """The CI version (under a minute of CPU): a 132k-parameter model, two doses and two timings."""
+        base = suite_base(DemoConfig(hidden=64, layers=2, heads=4, intermediate=256, batch=32, steps=80, every=8,
                                      n_validation=64))  # fmt: skip
-        return cls(base=base, doses=(1, 16), timings=(("early", 0.1), ("late", 0.5)), per_group=8, n_controls=64,
+        return cls(base=base, doses=(1, 16), timings=(("early", 0.1), ("late", 0.5)), per_group=16, n_controls=64,
                    draws=200)  # fmt: skip
 
 
@@ -117,7 +120,8 @@ def copy_steps(start: int, dose: int, phase: int, window: int) -> np.ndarray:
 
 
 def plan_insertions(cfg: InsertedConfig, unigram: np.ndarray) -> Plan:
-    """Draw the canaries (inserted groups, then the controls) and place every copy."""
+    """Draw the canaries (inserted groups, then the controls) from the token frequencies ``unigram`` and place every
+    copy."""
     base = cfg.base
     rng = np.random.default_rng(base.seed + 11)
     starts = cohort_starts(cfg)

@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from memtui.core.files import atomic_write
-from memtui.demo.inserted_study import Study, analyse, coverage
+from memtui.demo.inserted_study import Study, analyse, coverage, truth_noise
 from memtui.report.svgplot import PALETTE, Series, line_plot, write_svg
 
 FIGURES = ("inserted-dose.svg", "inserted-forgetting.svg", "inserted-scatter.svg", "inserted-spillover.svg")
@@ -35,6 +35,7 @@ def summaries(s: Study) -> dict:
         }
     high = s.cells.filter(pl.col("dose") >= 8)
     out["own"]["cells_dose_8_16"] = coverage(high, "own")
+    out["truth_noise"] = truth_noise(s)
     return out
 
 
@@ -225,6 +226,13 @@ def render(s: Study, summ: dict, doses: pl.DataFrame, cl, *, timings=None, fig_d
                          f"{c.get('covered', 0)}/{c['cells']}", f"{c.get('coverage', math.nan):.1%}"])  # fmt: skip
     out += ["", "## Bias and coverage", "", _md_table(["truth", "scope", "cells", "bias", "RMSE", "covered",
                                                         "coverage"], rows)]  # fmt: skip
+    noise = summ["truth_noise"]
+    if noise["cells"]:
+        out += ["", f"The truth is itself measured on {s.pair.config.get('per_group')} canaries per cohort: before a "
+                f"cohort's insertion its own effect is zero in expectation, yet over the {noise['cells']} placebo "
+                f"cells after the first copy of any canary it is {noise['rms_own']:.2f} nats RMS (the direct one "
+                f"{noise['rms_direct']:.2f}): differences of that size between estimate and truth are the truth's "
+                "noise as much as the estimate's."]  # fmt: skip
     out += ["", f"![estimate against truth]({fig('inserted-scatter.svg')}) "
             f"![spill-over]({fig('inserted-spillover.svg')})"]  # fmt: skip
     out += ["", "## Dose-response and forgetting", ""]

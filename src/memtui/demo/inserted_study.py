@@ -195,3 +195,15 @@ def analyse(out_dir: str | Path, *, draws: int = 1000, metric: str = "loglik", b
         by_dose=dose_estimates(pair, settings, truth), identity=identity(pair, first_copy_step(pair)),
     )  # fmt: skip
     return study
+
+
+def truth_noise(s: Study) -> dict:
+    """How noisy the truth itself is: before a cohort's first checkpoint its own effect is zero in expectation, yet
+    after the first copy of *any* canary its measured value is not (canaries differ in what other canaries teach the
+    model about them, and a cohort is a handful of canaries); the RMS over those placebo cells says by how much."""
+    first = s.identity["first_copy_step"]
+    pre = s.truth.filter((pl.col("checkpoint") < pl.col("cohort")) & (pl.col("checkpoint") >= first))
+    if not pre.height:
+        return {"cells": 0}
+    return {"cells": pre.height, "rms_own": float(np.sqrt((pre["own"] ** 2).mean())),
+            "rms_direct": float(np.sqrt((pre["direct"] ** 2).mean()))}  # fmt: skip
