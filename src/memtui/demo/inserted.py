@@ -57,7 +57,7 @@ class InsertedConfig:
     base: DemoConfig = field(default_factory=lambda: suite_base(DemoConfig(batch=32, steps=256, n_validation=64)))
     doses: tuple[int, ...] = (1, 2, 4, 8, 16)
     timings: tuple[tuple[str, float], ...] = TIMINGS
-    per_group: int = 16  # canaries per (dose, timing) group: one cohort
+    per_group: int = 8  # canaries per (dose, timing) group: one cohort (16 measured: weaker memorisation, see docs)
     n_controls: int = 256  # never-inserted canaries
     window: int = 16  # steps over which a canary's copies are spread (two macro-batches: half at the cohort's own)
     spacing: int = 2  # macro-batches between two cohorts of one timing (so copy windows do not overlap)

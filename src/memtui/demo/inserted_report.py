@@ -13,7 +13,7 @@ import numpy as np
 import polars as pl
 
 from memtui.core.files import atomic_write
-from memtui.demo.inserted_study import Study, analyse, coverage, truth_noise
+from memtui.demo.inserted_study import TRUTHS, Study, analyse, coverage, truth_noise
 from memtui.report.svgplot import PALETTE, Series, line_plot, write_svg
 
 FIGURES = ("inserted-dose.svg", "inserted-forgetting.svg", "inserted-scatter.svg", "inserted-spillover.svg")
@@ -26,7 +26,7 @@ def _verdict(ok: int, n: int) -> str:
 def summaries(s: Study) -> dict:
     """Bias and coverage against both truths: every post cell, the instantaneous cells, the persistent curve."""
     out = {}
-    for truth in ("own", "direct"):
+    for truth in ("own", "aligned", "direct"):
         out[truth] = {
             "cells": coverage(s.cells, truth),
             "cells_pointwise": coverage(s.cells, truth, "ci"),
@@ -35,25 +35,27 @@ def summaries(s: Study) -> dict:
         }
     high = s.cells.filter(pl.col("dose") >= 8)
     out["own"]["cells_dose_8_16"] = coverage(high, "own")
+    out["aligned"]["cells_dose_8_16"] = coverage(high, "aligned")
     out["truth_noise"] = truth_noise(s)
     return out
 
 
 def dose_table(s: Study) -> pl.DataFrame:
-    """Per dose: the mean instantaneous estimate and truth over its cohorts (one per timing), significant cohorts,
-    the mean persistent estimate and truth at event times > 0, and the share retained at the last common event."""
+    """Per dose: the mean instantaneous estimate and truths over its cohorts (one per timing), significant cohorts,
+    the mean persistent estimate and truths at event times > 0, and how many of these the band covers."""
     rows = []
     for d, parts in s.by_dose.items():
         inst, pers = parts["instantaneous"], parts["persistent"].filter(pl.col("event_time") > 0)
-        covered = int(inst["band_covers_own"].sum()) + int(pers["band_covers_own"].sum())
-        rows.append((d, inst.height, float(inst["estimate"].mean()), float(inst["own"].mean()),
-                     float(inst["direct"].mean()), int(inst["significant"].sum()),
-                     float(pers["estimate"].mean()) if pers.height else math.nan,
-                     float(pers["own"].mean()) if pers.height else math.nan, covered,
-                     inst.height + pers.height))  # fmt: skip
-    cols = ["dose", "cohorts", "instantaneous", "instantaneous_own", "instantaneous_direct", "significant",
-            "persistent", "persistent_own", "band_covers_own", "estimates"]  # fmt: skip
-    return pl.DataFrame(rows, schema=cols, orient="row")
+        row = {"dose": d, "cohorts": inst.height, "instantaneous": float(inst["estimate"].mean()),
+               "significant": int(inst["significant"].sum()), "estimates": inst.height + pers.height}  # fmt: skip
+        for t in TRUTHS:
+            row[f"instantaneous_{t}"] = float(inst[t].mean())
+        row["persistent"] = float(pers["estimate"].mean()) if pers.height else math.nan
+        for t in ("own", "aligned"):
+            row[f"persistent_{t}"] = float(pers[t].mean()) if pers.height else math.nan
+            row[f"band_covers_{t}"] = int(inst[f"band_covers_{t}"].sum()) + int(pers[f"band_covers_{t}"].sum())
+        rows.append(row)
+    return pl.DataFrame(rows)
 
 
 def claims(s: Study, summ: dict, doses: pl.DataFrame) -> list[tuple[str, str, str]]:
@@ -67,14 +69,9 @@ def claims(s: Study, summ: dict, doses: pl.DataFrame) -> list[tuple[str, str, st
                 f"{'equal' if ident['weights_equal_before'] else 'different'} weights and "
                 f"{'bitwise-equal' if ident['scores_equal_before'] else 'different'} scores on every canary and "
                 f"control; after it, {after}"))  # fmt: skip
-    own = summ["own"]
-    c, i, p = own["cells"], own["instantaneous"], own["persistent"]
-    n_ok = sum(x["coverage"] >= 0.95 for x in (c, i, p) if x["cells"])
-    out.append(("The band covers the instance-specific truth", _verdict(n_ok, 3),
-                f"the calibrated band covers it in {c['covered']} of {c['cells']} post cells ({c['coverage']:.1%}; "
-                f"bias {c['bias']:+.2f}, RMSE {c['rmse']:.2f} nats), {i['covered']} of {i['cells']} instantaneous "
-                f"cells (bias {i['bias']:+.2f}) and {p['covered']} of {p['cells']} persistent event times (bias "
-                f"{p['bias']:+.2f}); {'every' if c['all_covered'] else 'not every'} post cell at once"))  # fmt: skip
+    out.append(_coverage_claim("The band covers the instance-specific truth", summ["own"]))
+    out.append(_coverage_claim("The band covers the aligned truth (the offset before insertion removed)",
+                               summ["aligned"]))  # fmt: skip
     d = summ["direct"]
     out.append(("The band covers the direct counterfactual (perturbed minus standard)",
                 _verdict(sum(x["coverage"] >= 0.95 for x in (d["cells"], d["instantaneous"], d["persistent"])), 3),
@@ -87,6 +84,16 @@ def claims(s: Study, summ: dict, doses: pl.DataFrame) -> list[tuple[str, str, st
     out.append(("Every dose is detected instantaneously", _verdict(sum(x > 0 for x in sig), len(sig)),
                 f"significant instantaneous cohorts per dose: {each}"))  # fmt: skip
     return out
+
+
+def _coverage_claim(title: str, summ: dict) -> tuple[str, str, str]:
+    c, i, p = summ["cells"], summ["instantaneous"], summ["persistent"]
+    n_ok = sum(x["coverage"] >= 0.95 for x in (c, i, p) if x["cells"])
+    return (title, _verdict(n_ok, 3),
+            f"the calibrated band covers it in {c['covered']} of {c['cells']} post cells ({c['coverage']:.1%}; "
+            f"bias {c['bias']:+.2f}, RMSE {c['rmse']:.2f} nats), {i['covered']} of {i['cells']} instantaneous "
+            f"cells (bias {i['bias']:+.2f}) and {p['covered']} of {p['cells']} persistent event times (bias "
+            f"{p['bias']:+.2f}); {'every' if c['all_covered'] else 'not every'} post cell at once")  # fmt: skip
 
 
 def _dose_claim(s: Study, doses: pl.DataFrame) -> tuple[str, str, str]:
@@ -102,8 +109,9 @@ def _dose_claim(s: Study, doses: pl.DataFrame) -> tuple[str, str, str]:
         e = dict(zip(sub["dose"].to_list(), sub["estimate"].to_list(), strict=True))
         wins.append((t, e.get(hi, math.nan) > e.get(lo, math.nan)))
     rho = float(stats.spearmanr(inst["dose"], inst["estimate"])[0]) if inst.height > 2 else math.nan
-    shown = ", ".join(f"{d}: {v:.2f} (truth {t:.2f})" for d, v, t in
-                      zip(doses["dose"], doses["instantaneous"], doses["instantaneous_own"], strict=True))  # fmt: skip
+    shown = ", ".join(f"{d}: {v:.2f} (truth {t:.2f}, aligned {a:.2f})" for d, v, t, a in
+                      zip(doses["dose"], doses["instantaneous"], doses["instantaneous_own"],
+                          doses["instantaneous_aligned"], strict=True))  # fmt: skip
     return ("Instantaneous memorisation grows with the dose", _verdict(sum(w for _, w in wins), len(wins)),
             f"dose {hi} above dose {lo} in {sum(w for _, w in wins)} of {len(wins)} timings; mean instantaneous "
             f"estimate per dose {shown}; Spearman with the dose over {inst.height} cohorts {rho:+.2f}")  # fmt: skip
@@ -120,7 +128,7 @@ def figures(s: Study, folder: Path) -> list[Path]:
         x = np.log2(sub["dose"].to_numpy())
         color = PALETTE[k]
         series.append(Series(f"{t}: DiD", x, sub["estimate"], sub["band_low"], sub["band_high"], color=color))
-        series.append(Series(f"{t}: truth", x, sub["own"], color=color, dashed=True))
+        series.append(Series(f"{t}: truth (aligned)", x, sub["aligned"], color=color, dashed=True))
     out.append(write_svg(folder / "inserted-dose.svg", line_plot(
         series, title="Instantaneous memorisation by dose", xlabel="log2 dose (copies: 1, 2, 4, 8, 16)",
         ylabel=f"{m}: ATT(g, g)")))  # fmt: skip
@@ -130,7 +138,7 @@ def figures(s: Study, folder: Path) -> list[Path]:
         color = PALETTE[k % len(PALETTE)]
         series.append(Series(f"dose {d}", pers["event_time"], pers["estimate"], pers["band_low"], pers["band_high"],
                              color=color))  # fmt: skip
-        series.append(Series(f"dose {d}: truth", pers["event_time"], pers["own"], color=color, dashed=True))
+        series.append(Series(f"dose {d}: truth", pers["event_time"], pers["aligned"], color=color, dashed=True))
     out.append(write_svg(folder / "inserted-forgetting.svg", line_plot(
         series, title="Forgetting: persistent memorisation per dose", xlabel="event time c - g (steps)",
         ylabel=f"{m}: mean ATT at c - g", width=620, height=380)))  # fmt: skip
@@ -140,19 +148,19 @@ def figures(s: Study, folder: Path) -> list[Path]:
 
 
 def _scatter(s: Study, folder: Path) -> Path:
-    """Each post cell's DiD estimate against its instance-specific truth, by dose, with the diagonal."""
+    """Each post cell's DiD estimate against its (aligned) truth, by dose, with the diagonal."""
     cells = s.cells
     series = []
-    lo = float(min(cells["own"].min(), cells["estimate"].min()))
-    hi = float(max(cells["own"].max(), cells["estimate"].max()))
+    lo = float(min(cells["aligned"].min(), cells["estimate"].min()))
+    hi = float(max(cells["aligned"].max(), cells["estimate"].max()))
     series.append(Series("estimate = truth", [lo, hi], [lo, hi], color="#444", dashed=True, markers=False))
     for k, d in enumerate(sorted(set(cells["dose"].to_list()))):
         sub = cells.filter(pl.col("dose") == d)
-        x = np.ravel(np.column_stack([sub["own"].to_numpy(), np.full(sub.height, np.nan)]))  # NaN: no line
+        x = np.ravel(np.column_stack([sub["aligned"].to_numpy(), np.full(sub.height, np.nan)]))  # NaN: no line
         y = np.ravel(np.column_stack([sub["estimate"].to_numpy(), np.full(sub.height, np.nan)]))
         series.append(Series(f"dose {d}", x, y, color=PALETTE[k % len(PALETTE)]))
     return write_svg(folder / "inserted-scatter.svg", line_plot(
-        series, title="DiD estimate against the truth, every post cell", xlabel="truth: own effect (nats)",
+        series, title="DiD estimate against the truth, every post cell", xlabel="truth: aligned own effect (nats)",
         ylabel="DiD estimate (nats)", hline=None))  # fmt: skip
 
 
@@ -212,13 +220,15 @@ def _design(s: Study, timings: dict | None) -> list[str]:
 def render(s: Study, summ: dict, doses: pl.DataFrame, cl, *, timings=None, fig_dir: str = ".") -> str:
     fig = (lambda n: n) if fig_dir == "." else (lambda n: f"{fig_dir.rstrip('/')}/{n}")
     out = ["# Ground truth inserted on purpose: memtui against the counterfactual model", "", *_design(s, timings)]
-    out += ["", "Two truths per cohort and checkpoint (`memtui.demo.inserted_study`): the *direct* counterfactual "
-            "(perturbed minus standard on the cohort's canaries) and the *own* effect (the same minus that "
-            "difference on the controls, the spill-over of training on other canaries). DiD with never-inserted "
-            "controls targets the own effect.", "", "## Verdicts", ""]  # fmt: skip
+    out += ["", "Three truths per cohort and checkpoint (`memtui.demo.inserted_study`): the *direct* counterfactual "
+            "(perturbed minus standard on the cohort's canaries); the *own* effect (the same minus that difference "
+            "on the controls, the spill-over of training on other canaries), which DiD with never-inserted controls "
+            "targets; and the *aligned* own effect (minus its value at the checkpoint before the cohort's "
+            "insertion), against which DiD's error is exactly the standard model's DiD on the same canaries: the "
+            "sampling noise of trends the band is meant to cover.", "", "## Verdicts", ""]  # fmt: skip
     out += [f"- **{t}: {v}.** {x[0].upper() + x[1:]}." for t, v, x in cl]
     rows = []
-    for truth in ("own", "direct"):
+    for truth in ("own", "aligned", "direct"):
         for scope, key in (("post cells (band)", "cells"), ("post cells (pointwise 95%)", "cells_pointwise"),
                            ("instantaneous", "instantaneous"), ("persistent, c - g > 0", "persistent")):  # fmt: skip
             c = summ[truth][key]
@@ -237,11 +247,13 @@ def render(s: Study, summ: dict, doses: pl.DataFrame, cl, *, timings=None, fig_d
             f"![spill-over]({fig('inserted-spillover.svg')})"]  # fmt: skip
     out += ["", "## Dose-response and forgetting", ""]
     rows = [[r["dose"], r["cohorts"], _num(r["instantaneous"]), _num(r["instantaneous_own"]),
-             _num(r["instantaneous_direct"]), f"{r['significant']}/{r['cohorts']}", _num(r["persistent"]),
-             _num(r["persistent_own"]), f"{r['band_covers_own']}/{r['estimates']}"]
+             _num(r["instantaneous_aligned"]), _num(r["instantaneous_direct"]), f"{r['significant']}/{r['cohorts']}",
+             _num(r["persistent"]), _num(r["persistent_own"]), _num(r["persistent_aligned"]),
+             f"{r['band_covers_own']}/{r['estimates']}", f"{r['band_covers_aligned']}/{r['estimates']}"]
             for r in doses.iter_rows(named=True)]  # fmt: skip
-    out.append(_md_table(["dose", "cohorts", "instantaneous (DiD)", "truth: own", "truth: direct", "significant",
-                          "persistent mean (DiD)", "truth: own", "band covers own"], rows))  # fmt: skip
+    out.append(_md_table(["dose", "cohorts", "instantaneous (DiD)", "own", "aligned", "direct", "significant",
+                          "persistent mean (DiD)", "own", "aligned", "band covers own", "covers aligned"],
+                         rows))  # fmt: skip
     out += ["", "Each dose is estimated on its own canaries and every control (stand-alone estimates, one band family "
             "each); `estimate --by dose` with one set of draws would give all doses one family and a band for "
             "their differences.", "", f"![dose-response]({fig('inserted-dose.svg')})", "",
@@ -252,10 +264,12 @@ def render(s: Study, summ: dict, doses: pl.DataFrame, cl, *, timings=None, fig_d
 
 def _cohort_table(s: Study) -> str:
     rows = [[r["cohort"], r["timing"], r["dose"], _num(r["estimate"]),
-             f"[{_num(r['band_low'])}, {_num(r['band_high'])}]", _num(r["own"]), _num(r["direct"]),
-             "yes" if r["band_covers_own"] else "**no**"]
+             f"[{_num(r['band_low'])}, {_num(r['band_high'])}]", _num(r["own"]), _num(r["aligned"]),
+             _num(r["direct"]), "yes" if r["band_covers_own"] else "**no**",
+             "yes" if r["band_covers_aligned"] else "**no**"]
             for r in s.instantaneous.sort("cohort").iter_rows(named=True)]  # fmt: skip
-    header = ["cohort g", "timing", "dose", "ATT(g, g)", "band", "truth: own", "truth: direct", "covered"]
+    header = ["cohort g", "timing", "dose", "ATT(g, g)", "band", "truth: own", "aligned", "direct", "covers own",
+              "covers aligned"]  # fmt: skip
     return _md_table(header, rows)
 
 
