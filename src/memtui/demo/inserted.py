@@ -6,8 +6,8 @@ random token sequences inserted at known steps with known doses (copies) and tim
 Canaries. Every canary is ``seq_len`` tokens drawn independently from the corpus's own byte frequencies: the
 corpus's tokens, in sequences unlike any sentence of it (Hubble's perturbation data is distinct from its corpus),
 whose only route into the model is being trained on. (Drawn uniformly from 36 letters and digits instead, as
-Carlini et al.'s random-digit canaries, they were barely memorised by these models: the full run gained under 10 nats
-at 16 copies, on top of the ~240 nats that learning what canaries look like gave every canary; so not that.)
+Carlini et al.'s random-digit canaries, they were barely memorised by these models: the full run gained at most 14
+nats at 16 copies, on top of the ~240 nats that learning what canaries look like gave every canary; so not that.)
 
 A canary of dose d has d copies, evenly spread over ``window`` steps whose first macro-batch holds its first copy;
 every canary of one (dose, timing) group shares that macro-batch, so each group is one cohort of the panel. A copy
