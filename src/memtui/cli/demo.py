@@ -16,7 +16,10 @@ DESCRIPTION = (
     "temporary files are removed when it ends) and follows its log, OUT.demo.log; ctrl-c stops following. "
     f"The full demo takes {FULL_DEMO_TIME}; --small about 1 minute on idle cores. "
     "--suite OUT_DIR trains four sizes on the same rows with Pythia's schedule shape, "
-    "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature."
+    "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature. "
+    "--inserted OUT_DIR trains a standard and a perturbed model (canaries inserted at known steps, doses 1-16 copies, "
+    "early / middle / late), scores the canaries with both and writes OUT_DIR/report.md: memtui's estimates against "
+    "the counterfactual model's truth."
 )
 
 
@@ -26,9 +29,18 @@ def add_arguments(p) -> None:
         type=Path,
         nargs="?",
         default=None,
-        help="panel to write; with --suite, the folder [default: tiny-gptneox.h5; with --suite, memtui-suite]",
+        help="panel to write; with --suite or --inserted, the folder [default: tiny-gptneox.h5; with --suite, "
+        "memtui-suite; with --inserted, memtui-inserted]",
     )
-    p.add_argument("--suite", action="store_true", help="a family of model sizes, their panels and a findings report")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--suite", action="store_true", help="a family of model sizes, their panels and a findings report"
+    )
+    mode.add_argument(
+        "--inserted",
+        action="store_true",
+        help="a standard and a perturbed model (canaries inserted on purpose) and a report of estimates against truth",
+    )
     p.add_argument("--small", action="store_true", help="the small version the tests use (~1 minute on idle cores)")
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
@@ -37,9 +49,16 @@ def add_arguments(p) -> None:
 
 def run(args) -> int:
     if args.out is None:
-        args.out = Path("memtui-suite" if args.suite else "tiny-gptneox.h5")
+        args.out = Path("memtui-suite" if args.suite else "memtui-inserted" if args.inserted else "tiny-gptneox.h5")
     if args.foreground:
         keep = args.keep is not None
+        if args.inserted:
+            from memtui.demo.inserted import InsertedConfig, make_inserted
+
+            cfg = InsertedConfig.small() if args.small else InsertedConfig()
+            report = make_inserted(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force)
+            print(f"read {report}; the panels are {args.out}/perturbed.h5 and {args.out}/standard.h5")
+            return 0
         if args.suite:
             from memtui.demo.family import SuiteConfig, make_suite
 
@@ -55,7 +74,9 @@ def run(args) -> int:
         return 0
     from memtui.demo import job as demo_job
 
-    job = demo_job.start(args.out, small=args.small, keep=args.keep, force=args.force, suite=args.suite)
+    job = demo_job.start(
+        args.out, small=args.small, keep=args.keep, force=args.force, suite=args.suite, inserted=args.inserted
+    )
     print(f"the demo runs in the background (pid {job.pid}); closing this terminal does not stop it. "
           f"Following {demo_job.log_path(args.out.resolve())} (ctrl-c stops following):", flush=True)  # fmt: skip
     return demo_job.follow(args.out, job, write=lambda line: print(line, flush=True))

@@ -26,11 +26,17 @@ def log_path(out: Path) -> Path:
     return out.with_name(out.name + ".demo.log")
 
 
-def start(out: Path, *, small: bool, keep: Path | None, force: bool, suite: bool = False) -> subprocess.Popen:
-    """Start the detached demo job (its own session: the terminal closing does not reach it); with ``suite``, OUT
-    is the suite's folder."""
+def start(
+    out: Path, *, small: bool, keep: Path | None, force: bool, suite: bool = False, inserted: bool = False
+) -> subprocess.Popen:
+    """Start the detached demo job (its own session: the terminal closing does not reach it); with ``suite`` or
+    ``inserted``, OUT is the folder."""
     out = out.resolve()
-    if suite:
+    if inserted:
+        from memtui.demo.inserted import check_out_dir as check_inserted
+
+        check_inserted(out, force)  # refused here, not in the log
+    elif suite:
         from memtui.demo.family import SuiteConfig, check_out_dir
 
         cfg = SuiteConfig.small() if small else SuiteConfig()
@@ -41,7 +47,7 @@ def start(out: Path, *, small: bool, keep: Path | None, force: bool, suite: bool
         raise MemtuiError(f"cannot write {out}: {out.parent} is not an existing folder.")
     cmd = [sys.executable, "-m", "memtui.demo.job", str(out)]
     cmd += ["--small"] * small + ["--force"] * force + (["--keep", str(keep.resolve())] if keep else [])
-    cmd += ["--suite"] * suite
+    cmd += ["--suite"] * suite + ["--inserted"] * inserted
     fd = open_beside(log_path(out), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
@@ -85,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", type=Path, default=None)
     p.add_argument("--force", action="store_true")
     p.add_argument("--suite", action="store_true")
+    p.add_argument("--inserted", action="store_true")
     args = p.parse_args(argv)
 
     def log(msg: str) -> None:
@@ -93,6 +100,13 @@ def main(argv: list[str] | None = None) -> int:
 
     keep = args.keep is not None
     try:
+        if args.inserted:
+            from memtui.demo.inserted import InsertedConfig, make_inserted
+
+            cfg = InsertedConfig.small() if args.small else InsertedConfig()
+            report = make_inserted(args.out, cfg, workdir=args.keep, keep=keep, overwrite=args.force, log=log)
+            log(f"read {report}; the panels are {args.out}/perturbed.h5 and {args.out}/standard.h5")
+            return 0
         if args.suite:
             from memtui.demo.family import SuiteConfig, make_suite
 
