@@ -41,6 +41,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.demo.family import suite_base
 from memtui.demo.train import DemoConfig, corpus_rows
+from memtui.panel.covariates import write_covariates
 from memtui.panel.hdf5 import create_panel, text_attr
 from memtui.panel.model import NEVER
 
@@ -200,26 +201,6 @@ def _config_json(cfg: InsertedConfig) -> dict:
     d = asdict(cfg)
     d.pop("base")
     return d
-
-
-def write_covariates(path: Path, covariates: dict[str, np.ndarray]) -> None:
-    """Dose and timing into ``instances/covariates``: with :mod:`memtui.panel.covariates` where it exists."""
-    try:
-        from memtui.panel.covariates import write_covariates as write
-    except ImportError:  # FALLBACK until memtui.panel.covariates is merged: delete this branch and _write_covariates
-        write = _write_covariates
-    write(path, covariates)
-
-
-def _write_covariates(path: Path, covariates: dict[str, np.ndarray]) -> None:
-    """FALLBACK (see write_covariates): numeric as float64, categorical as fixed-length UTF-8 text, one row each."""
-    with h5py.File(path, "r+", libver="latest") as f:  # still the demo's own new file: no one else has it
-        group = f["instances"].require_group("covariates")
-        for name, values in covariates.items():
-            values = np.asarray(values)
-            data = values.astype(np.float64) if values.dtype.kind in "iuf" else np.array(
-                [str(v).encode() for v in values], dtype="S")  # fmt: skip
-            group.create_dataset(name, data=data)
 
 
 def panel_path(out_dir: Path, name: str) -> Path:

@@ -35,7 +35,6 @@ from memtui.core.errors import MemtuiError
 from memtui.estimation.estimate import estimate
 from memtui.estimation.results import EstimateResult
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import _restrict
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import Panel
 
@@ -77,20 +76,11 @@ def load_pair(out_dir: Path) -> Pair:
     dose = p.provenance.get("duplicates")
     if dose is None:
         raise MemtuiError(f"{paths[0]} records no insertion doses (provenance/duplicates).")
-    timing = p.covariates.get("timing") if p.covariates else None
+    timing = p.covariates.get("timing")
     if timing is None:
-        timing = _read_text_covariate(paths[0], "timing")
+        raise MemtuiError(f"{paths[0]} records no insertion timings (instances/covariates/timing).")
     cfg = json.loads(p.attrs.get("inserted_config", "{}") or "{}")
     return Pair(p, s, np.asarray(dose, dtype=np.int64), np.asarray(timing, dtype=object), cfg)
-
-
-def _read_text_covariate(path: Path, name: str) -> np.ndarray:
-    """FALLBACK until the panel reader fills Panel.covariates: read instances/covariates/NAME directly."""
-    import h5py
-
-    with h5py.File(path, "r") as f:
-        values = f[f"instances/covariates/{name}"][()]
-    return np.array([v.decode() if isinstance(v, bytes) else str(v) for v in values], dtype=object)
 
 
 def truth_cells(pair: Pair, metric: str) -> pl.DataFrame:
@@ -179,12 +169,14 @@ def coverage(frame: pl.DataFrame, truth: str, prefix: str = "band") -> dict:
 
 
 def dose_estimates(pair: Pair, settings: Settings, truth: pl.DataFrame) -> dict[int, dict[str, pl.DataFrame]]:
-    """Stand-alone estimates on the canaries of each dose and every control, joined with their truths."""
-    p = pair.perturbed
+    """Per dose, the estimate on that dose's canaries and every control (``estimate --by dose --shared-controls``:
+    one set of draws for all doses, each dose's estimate the stand-alone one), joined with their truths."""
+    from memtui.estimation.subgroups import estimate_by
+
+    by = estimate_by(pair.perturbed, settings, "dose", shared_controls=True)
     out = {}
-    for d in sorted(set(pair.dose[pair.dose > 0].tolist())):
-        rows = np.flatnonzero((pair.dose == d) | p.never_treated)
-        r = estimate(_restrict(p, rows, None), settings)
+    for name, r in by.groups.items():
+        d = int(float(name.partition("=")[2]))  # "dose=16"
         t = truth.filter(pl.col("dose") == d)
         out[d] = {"instantaneous": _joined(r.instantaneous, t), "persistent": _persistent_joined(r.persistent, t)}
     return out
