@@ -29,6 +29,9 @@ def add_arguments(p) -> None:
         help="panel to write; with --suite, the folder [default: tiny-gptneox.h5; with --suite, memtui-suite]",
     )
     p.add_argument("--suite", action="store_true", help="a family of model sizes, their panels and a findings report")
+    p.add_argument("--seeds", action="store_true", help="one model under two data orders (megatron-core's): a seed "
+                   "suite, its pooled estimate and OUT_DIR/report.md [folder default: memtui-seeds]; runs in this "
+                   "process, a few minutes")  # fmt: skip
     p.add_argument("--small", action="store_true", help="the small version the tests use (~1 minute on idle cores)")
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
@@ -36,6 +39,18 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    if args.seeds:
+        from memtui.core.errors import MemtuiError
+        from memtui.demo.seeds import SeedsConfig, make_seeds
+
+        if args.suite:
+            raise MemtuiError("--seeds and --suite are two demos: choose one.")
+
+        cfg = SeedsConfig.small() if args.small else SeedsConfig()
+        out = Path("memtui-seeds") if args.out is None else args.out
+        made = make_seeds(out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force)
+        print(f"read {made.report}; open the suite with `memtui compare {' '.join(map(str, made.panels))} --pooled`")
+        return 0
     if args.out is None:
         args.out = Path("memtui-suite" if args.suite else "tiny-gptneox.h5")
     if args.foreground:
