@@ -216,6 +216,8 @@ def make_seeds(
     out_dir = Path(out_dir)
     if len(cfg.seeds) < 2 or len(set(cfg.seeds)) != len(cfg.seeds):
         raise MemtuiError("a seed suite needs two distinct data-order seeds or more.")
+    if cfg.base.steps % cfg.base.every:  # the panel's checkpoints are the ones train() saves
+        raise MemtuiError(f"steps ({cfg.base.steps}) must be a multiple of the checkpoint interval ({cfg.base.every}).")
     check_out_dir(out_dir, [p.stem for p in cfg.panels(out_dir)], overwrite)
     megatron()  # refused before anything is written
     out_dir.mkdir(exist_ok=True)
@@ -247,8 +249,6 @@ def _build(out_dir: Path, work: Path, cfg: SeedsConfig, overwrite: bool, log) ->
     from memtui.extract.build import build_from_neox
 
     base = cfg.base
-    if base.steps % base.every:
-        raise MemtuiError(f"steps ({base.steps}) must be a multiple of the checkpoint interval ({base.every}).")
     prefix, validation = write_corpus(work, base)
     maps = []
     for seed, name in zip(cfg.seeds, cfg.names, strict=True):
