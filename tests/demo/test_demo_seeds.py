@@ -127,7 +127,7 @@ def test_the_cli_refuses_an_existing_suite_and_a_missing_megatron(demo, cli, mon
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("MEMTUI_DEMO_FULL") != "1", reason="the default size takes minutes: MEMTUI_DEMO_FULL=1")
+@pytest.mark.skipif(os.environ.get("MEMTUI_DEMO_FULL") != "1", reason="minutes long: MEMTUI_DEMO_FULL=1")
 def test_the_default_size_memorises_significantly_pooled(tmp_path):
     """Measured (docs/suites.md): pooled instantaneous 4.15 [3.87, 4.44] nats, 16 of 20 cells significant."""
     _megatron_or_skip()
