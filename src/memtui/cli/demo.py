@@ -19,7 +19,9 @@ DESCRIPTION = (
     "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature. "
     "--inserted OUT_DIR trains a standard and a perturbed model (canaries inserted at known steps, doses 1-16 copies, "
     "early / middle / late), scores the canaries with both and writes OUT_DIR/report.md: memtui's estimates against "
-    "the counterfactual model's truth."
+    "the counterfactual model's truth. "
+    "--seeds OUT_DIR trains one model under two data orders (megatron-core's index maps), builds and extracts the seed "
+    "suite and writes its pooled estimate to OUT_DIR/report.md."
 )
 
 
@@ -41,6 +43,12 @@ def add_arguments(p) -> None:
         action="store_true",
         help="a standard and a perturbed model (canaries inserted on purpose) and a report of estimates against truth",
     )
+    mode.add_argument(
+        "--seeds",
+        action="store_true",
+        help="one model under two data orders (megatron-core's): a seed suite, its pooled estimate and "
+        "OUT_DIR/report.md [folder default: memtui-seeds]; runs in this process, a few minutes",
+    )
     p.add_argument("--small", action="store_true", help="the small version the tests use (~1 minute on idle cores)")
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
@@ -48,6 +56,14 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    if args.seeds:
+        from memtui.demo.seeds import SeedsConfig, make_seeds
+
+        cfg = SeedsConfig.small() if args.small else SeedsConfig()
+        out = Path("memtui-seeds") if args.out is None else args.out
+        made = make_seeds(out, cfg, workdir=args.keep, keep=args.keep is not None, overwrite=args.force)
+        print(f"read {made.report}; open the suite with `memtui compare {' '.join(map(str, made.panels))} --pooled`")
+        return 0
     if args.out is None:
         args.out = Path("memtui-suite" if args.suite else "memtui-inserted" if args.inserted else "tiny-gptneox.h5")
     if args.foreground:

@@ -220,12 +220,13 @@ def make_suite(
     return report
 
 
-def _run_jobs(jobs: list[tuple], parallel: int, log: Callable[[str], None]):
-    """Run ``model_job`` for every job, ``parallel`` processes at a time (spawned: a fork of a process that has
-    started torch's threads can deadlock), their log lines forwarded to ``log`` as they come."""
+def _run_jobs(jobs: list[tuple], parallel: int, log: Callable[[str], None], target: Callable[..., dict] = model_job):
+    """Run ``target`` (``model_job``, or another module-level job taking the name first and ``log``) for every job,
+    ``parallel`` processes at a time (spawned: a fork of a process that has started torch's threads can deadlock),
+    their log lines forwarded to ``log`` as they come."""
     if parallel <= 1:
         for job in jobs:
-            yield model_job(*job, log=lambda m, name=job[0]: None if m.startswith("committed") else log(f"{name}: {m}"))
+            yield target(*job, log=lambda m, name=job[0]: None if m.startswith("committed") else log(f"{name}: {m}"))
         return
     ctx = multiprocessing.get_context("spawn")
     lines = ctx.Queue()
@@ -240,7 +241,7 @@ def _run_jobs(jobs: list[tuple], parallel: int, log: Callable[[str], None]):
     os.environ["OMP_NUM_THREADS"] = "1"  # the children's OpenMP pool, before torch starts in them
     try:
         with ProcessPoolExecutor(parallel, mp_context=ctx, initializer=_init_child, initargs=(lines,)) as pool:
-            pending = {pool.submit(model_job, *job) for job in jobs}
+            pending = {pool.submit(target, *job) for job in jobs}
             while pending:
                 drain(0.5)
                 done, pending = wait(pending, timeout=0, return_when=FIRST_COMPLETED)

@@ -203,8 +203,15 @@ def corpus_rows(cfg: DemoConfig) -> tuple[np.ndarray, np.ndarray]:
     return rows[:n_train], rows[n_rows - cfg.n_validation :]
 
 
-def train(cfg: DemoConfig, rows: np.ndarray, out_dir: Path, log: Callable[[str], None] = print) -> list[int]:
-    """One pass over ``rows`` in order; saves ``out_dir/stepN`` every ``cfg.every`` steps (and step 0)."""
+def train(
+    cfg: DemoConfig,
+    rows: np.ndarray,
+    out_dir: Path,
+    log: Callable[[str], None] = print,
+    fed: Callable[[int, np.ndarray], None] | None = None,
+) -> list[int]:
+    """One pass over ``rows`` in order; saves ``out_dir/stepN`` every ``cfg.every`` steps (and step 0). ``fed(step,
+    batch)`` is told each batch as the loop feeds it (``demo --seeds`` checks its panels' treatments against it)."""
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -221,6 +228,8 @@ def train(cfg: DemoConfig, rows: np.ndarray, out_dir: Path, log: Callable[[str],
     model.train()
     for step in range(1, cfg.steps + 1):
         x = data[(step - 1) * cfg.batch : step * cfg.batch]
+        if fed is not None:
+            fed(step, x.numpy().copy())
         loss = model(input_ids=x, labels=x).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
