@@ -20,13 +20,13 @@ positions into GEMMs of batch-dependent shapes, where one of M = 1 takes a GEMV 
 The invariant path therefore gives every call a row goes through a shape that depends on its own length only:
 
 - rows are grouped by length and never padded; each group runs through the body in micro-batches of exactly
-  ``micro_rows(length)`` rows (a power of two from the length alone: one row from 2,048 tokens up), the last
+  ``micro_rows(length)`` rows (a power of two from the length alone: one row from 1,025 tokens up), the last
   micro-batch filled up with copies of its last row, whose scores are dropped;
 - the head runs per row, over the row's own targets in fixed chunks from its first target.
 
 A row's result could then still depend on its slot in a micro-batch only if a GEMM, LayerNorm or attention kernel
 computed one row of its output differently by its position in the matrix; none of the CPU kernels measured does, and
-rows of 2,048 tokens or more are alone in their micro-batch, so for them not even that is assumed
+rows of more than 1,024 tokens are alone in their micro-batch, so for them not even that is assumed
 (tests/extract/test_batch_invariance.py checks every order, batch size, padding and kernel set it can).
 
 With ``extractable=(k, l)`` the same per-token top-1 flags [rank = 0] also give Carlini et al.'s (k, l)-extractability
