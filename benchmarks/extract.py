@@ -9,6 +9,11 @@ their ratios, and the largest disagreement between the two.
 ``--extractable`` instead times the scorer with and without the (k, l)-extractability metrics (k = l = 32), in one
 process, alternating the two so that drift on a busy machine hits both alike, and prints the median of the per-pair
 time ratios, and the time of the extractability reduction alone.
+
+``--invariance`` times the batch-invariant scorer (the CPU default: rows grouped by length, fixed-shape micro-batches,
+the head per row) against the padded fast path it replaced (``Scorer(..., invariant=False)``), in one process,
+alternating the two, and prints the median of the per-pair time ratios and how far each path's batch scores are from
+the same rows scored one at a time (0 for the invariant path).
 """
 
 from __future__ import annotations
@@ -141,6 +146,49 @@ def extractable_overhead(args) -> None:
     )
 
 
+def invariance_ab(args) -> None:
+    """The invariant scorer against the fast path it replaced: same process, alternating pairs, and batch dependence."""
+    import torch
+
+    from memtui.extract.scoring import Scorer
+
+    model = make_model(args)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, args.vocab, size=(args.batch, args.seq_len))
+    lengths = np.full(args.batch, args.seq_len)
+    lengths[1::2] -= rng.integers(1, args.seq_len // 2, size=len(lengths[1::2])) if args.unequal else 0
+    paths = {
+        "fast": Scorer(model, torch.device("cpu"), invariant=False),
+        "invariant": Scorer(model, torch.device("cpu")),
+    }
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    drift = {}
+    for name, scorer in paths.items():  # warm-up; and the batch's scores against each row's alone
+        batch = scorer.score(tokens, lengths)
+        alone = [scorer.score(tokens[i : i + 1, : lengths[i]], lengths[i : i + 1]) for i in range(args.batch)]
+        drift[name] = {m: float(np.max(np.abs(batch[m] - np.concatenate([a[m] for a in alone])))) for m in batch}
+    for _ in range(args.reps):
+        for name, scorer in paths.items():
+            t0 = time.perf_counter()
+            scorer.score(tokens, lengths)
+            times[name].append(time.perf_counter() - t0)
+    ratios = np.array(times["invariant"]) / np.array(times["fast"])
+    n_tok = int(lengths.sum())
+    print(
+        f"GPT-NeoX {args.layers}x{args.hidden}, vocabulary {args.vocab}, batch {args.batch} rows of "
+        f"{'unequal lengths' if args.unequal else args.seq_len} ({n_tok} tokens), CPU, {torch.get_num_threads()} "
+        f"threads, {args.reps} alternating pairs"
+    )
+    for name in paths:
+        worst = ", ".join(f"{m} {d:.2g}" for m, d in drift[name].items())
+        print(
+            f"  {name:<9} {n_tok / float(np.median(times[name])):>9,.0f} tokens/s; batch vs alone max |diff|: {worst}"
+        )
+    print(
+        f"invariant / fast: time ratio median {np.median(ratios):.4f} (range {ratios.min():.4f} .. {ratios.max():.4f})"
+    )
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=4)
@@ -150,8 +198,13 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=50304)
     p.add_argument("--seq-len", type=int, default=2049)
     p.add_argument("--extractable", action="store_true", help="time the extractability metrics' overhead instead")
+    p.add_argument("--invariance", action="store_true", help="time the invariant scorer against the fast path")
+    p.add_argument("--unequal", action="store_true", help="with --invariance: every other row shorter (padding)")
     p.add_argument("--worker", choices=["naive", "memtui"], help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.invariance:
+        invariance_ab(args)
+        return
     if args.extractable:
         extractable_overhead(args)
         return
@@ -161,7 +214,9 @@ def main() -> None:
     results = {}
     for name in ("naive", "memtui"):
         cmd = [sys.executable, __file__, "--worker", name] + [
-            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("worker", "extractable")
+            f"--{k.replace('_', '-')}={v}"
+            for k, v in vars(args).items()
+            if k not in ("worker", "extractable", "invariance", "unequal")
         ]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from tiny_models import STEPS, make_panel, wait_until
 
 from memtui.extract import jobs
@@ -161,7 +162,10 @@ def test_split_units_agree_with_whole_checkpoints(tmp_path, checkpoints, referen
     assert run(panel, model=str(checkpoints), batch_size=7, split=3, handle_signals=False, log=lambda m: None) == "done"
     got = read_panel(panel)
     for m in METRICS:
-        np.testing.assert_allclose(got.metrics[m], reference.metrics[m], rtol=1e-6, atol=1e-9, err_msg=m)
+        if torch.cuda.is_available():  # device auto: the GPU's fast path, whose batches change kernel paths
+            np.testing.assert_allclose(got.metrics[m], reference.metrics[m], rtol=1e-6, atol=1e-9, err_msg=m)
+        else:  # the CPU's batch-invariant scorer: other units, other batches, the same bits
+            np.testing.assert_array_equal(got.metrics[m], reference.metrics[m], err_msg=m)
 
 
 def test_a_committer_that_died_holding_the_lease_is_succeeded(tmp_path, checkpoints, reference):

@@ -293,21 +293,3 @@ def test_hub_source_offline_error_is_one_line(extract_panel, monkeypatch):
     with pytest.raises(MemtuiError, match="cannot load checkpoint memtui-test/no-such-model@step0") as err:
         run(extract_panel, model="memtui-test/no-such-model", checkpoints="0", handle_signals=False, log=lambda m: None)
     assert "\n" not in str(err.value) and "HF_HUB_OFFLINE" in str(err.value)
-
-
-def test_gpu_benchmark_smoke_on_cpu():
-    import json
-    import subprocess
-    import sys
-
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_extract.py"
-    proc = subprocess.run(
-        [sys.executable, str(script), "--tiny", "--reps", "1", "--naive"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert result["tokens_per_s"] > 0 and result["naive_tokens_per_s"] > 0

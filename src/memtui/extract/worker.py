@@ -287,12 +287,29 @@ class _Scorer:
 
         if self.net is None:
             self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)
-            self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl)
+            # MEMTUI_BATCH_INVARIANT=1/0 switches the fixed-shape path on/off (default: on for CPU only)
+            flag = os.environ.get("MEMTUI_BATCH_INVARIANT", "").strip()
+            invariant = None if flag == "" else flag not in ("0", "false", "no")
+            self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl, invariant=invariant)
             check_head(self.net, self.scorer, self.scorer.vocab)
             check_tokens(self.tokens, self.lengths, self.scorer.vocab, self.panel_path)  # one vocabulary for all
         else:
             copy_weights(self.net, loaded.model)
             self.scorer.refresh_head()
+
+    def _batch(self, order: np.ndarray, i: int) -> np.ndarray:
+        """The next batch: ``bs`` rows of ``order`` from ``i``; for the batch-invariant scorer, rows of one length
+        only, in whole micro-batches where ``bs`` allows (the auto batch always does), so that filler rows are needed
+        only for a length's last micro-batch."""
+        rows = order[i : i + self.bs]
+        if not self.scorer.invariant:
+            return rows
+        from memtui.extract.scoring import micro_rows
+
+        length = self.lengths[rows[0]]
+        m = micro_rows(length)
+        rows = rows[: np.argmax(np.r_[self.lengths[rows] != length, True])]  # order is longest first: a prefix
+        return rows if len(rows) < m else rows[: len(rows) // m * m]
 
     def score(self, unit: Unit, should_stop: Callable[[], bool], on_batch) -> dict[str, np.ndarray] | None:
         import torch
@@ -304,7 +321,7 @@ class _Scorer:
         while i < len(order):
             if should_stop():
                 return None
-            rows = order[i : i + self.bs]
+            rows = self._batch(order, i)
             L = int(self.lengths[rows].max())
             try:
                 out = self.scorer.score(self.tokens[rows, :L], self.lengths[rows])
