@@ -120,3 +120,20 @@ def test_invariant_with_avx2_kernels_too():
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok", proc.stdout[-3000:]
+
+
+def test_batch_invariant_option_reaches_the_workers():
+    """`extract --batch-invariant on|off|auto` is an option, validated, and passed to every worker's command line."""
+    import argparse
+
+    from memtui.core.errors import MemtuiError
+    from memtui.extract.options import ExtractOptions
+
+    p = argparse.ArgumentParser()
+    ExtractOptions.add_worker_arguments(p)
+    on = ExtractOptions.from_args(p.parse_args(["--model", "m", "--batch-invariant", "on"])).validate()
+    assert on.batch_invariant == "on" and on.worker_argv()[-2:] == ["--batch-invariant", "on"]
+    auto = ExtractOptions.from_args(p.parse_args(["--model", "m"])).validate()
+    assert auto.batch_invariant == "auto" and "--batch-invariant" not in auto.worker_argv()
+    with pytest.raises(MemtuiError, match="auto, on or off"):
+        ExtractOptions(model="m", batch_invariant="sometimes").validate()

@@ -92,6 +92,9 @@ class ExtractOptions:
     dtype: str = "auto"
     batch_size: str = "auto"
     chunk: int | None = None
+    # the fixed-shape scorer whose scores do not depend on the batch (docs/extraction.md, "Batch invariance"):
+    # "auto" = on for CPU, off for CUDA (where the fast path is not yet measured against it), "on", "off"
+    batch_invariant: str = "auto"
     revision_template: str = "step{step}"
     split: int = 1  # instance ranges per checkpoint: > 1 when there are more workers than pending checkpoints
     extractable: str | None = None  # "K,L" that must agree with the panel's (k, l); None: the panel's
@@ -113,6 +116,8 @@ class ExtractOptions:
             raise MemtuiError(f"batch size must be a positive integer or auto, got {self.batch_size}.")
         if self.chunk is not None and self.chunk <= 0:
             raise MemtuiError(f"--chunk must be positive, got {self.chunk}.")
+        if self.batch_invariant not in ("auto", "on", "off"):
+            raise MemtuiError(f"--batch-invariant must be auto, on or off, got {self.batch_invariant}.")
         if not 1 <= self.split <= 4096:
             raise MemtuiError(f"--split must be between 1 and 4096, got {self.split}.")
         if not 1 <= self.workers <= 4096:
@@ -230,6 +235,9 @@ class ExtractOptions:
         p.add_argument("--dtype", default="auto", help="model body dtype: auto (bf16 on GPU, fp32 on CPU), float32, …")
         p.add_argument("--batch-size", default="auto", help="instances per batch, or auto (halves on out-of-memory)")
         p.add_argument("--chunk", type=int, default=None, help="target positions per output-head chunk [auto]")
+        p.add_argument("--batch-invariant", default="auto", choices=("auto", "on", "off"),
+                       help="scores bitwise independent of the batch (fixed shapes per row length): auto = on for "
+                            "CPU, off for CUDA [auto]")  # fmt: skip
         p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision of a step [step{step}]")
         p.add_argument("--revisions", default=None, choices=sorted(PRESETS), metavar="FAMILY",
                        help="the family's hub revision names instead of a template: "
@@ -279,6 +287,7 @@ class ExtractOptions:
             dtype=args.dtype,
             batch_size=str(args.batch_size),
             chunk=args.chunk,
+            batch_invariant=getattr(args, "batch_invariant", "auto"),
             revision_template=_revision_template(args),
             split=args.split,
             extractable=getattr(args, "extractable", None),
@@ -294,6 +303,8 @@ class ExtractOptions:
                 "--revision-template", self.revision_template, "--split", str(self.split)]  # fmt: skip
         if self.chunk:
             argv += ["--chunk", str(self.chunk)]
+        if self.batch_invariant != "auto":
+            argv += ["--batch-invariant", self.batch_invariant]
         if self.extractable is not None:
             argv += ["--extractable", str(self.extractable)]
         return argv

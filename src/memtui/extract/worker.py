@@ -287,9 +287,8 @@ class _Scorer:
 
         if self.net is None:
             self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)
-            # MEMTUI_BATCH_INVARIANT=1/0 switches the fixed-shape path on/off (default: on for CPU only)
-            flag = os.environ.get("MEMTUI_BATCH_INVARIANT", "").strip()
-            invariant = None if flag == "" else flag not in ("0", "false", "no")
+            # --batch-invariant on/off switches the fixed-shape path (auto: on for CPU only)
+            invariant = {"auto": None, "on": True, "off": False}[self.options.batch_invariant]
             self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl, invariant=invariant)
             check_head(self.net, self.scorer, self.scorer.vocab)
             check_tokens(self.tokens, self.lengths, self.scorer.vocab, self.panel_path)  # one vocabulary for all
