@@ -46,6 +46,10 @@ def run(args) -> int:
 
     # steps extract refused because their weights are another step's (their columns stay undone)
     rows += [("duplicate weights", f"step{step} = step{same_as}") for step, same_as in read_duplicates(args.panel)]
+    from memtui.extract.shards import info_rows
+
+    # steps that carry another checkpoint's weight file (a shard): refused before scoring, or marked if scored
+    rows += info_rows(args.panel, p.steps, p.done)
     width = max(10, *(len(clean(n, 40)) for n in p.metrics))
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0

@@ -6,7 +6,7 @@ import hashlib
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -182,6 +182,7 @@ class Loaded:
     weights_hash: str
     parameters: int = 0
     config: str = ""
+    shards: dict[str, str] = field(default_factory=dict)  # weight file -> sha256 (memtui.extract.shards)
 
 
 def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:

@@ -260,7 +260,7 @@ def _plan(api, model: str, revision: str) -> _Plan:
     return _Plan(revision, files, size, hashes)
 
 
-def _cached_hashes(model: str, revision: str, cache: str) -> dict[str, str]:
+def cached_hashes(model: str, revision: str, cache: str) -> dict[str, str]:
     """The weight files' sha256 of a revision already in the cache, with no network: huggingface_hub names each LFS
     blob by its sha256 (the ETag), and the snapshot's files are links to those blobs."""
     storage = _storage(model, cache)
@@ -284,7 +284,7 @@ def _report_duplicates(model: str, steps, template: str, planned: dict[str, dict
     hashes = {}
     for step in steps:
         revision = _revision(template, step)
-        hashes[revision] = planned[revision] if revision in planned else _cached_hashes(model, revision, cache)
+        hashes[revision] = planned[revision] if revision in planned else cached_hashes(model, revision, cache)
     for line in same_files(hashes):
         print(clean(line))
 

@@ -46,6 +46,7 @@ from memtui.extract.integrity import clear_duplicate, record_duplicate
 from memtui.extract.locking import FileLock, open_beside
 from memtui.extract.options import ExtractOptions
 from memtui.extract.progress import log_path
+from memtui.extract.shards import ShardCheck, checkpoint_hashes, hashes_dir
 from memtui.extract.units import (
     Owner,
     PartError,
@@ -125,14 +126,17 @@ class Loader:
     """Loads (and hashes) checkpoints in one background thread, so the next unit's weights arrive while this one is
     scored; which unit comes next is only known when it is claimed, so a guess that another worker took is dropped."""
 
-    def __init__(self, source: Source):
+    def __init__(self, source: Source, hash_cache: Path | None = None):
         self.source = source
+        self.hash_cache = hash_cache  # where local weight files' sha256 are kept (memtui.extract.shards)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memtui-load")
         self._pending: dict[int, Future] = {}
 
     def _load(self, step: int) -> Loaded:
         model = self.source.load(step)
-        return Loaded(step, model, self.source.revision(step), weights_hash(model), *model_description(model))
+        loaded = Loaded(step, model, self.source.revision(step), weights_hash(model), *model_description(model))
+        loaded.shards = checkpoint_hashes(self.source, step, self.hash_cache)  # after the load: a hub file is cached
+        return loaded
 
     def prefetch(self, step: int | None) -> None:
         for other in [s for s in self._pending if s != step]:
@@ -367,6 +371,8 @@ def _work(ctx: _Context, requested: list[int] | None) -> str:
     ctx.progress.publish(force=True, model=ctx.options.model, K=len(units), instances_total=panel.n_instances,
                          checkpoints_done=int(panel.done.sum()), checkpoints_total=panel.n_checkpoints)  # fmt: skip
     if not units:
+        # the columns already scored are still checked for shards another checkpoint carries: marked, not undone
+        ShardCheck(ctx.panel_path, panel.steps, panel.done, (), ctx.log).before_scoring(source)
         expect = lambda step: {"model": source.model, "revision": source.revision(step)}  # noqa: E731
         commit_ready(ctx.panel_path, ctx.work, ctx.me, ctx.log, expect=expect)
         ctx.log(f"{ctx.panel_path}: nothing to do, every requested checkpoint is already extracted")
@@ -391,6 +397,11 @@ class _Pass:
             h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d
         }
         self.refused: set[int] = set()  # steps whose weights are another step's: never recorded, left undone
+        # steps carrying another checkpoint's shard: refused before anything is scored where their files are known
+        run_steps = {u.step for u in units}
+        warn = ctx.progress.data["warnings"].append
+        self.shards = ShardCheck(ctx.panel_path, panel.steps, panel.done, run_steps, ctx.log, warn)
+        self.refused |= self.shards.before_scoring(source)
         self.n_instances = panel.n_instances
         self.done_units, self.done_tokens, self.t_start = 0, 0, time.time()
         self._discard_foreign_parts()
@@ -422,7 +433,7 @@ class _Pass:
         dtype = str(scorer.body_dtype).replace("torch.", "")
         ctx.log(f"worker {ctx.me.id}: {len(self.units)} unit(s) of {ctx.options.model} for {ctx.panel_path} on "
                 f"device {scorer.dev} ({dtype}), {self.n_instances} instances")  # fmt: skip
-        self.loader = Loader(self.source)
+        self.loader = Loader(self.source, hashes_dir(ctx.panel_path))
         self.heartbeat = Heartbeat(ctx.work, ctx.me, ctx.progress)
         waiting = False
         try:
@@ -499,7 +510,8 @@ class _Pass:
             ]
             loaded = self.loader.get(unit.step)
             self.loader.prefetch(after[0].step if after else None)
-            if self._refuse_duplicate(loaded):
+            if self._refuse_duplicate(loaded) or not self.shards.admit(loaded.step, loaded.revision, loaded.shards):
+                self.refused |= {loaded.step, *self.shards.refused}
                 del loaded.model
                 return True
             self.scorer.load(loaded)
