@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
-from conftest import SMALL
 
 from memtui.panel.covariates import write_covariates
 from memtui.panel.hdf5 import create_panel, read_panel
 from memtui.panel.model import NEVER
-from memtui.panel.synthetic import simulate
+from memtui.panel.synthetic import Simulation, simulate
+
+# the small simulated panel of tests/conftest.py (a name of its own: `from conftest` finds whichever conftest is first)
+SMALL = Simulation(n_cohorts=5, per_cohort=15, n_never=40, n_checkpoints=7, seed=3)
 
 
 @pytest.fixture
