@@ -139,6 +139,19 @@ def _labels(masks: list[np.ndarray], usable: np.ndarray) -> tuple[list[np.ndarra
     return [np.flatnonzero(member == label) for label in labels], labels
 
 
+def _in_block(c: dict, block: slice) -> list[tuple[int, np.ndarray]]:
+    """The cell groups with cells in ``block``, and those cells' positions in the block (cached per block)."""
+    found = c["blocks"].get(block.start)
+    if found is None:
+        found = []
+        for i, idx in enumerate(c["groups"]):
+            lo, hi = np.searchsorted(idx, [block.start, block.stop])
+            if hi > lo:
+                found.append((i, idx[lo:hi] - block.start))
+        c["blocks"][block.start] = found
+    return found
+
+
 def studentized_bootstrap(
     lays: list[Layout],
     ests: list[did.CellEstimates],
@@ -183,39 +196,49 @@ def studentized_bootstrap(
             "k_c": k_c.astype(f32)[:, None],
             "groups": groups,
             "labels": labels,
+            "n": len(var.n_t),
+            "blocks": {},
         }
 
     per_job = [constants(j, est, var) for j, (est, var) in enumerate(zip(ests, variances, strict=True))]
     group_max = [np.zeros((len(c["groups"]), draws), dtype=f32) for c in per_job]
     agg_corr = [None if a is None else np.empty((len(a.members), draws), dtype=np.float64) for a in aggregates]
 
-    def studentise(j: int, start: int, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray) -> None:
-        """One chunk of layout j's draws: the aggregates' correction, then each cell group's studentised maximum."""
+    def studentise(j: int, start: int, block: slice, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray) -> None:
+        """One block of cells of a chunk of layout j's draws: each cell group's running studentised maximum, and after
+        the last block the aggregates' correction (one product over the chunk's cells, as a chunk without blocks)."""
         c = per_job[j]
         bc = out.shape[1]
         treated *= c["unit"]
         ctrl *= c["unit"]
         spec = aggregates[j]
         if spec is not None:
-            corr = spec.treated @ (treated * treated)
-            corr += (spec.control @ ctrl) ** 2
-            kept = agg_corr[j][:, start : start + bc]
-            kept[:] = corr
-            kept *= c["unit2"]  # back to the outcome's units, in float64
+            if block.start == 0:
+                c["squares"] = np.empty((c["n"], bc), dtype=f32), np.empty((c["n"], bc), dtype=f32)
+            np.multiply(treated, treated, out=c["squares"][0][block])
+            c["squares"][1][block] = ctrl
         # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
         np.multiply(treated, treated, out=treated)
-        treated *= c["k_t"]
+        treated *= c["k_t"][block]
         np.multiply(ctrl, ctrl, out=ctrl)
-        ctrl *= c["k_c"]
-        den = np.subtract(c["var"], treated, out=treated)
+        ctrl *= c["k_c"][block]
+        den = np.subtract(c["var"][block], treated, out=treated)
         den -= ctrl
         np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
         with np.errstate(divide="ignore", invalid="ignore"):
             d = np.multiply(out, c["unit"])
             t2 = np.divide(np.multiply(d, d, out=d), den, out=ctrl)
         t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
-        for i, idx in enumerate(c["groups"]):
-            group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
+        for i, local in _in_block(c, block):
+            running = group_max[j][i, start : start + bc]
+            np.maximum(running, t2[local].max(axis=0), out=running)
+        if spec is not None and block.stop == c["n"]:
+            squares, parts = c.pop("squares")
+            corr = spec.treated @ squares
+            corr += (spec.control @ parts) ** 2
+            kept = agg_corr[j][:, start : start + bc]
+            kept[:] = corr
+            kept *= c["unit2"]  # back to the outcome's units, in float64
 
     boots = did.bootstrap_shared(
         lays,
