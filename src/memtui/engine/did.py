@@ -177,14 +177,10 @@ def bootstrap_shared(
         bc = min(chunk, draws - start)
         drawn = multipliers(rng, (rows, bc), multiplier, np.float32)
 
-        def run(s: int, inner: int, start=start, bc=bc, drawn=drawn) -> None:
-            stacks[s].chunk(drawn, start, bc, cells, group_w[s], on_chunk, inner)
-
-        if len(stacks) == 1:
-            run(0, cores)
-        else:  # one stack per task (its products on one thread each): subgroups' layouts side by side on the cores
-            with ThreadPoolExecutor(min(len(stacks), cores)) as pool:
-                list(pool.map(run, range(len(stacks)), [1] * len(stacks)))
+        # stack after stack, each spread over the cores as a lone bootstrap is (stacks side by side on the cores were
+        # slower: their cell draws are bound by memory bandwidth, which they then compete for)
+        for s, stack in enumerate(stacks):
+            stack.chunk(drawn, start, bc, cells, group_w[s], on_chunk, cores)
         if progress:
             progress((start + bc) / draws)
     return [BootstrapDraws(cells=cells[j], group_w=group_w[s]) for s, stack in enumerate(stacks) for j in stack.jobs]
