@@ -64,15 +64,20 @@ def aggregate(
     return theta, out
 
 
-def analytic_se(lay: Layout, est: CellEstimates, members: list[np.ndarray]) -> np.ndarray:
+def analytic_se(
+    lay: Layout, est: CellEstimates, members: list[np.ndarray], clusters: np.ndarray | None = None
+) -> np.ndarray:
     """Influence-function standard error of each aggregate in ``members`` (weight estimation included), scaled as the
-    cells' analytic ones: the exact variance of the aggregate's multiplier-bootstrap draw given the data."""
+    cells' analytic ones: the exact variance of the aggregate's multiplier-bootstrap draw given the data. With
+    ``clusters`` (per layout row; each cluster inside one group), the influence is summed within clusters first: the
+    exact variance of the draw with one multiplier per cluster."""
     _, w_vals, u_vals, pg = _weights(lay, est.att, members)
     n_groups, width = lay.n_groups, lay.y.shape[1]
     g_all, t_all, b_all, p_all, own_all = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
     n_t_all = lay.group_n[g_all].astype(float)
     n_c_all = est.n_control.astype(float)
     upto = int(p_all.max()) if len(p_all) else 0  # control sets are prefixes of at most `upto` groups
+    within = [] if clusters is None else [_runs(clusters[lay.rows(k)]) for k in range(n_groups)]
     block = max(1, _BLOCK_ELEMENTS // (n_groups * width))
     out = np.empty(len(members))
     for start in range(0, len(members), block):
@@ -111,6 +116,15 @@ def analytic_se(lay: Layout, est: CellEstimates, members: list[np.ndarray]) -> n
         total = np.zeros(len(part))
         for k in range(n_groups):
             c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
+            if clusters is not None:
+                order, starts = within[k]
+                c = np.add.reduceat(c[order], starts, axis=0)
             total += np.einsum("ij,ij->j", c, c)
         out[start : start + len(part)] = np.sqrt(total)
     return out
+
+
+def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that puts equal ``codes`` together and where each run starts (for ``np.add.reduceat``)."""
+    order = np.argsort(codes, kind="stable")
+    return order, np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
