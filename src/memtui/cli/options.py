@@ -84,7 +84,8 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
         default="",
         metavar="batch|NAME",
         help="clustered bootstrap: one multiplier per training batch (batch: the optimizer step the build recorded) or "
-        "per level of a categorical covariate; never-treated controls each their own cluster (needs --band classic)",
+        "per level of a categorical covariate; never-treated controls each their own cluster (the calibrated band "
+        "needs each cluster inside one cohort or among the controls)",
     )
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
 
