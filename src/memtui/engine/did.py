@@ -28,6 +28,7 @@ from memtui.engine.multipliers import JointMultipliers
 SE_FLOOR_REL = float(np.sqrt(np.finfo(float).eps) * 10)
 _IQR_NORMAL = 1.3489795003921634  # norm.ppf(0.75) - norm.ppf(0.25)
 _SLAB = 1024  # rows per block when scanning the draws
+_THREADED_SUMS = 1 << 20  # rows x columns of a stack's outcomes from which its group sums are spread over the cores
 _CELL_BLOCK = 2048  # cells per block of a chunk's cell draws: a block's few (cells x chunk) temporaries stay in cache
 
 
@@ -289,8 +290,10 @@ class _Stack:
                     np.matmul(yj[rows].T, vk, out=r[k, j * width : (j + 1) * width])
 
         # BLAS on one thread, the groups' products in a thread per core: each product is computed whole by one
-        # thread, so the draws do not depend on the number of cores or on how BLAS would split a product
-        cores = min(cores, first.n_groups)
+        # thread, so the draws do not depend on the number of cores or on how BLAS would split a product. Small
+        # stacks (a subgroup's: a few thousand rows) stay on one thread: starting and waking threads for a few
+        # milliseconds of products cost more than they saved
+        cores = min(cores, first.n_groups) if first.n_units * self.stride >= _THREADED_SUMS else 1
         with one_blas_thread():
             if cores <= 1:
                 sums(range(first.n_groups))
