@@ -171,6 +171,7 @@ def bootstrap_shared(
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells, or one keyed source each")
     rows = keys.pop() if keys else lays[0].n_units
     rng = np.random.default_rng(seed)
+    # float32: the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
     cells = _draws_arrays([(len(lay.cell_group), draws) for lay in lays])
     group_w = [np.empty((stack.first.n_groups, draws)) for stack in stacks]
     cores = os.cpu_count() or 1
@@ -193,8 +194,9 @@ def _draws_arrays(shapes: list[tuple[int, int]]) -> list[np.ndarray]:
     columns at a time; where the kernel must compact memory to find huge pages (a busy machine) that first touch
     stalled: with the advice off for these arrays alone `estimate --by` with 8 groups ran 25-30 % faster on the
     shared development machine (docs/estimation.md, "Subgroups"). Other arrays keep numpy's default."""
-    core = getattr(np, "_core", None) or np.core
-    advise = getattr(core.multiarray, "_set_madvise_hugepage", None)  # private; absent: numpy's default stands
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None)  # numpy 2; numpy 1: np.core
+    multiarray = multiarray or getattr(getattr(np, "core", None), "multiarray", None)
+    advise = getattr(multiarray, "_set_madvise_hugepage", None)  # private; absent: numpy's default stands
     before = advise(False) if advise is not None else None
     try:
         return [np.empty(shape, dtype=np.float32) for shape in shapes]
