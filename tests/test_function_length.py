@@ -17,10 +17,6 @@ MAX_LINES = 60
 
 # "path/relative/to/src/memtui.py:Qualified.name": why it stays whole (a real sentence, checked below).
 ALLOWED: dict[str, str] = {
-    "engine/did.py:bootstrap_shared": (
-        "The hot bootstrap kernel: its per-chunk closures share the float32 buffers, the chunk's multipliers and the "
-        "prefix sums, and its bit-for-bit guarantee rests on the order of those products, so it reads best as one loop."
-    ),
     "engine/bands.py:studentized_bootstrap": (
         "The calibrated band's hot path: the studentise callback works in place on bootstrap_shared's temporaries and "
         "shares per-layout constants and result buffers with the function that builds them."

@@ -147,3 +147,30 @@ def test_bad_specs_are_refused_in_one_line(spec):
     with pytest.raises(MemtuiError) as err:
         estimate_by(_panel(), Settings(draws=0), spec)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("band", ["calibrated", "classic"])
+def test_one_pass_gives_each_group_the_draws_of_its_own_keyed_estimate(band):
+    """estimate_by bootstraps every group in one pass; each group's draws, laws and critical values are those of
+    estimate_parts on its sample with its subset of the panel's keyed multipliers (how it was made group by group),
+    up to float32 rounding (here: bit for bit, the same products)."""
+    from memtui.engine.multipliers import JointMultipliers
+    from memtui.estimation.subgroups import _joint_crits, subset_panel
+
+    panel = _panel(seed=4)
+    settings = Settings(draws=DRAWS, band=band)
+    by = estimate_by(panel, settings, "domain", shared_controls=True)
+    source = JointMultipliers.per_instance(panel.n_instances)
+    levels = panel.covariates["domain"]
+    cells = {}
+    for name in by.names:
+        rows = np.flatnonzero((levels == name.split("=")[1]) | panel.never_treated)
+        _, cells[name] = estimate_parts(subset_panel(panel, rows), settings, source=source.subset(rows))
+        got = by._cells[name]
+        np.testing.assert_allclose(got.draws, cells[name].draws, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(got.se, cells[name].se, rtol=1e-12)
+        for mask in got.tmax:
+            np.testing.assert_allclose(got.tmax[mask], cells[name].tmax[mask], rtol=1e-6)
+        np.testing.assert_allclose(got.aggregates[3], cells[name].aggregates[3], rtol=1e-6, atol=1e-7)
+    for scope, crit in _joint_crits(cells, settings.alpha).items():
+        assert by.joint_crit[scope] == pytest.approx(crit, rel=1e-6)

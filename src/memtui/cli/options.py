@@ -83,8 +83,8 @@ def add_settings_args(p: argparse.ArgumentParser) -> None:
         "--cluster",
         default="",
         metavar="batch|NAME",
-        help="clustered bootstrap: one multiplier per training batch (batch: the optimizer step the build recorded) or "
-        "per level of a categorical covariate; never-treated controls each their own cluster (needs --band classic)",
+        help="clustered bootstrap: one multiplier per training batch (the optimizer step the build recorded) or per "
+        "level of a categorical covariate (inside one cohort for --band calibrated); controls each their own cluster",
     )
     g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memtui.core.errors import MemtuiError
 from memtui.engine import did
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
@@ -66,12 +67,17 @@ class CellVariances:
         return np.sqrt(self.var_t + self.var_c)
 
 
-def cell_variances(lay: Layout, est: did.CellEstimates, hc: bool = True) -> CellVariances:
+def cell_variances(
+    lay: Layout, est: did.CellEstimates, hc: bool = True, clusters: np.ndarray | None = None
+) -> CellVariances:
     """Split each cell's influence-function variance into its cohort's and its control set's parts.
 
     The cohort's part is summed directly (one pass over the treated rows, n_T x cells-of-the-cohort per group); the
     control part is the rest of ``est.se``^2 (the control part is the smaller one where the cohort is small, so the
-    difference loses nothing that matters)."""
+    difference loses nothing that matters). With ``clusters`` (``layout_clusters``), the cluster-robust parts
+    (``clustered_variances``)."""
+    if clusters is not None:
+        return clustered_variances(lay, est, clusters, hc)
     n_t = est.n_treated.astype(float)
     n_c = est.n_control.astype(float)
     ss_t = np.zeros(len(n_t))
@@ -95,6 +101,79 @@ def cell_variances(lay: Layout, est: did.CellEstimates, hc: bool = True) -> Cell
     return CellVariances(var_t=var_t, var_c=var_c, n_t=n_t, n_c=n_c, hc=hc)
 
 
+def layout_clusters(lay: Layout, source: JointMultipliers | None) -> np.ndarray | None:
+    """Per layout row, its cluster (0 .. K-1) under the keyed multipliers ``source``; None where every row is its own
+    cluster (no source, or one key per instance): the instance-level band, unchanged. The calibrated band needs each
+    cluster inside one group (a cohort, the never-treated, a not-yet-treated group): its variance parts are per
+    group."""
+    if source is None or lay.source_rows is None:
+        return None
+    codes = np.unique(source.keys[lay.source_rows], return_inverse=True)[1].astype(np.int64)
+    n_clusters = int(codes.max()) + 1 if len(codes) else 0
+    if n_clusters == len(codes):
+        return None
+    group = np.repeat(np.arange(lay.n_groups), lay.group_n)
+    if len(np.unique(codes * lay.n_groups + group)) != n_clusters:
+        raise MemtuiError(
+            "the calibrated band needs every cluster inside one cohort (or among the never-trained controls), and "
+            "some cluster spans several; use --band classic with this --cluster."
+        )
+    return codes
+
+
+def _cluster_moments(lay: Layout, clusters: np.ndarray):
+    """Per group h, over its clusters c (sums S_c of the rows' centred outcomes, sizes m_c): sum_c S_c S_c' (columns x
+    columns), sum_c m_c S_c and sum_c m_c^2."""
+    width = lay.y.shape[1]
+    q = np.empty((lay.n_groups, width, width))
+    lin = np.empty((lay.n_groups, width))
+    m2 = np.empty(lay.n_groups)
+    for k in range(lay.n_groups):
+        rows = lay.rows(k)
+        codes = clusters[rows]
+        order = np.argsort(codes, kind="stable")
+        starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+        sizes = np.diff(np.r_[starts, len(order)]).astype(float)
+        sums = np.add.reduceat(lay.y[rows][order] - lay.means[k], starts, axis=0)
+        q[k] = sums.T @ sums
+        lin[k] = sizes @ sums
+        m2[k] = sizes @ sizes
+    return q, lin, m2
+
+
+def clustered_variances(lay: Layout, est: did.CellEstimates, clusters: np.ndarray, hc: bool = True) -> CellVariances:
+    """``cell_variances`` with the influence summed within clusters (nested in the groups; ``layout_clusters``).
+
+    A cell's cohort part is sum_c S_c^2 / n_T^2 over the cohort's clusters (S_c: the cluster's sum of centred changes);
+    its control part sum_c (S_c + m_c delta_h)^2 / n_C^2 over the control set's clusters (delta_h: the change of the
+    cluster's group mean less the control set's). In the bootstrap world cluster c contributes v_c S_c and the
+    estimator re-centres each instance at T*: the re-estimated cohort part is (sum_c S_c^2 - 2 T* sum_c m_c v_c S_c +
+    T*^2 sum_c m_c^2) / n_T^2, which for clusters of equal size m is var_T - T*^2 / G (G = n_T / m clusters). The
+    returned sizes are the effective numbers of clusters n^2 / sum_c m_c^2 (G for equal sizes, n for singletons), so
+    the bootstrap's re-centring k = 1 / (G - 1) and the HC factor G / (G - 1) are the cluster-level ones; for unequal
+    sizes this replaces the draw's sum_c m_c v_c S_c by its regression on T* (an approximation)."""
+    q, lin, m2 = _cluster_moments(lay, clusters)
+    g, t, b, p, own = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
+    n_t = est.n_treated.astype(float)
+    n_c = est.n_control.astype(float)
+    var_t = (q[g, t, t] + q[g, b, b] - 2 * q[g, t, b]) / n_t**2
+    eff_t = n_t**2 / m2[g]
+    upto = int(p.max()) if len(p) else 0
+    in_ctrl = np.arange(upto)[:, None] < p[None, :]
+    in_ctrl[g[own], np.flatnonzero(own)] = False
+    delta = (lay.means[:upto, t] - lay.means[:upto, b]) - est.dmu
+    ss = q[:upto, t, t] + q[:upto, b, b] - 2 * q[:upto, t, b] + 2 * delta * (lin[:upto, t] - lin[:upto, b])
+    ss += delta**2 * m2[:upto, None]
+    has_c = (n_c > 0) & lay.controls
+    var_c = np.where(has_c, (in_ctrl * ss).sum(axis=0) / np.where(has_c, n_c, 1) ** 2, 0.0)
+    m2_c = (in_ctrl * m2[:upto, None]).sum(axis=0)
+    eff_c = np.divide(n_c**2, m2_c, out=np.zeros_like(n_c), where=has_c & (m2_c > 0))
+    if hc:
+        var_t = var_t * np.divide(eff_t, eff_t - 1, out=np.full_like(eff_t, np.nan), where=eff_t > 1 + 1e-9)
+        var_c = var_c * np.divide(eff_c, eff_c - 1, out=np.where(eff_c > 0, np.nan, 0.0), where=eff_c > 1 + 1e-9)
+    return CellVariances(var_t=var_t, var_c=var_c, n_t=eff_t, n_c=eff_c, hc=hc)
+
+
 @dataclass
 class AggregateSpec:
     """Weighted averages of cells (``summaries`` weights) whose studentised draws the bootstrap also follows."""
@@ -105,20 +184,27 @@ class AggregateSpec:
     control: object  # sparse (aggregates x cells): w_k / sqrt(n_C,k)
 
 
-def aggregate_spec(lay: Layout, est: did.CellEstimates, members: list[np.ndarray]) -> AggregateSpec:
+def aggregate_spec(
+    lay: Layout, est: did.CellEstimates, members: list[np.ndarray], var: CellVariances | None = None,
+    clusters: np.ndarray | None = None,
+) -> AggregateSpec:  # fmt: skip
+    """The aggregates' analytic standard errors and re-centring coefficients; with ``clusters``, cluster-robust ones
+    re-centred by the effective numbers of clusters ``var.n_t``, ``var.n_c`` (``clustered_variances``)."""
     from scipy import sparse
 
     _, w_vals, _, _ = _weights(lay, est.att, members)
     rows = np.concatenate([np.full(len(m), a) for a, m in enumerate(members)])
     cols = np.concatenate(members)
     w = np.concatenate(w_vals)
-    n_t = est.n_treated[cols].astype(float)
-    n_c = est.n_control[cols].astype(float)
+    sizes = (var.n_t, var.n_c) if clusters is not None else (est.n_treated, est.n_control)
+    n_t = sizes[0][cols].astype(float)
+    n_c = sizes[1][cols].astype(float)
     shape = (len(members), len(est.att))
     treated = sparse.csr_array(((w**2 / n_t).astype(np.float32), (rows, cols)), shape=shape)
     ctrl_coef = np.divide(w, np.sqrt(n_c), out=np.zeros_like(w), where=n_c > 0)
     control = sparse.csr_array((ctrl_coef.astype(np.float32), (rows, cols)), shape=shape)
-    return AggregateSpec(members=members, ase=analytic_se(lay, est, members), treated=treated, control=control)
+    ase = analytic_se(lay, est, members, clusters=clusters)
+    return AggregateSpec(members=members, ase=ase, treated=treated, control=control)
 
 
 @dataclass
@@ -137,6 +223,19 @@ def _labels(masks: list[np.ndarray], usable: np.ndarray) -> tuple[list[np.ndarra
         member |= (np.asarray(mask, bool) & usable).astype(np.int64) << i
     labels = [int(x) for x in np.unique(member[member > 0])]
     return [np.flatnonzero(member == label) for label in labels], labels
+
+
+def _in_block(c: dict, block: slice) -> list[tuple[int, np.ndarray]]:
+    """The cell groups with cells in ``block``, and those cells' positions in the block (cached per block)."""
+    found = c["blocks"].get(block.start)
+    if found is None:
+        found = []
+        for i, idx in enumerate(c["groups"]):
+            lo, hi = np.searchsorted(idx, [block.start, block.stop])
+            if hi > lo:
+                found.append((i, idx[lo:hi] - block.start))
+        c["blocks"][block.start] = found
+    return found
 
 
 def studentized_bootstrap(
@@ -183,39 +282,49 @@ def studentized_bootstrap(
             "k_c": k_c.astype(f32)[:, None],
             "groups": groups,
             "labels": labels,
+            "n": len(var.n_t),
+            "blocks": {},
         }
 
     per_job = [constants(j, est, var) for j, (est, var) in enumerate(zip(ests, variances, strict=True))]
     group_max = [np.zeros((len(c["groups"]), draws), dtype=f32) for c in per_job]
     agg_corr = [None if a is None else np.empty((len(a.members), draws), dtype=np.float64) for a in aggregates]
 
-    def studentise(j: int, start: int, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray) -> None:
-        """One chunk of layout j's draws: the aggregates' correction, then each cell group's studentised maximum."""
+    def studentise(j: int, start: int, block: slice, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray) -> None:
+        """One block of cells of a chunk of layout j's draws: each cell group's running studentised maximum, and after
+        the last block the aggregates' correction (one product over the chunk's cells, as a chunk without blocks)."""
         c = per_job[j]
         bc = out.shape[1]
         treated *= c["unit"]
         ctrl *= c["unit"]
         spec = aggregates[j]
         if spec is not None:
-            corr = spec.treated @ (treated * treated)
-            corr += (spec.control @ ctrl) ** 2
-            kept = agg_corr[j][:, start : start + bc]
-            kept[:] = corr
-            kept *= c["unit2"]  # back to the outcome's units, in float64
+            if block.start == 0:
+                c["squares"] = np.empty((c["n"], bc), dtype=f32), np.empty((c["n"], bc), dtype=f32)
+            np.multiply(treated, treated, out=c["squares"][0][block])
+            c["squares"][1][block] = ctrl
         # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
         np.multiply(treated, treated, out=treated)
-        treated *= c["k_t"]
+        treated *= c["k_t"][block]
         np.multiply(ctrl, ctrl, out=ctrl)
-        ctrl *= c["k_c"]
-        den = np.subtract(c["var"], treated, out=treated)
+        ctrl *= c["k_c"][block]
+        den = np.subtract(c["var"][block], treated, out=treated)
         den -= ctrl
         np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
         with np.errstate(divide="ignore", invalid="ignore"):
             d = np.multiply(out, c["unit"])
             t2 = np.divide(np.multiply(d, d, out=d), den, out=ctrl)
         t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
-        for i, idx in enumerate(c["groups"]):
-            group_max[j][i, start : start + bc] = t2[idx].max(axis=0)
+        for i, local in _in_block(c, block):
+            running = group_max[j][i, start : start + bc]
+            np.maximum(running, t2[local].max(axis=0), out=running)
+        if spec is not None and block.stop == c["n"]:
+            squares, parts = c.pop("squares")
+            corr = spec.treated @ squares
+            corr += (spec.control @ parts) ** 2
+            kept = agg_corr[j][:, start : start + bc]
+            kept[:] = corr
+            kept *= c["unit2"]  # back to the outcome's units, in float64
 
     boots = did.bootstrap_shared(
         lays,
@@ -318,9 +427,12 @@ def calibrated_bootstraps(
     keyed by panel instance or cluster (``did.bootstrap_shared``)."""
     members = members or [None] * len(lays)
 
+    sources = source if isinstance(source, list | tuple) else [source] * len(lays)
+
     def prepare(j: int) -> tuple[CellVariances, np.ndarray, AggregateSpec | None]:
-        var = cell_variances(lays[j], ests[j])
-        spec = aggregate_spec(lays[j], ests[j], members[j]) if members[j] is not None else None
+        clusters = layout_clusters(lays[j], sources[j])
+        var = cell_variances(lays[j], ests[j], clusters=clusters)
+        spec = aggregate_spec(lays[j], ests[j], members[j], var, clusters) if members[j] is not None else None
         return var, did.floored(var.se, floors[j]), spec
 
     parts = list((mapper or map)(prepare, range(len(lays))))

@@ -28,6 +28,8 @@ from memtui.engine.multipliers import JointMultipliers
 SE_FLOOR_REL = float(np.sqrt(np.finfo(float).eps) * 10)
 _IQR_NORMAL = 1.3489795003921634  # norm.ppf(0.75) - norm.ppf(0.25)
 _SLAB = 1024  # rows per block when scanning the draws
+_THREADED_SUMS = 1 << 20  # rows x columns of a stack's outcomes from which its group sums are spread over the cores
+_CELL_BLOCK = 2048  # cells per block of a chunk's cell draws: a block's few (cells x chunk) temporaries stay in cache
 
 
 @dataclass
@@ -139,8 +141,8 @@ def bootstrap_shared(
     multiplier: str = "rademacher",
     chunk: int = 128,
     progress: Callable[[float], None] | None = None,
-    on_chunk: Callable[[int, int, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
-    source: JointMultipliers | None = None,
+    on_chunk: Callable[[int, int, slice, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
+    source: JointMultipliers | list[JointMultipliers] | None = None,
 ) -> list[BootstrapDraws]:
     """``bootstrap`` of several layouts with the same groups and cells (``same_cells``: one panel's instances scored
     by several models, or several metrics) at once. The multipliers are drawn once, as ``bootstrap`` draws them for
@@ -149,96 +151,180 @@ def bootstrap_shared(
     sums are the very products (same shapes, same operands, BLAS on one thread) a lone bootstrap makes, whatever the
     BLAS kernel or the number of cores. The draws of all layouts are joint (same multiplier per row).
 
-    ``on_chunk(j, start, treated, ctrl, out)`` is called for layout j after each chunk of draws starting at draw
-    ``start``, with the cohort's and the control set's parts of the draws (cells x chunk, float32 temporaries it may
-    overwrite; draw = treated - ctrl) and the draws themselves (a view into the result: read only). It runs on the
-    thread that formed the chunk; the calibrated band (``engine.bands``) forms its studentised maxima there.
+    ``on_chunk(j, start, cells, treated, ctrl, out)`` is called for layout j after each block of cells (``cells``, a
+    slice; blocks in order, the last ending at the layout's last cell) of each chunk of draws starting at draw
+    ``start``, with the cohort's and the control set's parts of the block's draws (block x chunk, float32
+    temporaries it may overwrite; draw = treated - ctrl) and the draws themselves (a view into the result: read
+    only). It runs on the thread that formed the block; the calibrated band (``engine.bands``) forms its studentised
+    maxima there.
 
     ``source`` (``engine.multipliers``): each chunk's multipliers are drawn one per key (panel instance or cluster)
-    and looked up by ``first.source_rows``, so bootstraps of layouts built on subsets of one panel with the same
-    source and seed share the multiplier of every instance in every draw. Without it (the default) the multipliers
-    are drawn one per layout row, as they always were."""
-    first = lays[0]
-    if not all(same_cells(first, lay) for lay in lays[1:]):
-        raise ValueError("bootstrap_shared needs layouts with the same groups and cells")
-    g, t, b, p, own = first.cell_group, first.cell_t, first.cell_b, first.cell_prefix, first.cell_own
-    f32 = np.float32  # the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
-    n = first.group_n.astype(f32)
-    upto = int(p.max()) if len(p) else 1
-    n_jobs, width = len(lays), first.y.shape[1]
-    stride = n_jobs * width  # columns of one group's stacked sums: layout j's column c is j * width + c
-    inv_nt = (1 / n[g])[:, None]
-    own_col = own[:, None]
+    and looked up by each layout's ``source_rows``, so bootstraps of layouts built on subsets of one panel with the
+    same source and seed share the multiplier of every instance in every draw. A list gives each layout its own
+    source (subgroups: each group's subset of one source): the layouts then need not have the same cells, the
+    multipliers are drawn once per chunk for all of them, and each layout's draws are those of its lone bootstrap
+    with its source, bit for bit (layouts with the same cells and the same source share their group sums as above).
+    Without it (the default) the multipliers are drawn one per layout row, as they always were."""
+    stacks = _stacks(lays, ests, source)
+    keys = {stack.source.n_keys for stack in stacks if stack.source is not None}
+    if len(stacks) > 1 and (len(keys) != 1 or any(stack.source is None for stack in stacks)):
+        raise ValueError("bootstrap_shared needs layouts with the same groups and cells, or one keyed source each")
+    rows = keys.pop() if keys else lays[0].n_units
     rng = np.random.default_rng(seed)
-    cells = [np.empty((len(g), draws), dtype=f32) for _ in lays]
-    group_w = np.empty((first.n_groups, draws))
-
-    def constants(est: CellEstimates) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        n_c = est.n_control.astype(float)
-        inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]  # 0: no controls
-        return inv_nc, est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]
-
-    per_job = [constants(est) for est in ests]
-    # one contiguous matrix per layout, never the layouts side by side: a wider product may be blocked differently
-    # by BLAS (another kernel for the edge columns), which changed the last float32 bits on some CPUs
-    ys = [lay.y.astype(f32) for lay in lays]
-    cores = min(os.cpu_count() or 1, first.n_groups)
+    # float32: the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
+    cells = _draws_arrays([(len(lay.cell_group), draws) for lay in lays])
+    group_w = [np.empty((stack.first.n_groups, draws)) for stack in stacks]
+    cores = os.cpu_count() or 1
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        if source is None:
-            v = multipliers(rng, (first.n_units, bc), multiplier, f32)
-        else:
-            v = source.take(multipliers(rng, (source.n_keys, bc), multiplier, f32), first.source_rows)
-        r = np.empty((first.n_groups, stride, bc), dtype=f32)
+        drawn = multipliers(rng, (rows, bc), multiplier, np.float32)
 
-        def group_sums(ks: range, r=r, v=v) -> None:
+        # stack after stack, each spread over the cores as a lone bootstrap is (stacks side by side on the cores were
+        # slower: their cell draws are bound by memory bandwidth, which they then compete for)
+        for s, stack in enumerate(stacks):
+            stack.chunk(drawn, start, bc, cells, group_w[s], on_chunk, cores)
+        if progress:
+            progress((start + bc) / draws)
+    return [BootstrapDraws(cells=cells[j], group_w=group_w[s]) for s, stack in enumerate(stacks) for j in stack.jobs]
+
+
+def _draws_arrays(shapes: list[tuple[int, int]]) -> list[np.ndarray]:
+    """The cells' draws (float32), allocated without numpy's transparent-huge-page advice. They are the bootstrap's
+    largest arrays (80 MB a layout at the paper's size, one per subgroup under --by) and are first touched a chunk of
+    columns at a time; where the kernel must compact memory to find huge pages (a busy machine) that first touch
+    stalled: with the advice off for these arrays alone `estimate --by` with 8 groups ran 25-30 % faster on the
+    shared development machine (docs/estimation.md, "Subgroups"). Other arrays keep numpy's default."""
+    multiarray = getattr(getattr(np, "_core", None), "multiarray", None)  # numpy 2; numpy 1: np.core
+    multiarray = multiarray or getattr(getattr(np, "core", None), "multiarray", None)
+    advise = getattr(multiarray, "_set_madvise_hugepage", None)  # private; absent: numpy's default stands
+    before = advise(False) if advise is not None else None
+    try:
+        return [np.empty(shape, dtype=np.float32) for shape in shapes]
+    finally:
+        if advise is not None:
+            advise(before)
+
+
+def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stack]:
+    """Runs of layouts that share one multiplier per row and so their group sums: the same cells, the same source.
+    One source for all (or none): every layout must have the first one's cells."""
+    several = isinstance(source, list | tuple)
+    sources = list(source) if several else [source] * len(lays)
+    if len(sources) != len(lays):
+        raise ValueError("one multiplier source per layout")
+    stacks: list[_Stack] = []
+    for j, (lay, src) in enumerate(zip(lays, sources, strict=True)):
+        last = stacks[-1] if stacks else None
+        if last is not None and last.source is src and same_cells(last.first, lay):
+            last.jobs.append(j)
+        elif last is not None and not several:
+            raise ValueError("bootstrap_shared needs layouts with the same groups and cells")
+        else:
+            stacks.append(_Stack(first=lay, source=src, jobs=[j]))
+    for stack in stacks:
+        stack.prepare([lays[j] for j in stack.jobs], [ests[j] for j in stack.jobs])
+    return stacks
+
+
+@dataclass
+class _Stack:
+    """Layouts with the same groups and cells and the same multipliers (``jobs``: their indices among all layouts):
+    one product per group over their columns side by side, then each layout's cell draws, block by block."""
+
+    first: Layout
+    source: JointMultipliers | None
+    jobs: list[int]
+
+    def prepare(self, lays: list[Layout], ests: list[CellEstimates]) -> None:
+        first, f32 = self.first, np.float32
+        g, t, b, p = first.cell_group, first.cell_t, first.cell_b, first.cell_prefix
+        self.width = first.y.shape[1]
+        self.stride = len(lays) * self.width  # columns of one group's stacked sums: layout j's column c is j*width+c
+        self.upto = int(p.max()) if len(p) else 1
+        self.inv_nt = (1 / first.group_n.astype(f32)[g])[:, None]
+        # the rows of the sums each cell gathers (layout 0's columns; layout j adds j * width)
+        self.index = (g * self.stride + t, g * self.stride + b, p * self.stride + t, p * self.stride + b)
+        self.consts = []
+        for est in ests:
+            n_c = est.n_control.astype(float)
+            inv_nc = np.divide(1, n_c, out=np.zeros_like(n_c), where=n_c > 0).astype(f32)[:, None]  # 0: no controls
+            self.consts.append((inv_nc, est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]))
+        # one contiguous matrix per layout, never the layouts side by side: a wider product may be blocked differently
+        # by BLAS (another kernel for the edge columns), which changed the last float32 bits on some CPUs
+        self.ys = [lay.y.astype(f32) for lay in lays]
+
+    def chunk(self, drawn, start: int, bc: int, cells, group_w, on_chunk, cores: int) -> None:
+        """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn``."""
+        first = self.first
+        v = drawn if self.source is None else self.source.take(drawn, first.source_rows)
+        r = self.group_sums(v, bc, cores)
+        w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
+        group_w[:, start : start + bc] = w
+        cum_r = _prefix_sums(r, self.upto).reshape(-1, bc)
+        cum_w = _prefix_sums(w, self.upto)
+        r = r.reshape(-1, bc)
+
+        def one(i: int) -> None:
+            for lo in range(0, len(first.cell_group), _CELL_BLOCK):
+                block = slice(lo, min(lo + _CELL_BLOCK, len(first.cell_group)))
+                out = cells[self.jobs[i]][block, start : start + bc]
+                treated, ctrl = self.cell_draws(i, block, r, cum_r, w, cum_w, out)
+                if on_chunk is not None:
+                    on_chunk(self.jobs[i], start, block, treated, ctrl, out)
+
+        if len(self.jobs) == 1 or cores <= 1:
+            for i in range(len(self.jobs)):
+                one(i)
+        else:  # one layout per task: its temporaries stay in cache, and numpy releases the GIL
+            with ThreadPoolExecutor(min(len(self.jobs), cores)) as pool:
+                list(pool.map(one, range(len(self.jobs))))
+
+    def group_sums(self, v: np.ndarray, bc: int, cores: int) -> np.ndarray:
+        """(G, stride, bc): each group's multiplier-weighted sums of every layout's columns."""
+        first, width = self.first, self.width
+        r = np.empty((first.n_groups, self.stride, bc), dtype=np.float32)
+
+        def sums(ks: range) -> None:
             for k in ks:
                 rows = first.rows(k)
                 vk = v[rows]
-                for j, yj in enumerate(ys):
+                for j, yj in enumerate(self.ys):
                     np.matmul(yj[rows].T, vk, out=r[k, j * width : (j + 1) * width])
 
         # BLAS on one thread, the groups' products in a thread per core: each product is computed whole by one
-        # thread, so the draws do not depend on the number of cores or on how BLAS would split a product
+        # thread, so the draws do not depend on the number of cores or on how BLAS would split a product. Small
+        # stacks (a subgroup's: a few thousand rows) stay on one thread: starting and waking threads for a few
+        # milliseconds of products cost more than they saved
+        cores = min(cores, first.n_groups) if first.n_units * self.stride >= _THREADED_SUMS else 1
         with one_blas_thread():
             if cores <= 1:
-                group_sums(range(first.n_groups))
+                sums(range(first.n_groups))
             else:
                 with ThreadPoolExecutor(cores) as pool:
-                    list(pool.map(group_sums, [range(i, first.n_groups, cores) for i in range(cores)]))
-        w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
-        group_w[:, start : start + bc] = w
-        cum_r = _prefix_sums(r, upto).reshape(-1, bc)
-        cum_w = _prefix_sums(w, upto)
-        r = r.reshape(-1, bc)
-        w_own = np.take(w, g, axis=0)
-        ctrl_w = np.take(cum_w, p, axis=0)
+                    list(pool.map(sums, [range(i, first.n_groups, cores) for i in range(cores)]))
+        return r
+
+    def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray):
+        """Layout i's draws of the cells ``block`` into ``out``; returns the cohort's and the control set's parts."""
+        first = self.first
+        own = first.cell_own[block]
+        col = i * self.width
+        own_t, own_b, ctrl_t, ctrl_b = (idx[block] + col for idx in self.index)
+        inv_nc, dm, dmu = (x[block] for x in self.consts[i])
+        w_own = np.take(w, first.cell_group[block], axis=0)
+        ctrl_w = np.take(cum_w, first.cell_prefix[block], axis=0)
+        own_col = own[:, None]
         if own.any():
             ctrl_w = ctrl_w - own_col * w_own
-
-        def cell_draws(j: int, r=r, cum_r=cum_r, w_own=w_own, ctrl_w=ctrl_w, start=start, bc=bc) -> None:
-            inv_nc, dm, dmu = per_job[j]
-            col = j * width
-            d_own = np.take(r, g * stride + col + t, axis=0) - np.take(r, g * stride + col + b, axis=0)
-            treated = (d_own - w_own * dm) * inv_nt
-            ctrl = np.take(cum_r, p * stride + col + t, axis=0) - np.take(cum_r, p * stride + col + b, axis=0)
-            if own.any():
-                ctrl -= own_col * d_own
-            ctrl -= ctrl_w * dmu
-            ctrl *= inv_nc
-            out = cells[j][:, start : start + bc]
-            np.subtract(treated, ctrl, out=out)
-            if on_chunk is not None:
-                on_chunk(j, start, treated, ctrl, out)
-
-        if n_jobs == 1:
-            cell_draws(0)
-        else:  # one layout per task: its temporaries stay in cache, and numpy releases the GIL
-            with ThreadPoolExecutor(min(n_jobs, os.cpu_count() or 1)) as pool:
-                list(pool.map(cell_draws, range(n_jobs)))
-        if progress:
-            progress((start + bc) / draws)
-    return [BootstrapDraws(cells=c, group_w=group_w) for c in cells]
+        d_own = np.take(r, own_t, axis=0) - np.take(r, own_b, axis=0)
+        treated = (d_own - w_own * dm) * self.inv_nt[block]
+        ctrl = np.take(cum_r, ctrl_t, axis=0) - np.take(cum_r, ctrl_b, axis=0)
+        if own.any():
+            ctrl -= own_col * d_own
+        ctrl -= ctrl_w * dmu
+        ctrl *= inv_nc
+        np.subtract(treated, ctrl, out=out)
+        return treated, ctrl
 
 
 def se_floor(scale: float) -> float:

@@ -237,27 +237,18 @@ def _group_folded(treatment, steps, never, order, group_start, group_index, t: i
 
 
 def _cells(group_index, cohort_groups, t, estimator, base_period, control_group) -> dict[str, np.ndarray]:
-    gs, ts, bs, pre = [], [], [], []
-    for g in cohort_groups:
-        a = group_index[g]
-        for c in range(t):
-            if estimator in ("difference", "extractable"):
-                b = t
-            elif c >= a:
-                b = a - 1
-            elif base_period == "varying":
-                if c == 0:
-                    continue
-                b = c - 1
-            else:  # universal: always the checkpoint before g; the reference cell (c = g-1) is 0 by construction
-                if c == a - 1:
-                    continue
-                b = a - 1
-            gs.append(g)
-            ts.append(c)
-            bs.append(b)
-            pre.append(c < a)
-    gs, ts, bs = np.array(gs, dtype=np.int64), np.array(ts, dtype=np.int64), np.array(bs, dtype=np.int64)
+    # every (cohort, checkpoint) pair, cohort by cohort and checkpoints in order; then each its base, or dropped
+    gs = np.repeat(np.asarray(cohort_groups, dtype=np.int64), t)
+    ts = np.tile(np.arange(t, dtype=np.int64), len(cohort_groups))
+    a = np.asarray(group_index, dtype=np.int64)[gs]
+    pre = ts < a
+    if estimator in ("difference", "extractable"):
+        bs, keep = np.full(len(gs), t, dtype=np.int64), np.ones(len(gs), bool)
+    elif base_period == "varying":  # post: the checkpoint before g; placebo: the one before c (none before c = 0)
+        bs, keep = np.where(pre, ts - 1, a - 1), ~pre | (ts != 0)
+    else:  # universal: always the checkpoint before g; the reference cell (c = g-1) is 0 by construction
+        bs, keep = a - 1, ts != a - 1
+    gs, ts, bs, pre = gs[keep], ts[keep], bs[keep], pre[keep]
     if estimator == "extractable":  # no control set: a prefix of no groups (the counterfactual is taken as zero)
         prefix = np.zeros_like(gs)
         own = np.zeros(len(gs), dtype=bool)
@@ -276,5 +267,5 @@ def _cells(group_index, cohort_groups, t, estimator, base_period, control_group)
         "cell_b": bs,
         "cell_prefix": prefix,
         "cell_own": own,
-        "cell_pre": np.array(pre, dtype=bool),
+        "cell_pre": pre,
     }

@@ -19,7 +19,6 @@ import numpy as np
 from memtui.engine.did import CellEstimates
 from memtui.engine.layout import Layout
 
-_SLAB = 512  # draws per slab when forming aggregate draws
 _BLOCK_ELEMENTS = 1 << 22  # aggregates x groups x columns held at once while forming A: ~32 MiB
 
 
@@ -56,24 +55,29 @@ def aggregate(
     by_group = sparse.csr_array(
         (np.concatenate(u_vals), (rows, lay.cell_group[cols])), shape=(len(members), lay.n_groups)
     )
-    out = np.empty((len(members), draws.shape[1]))
-    # in slabs of draws: scipy would otherwise make a float64 copy of every cell's draws at once
-    for start in range(0, draws.shape[1], _SLAB):
-        cols = slice(start, start + _SLAB)
-        w = group_w[:, cols]
-        u = (w - pg[:, None] * w.sum(axis=0)) / lay.n_units  # (G, slab)
-        out[:, cols] = weights @ draws[:, cols] + by_group @ u
+    # one product over every draw: the weights are in the draws' dtype, so scipy reads the (contiguous) draws in place;
+    # a slab of columns would be a strided view, which scipy copies whole (each output element is the same sum either
+    # way: the products are column by column)
+    w = group_w
+    u = (w - pg[:, None] * w.sum(axis=0)) / lay.n_units  # (G, B)
+    out = weights @ np.ascontiguousarray(draws) + by_group @ u
     return theta, out
 
 
-def analytic_se(lay: Layout, est: CellEstimates, members: list[np.ndarray]) -> np.ndarray:
+def analytic_se(
+    lay: Layout, est: CellEstimates, members: list[np.ndarray], clusters: np.ndarray | None = None
+) -> np.ndarray:
     """Influence-function standard error of each aggregate in ``members`` (weight estimation included), scaled as the
-    cells' analytic ones: the exact variance of the aggregate's multiplier-bootstrap draw given the data."""
+    cells' analytic ones: the exact variance of the aggregate's multiplier-bootstrap draw given the data. With
+    ``clusters`` (per layout row; each cluster inside one group), the influence is summed within clusters first: the
+    exact variance of the draw with one multiplier per cluster."""
     _, w_vals, u_vals, pg = _weights(lay, est.att, members)
     n_groups, width = lay.n_groups, lay.y.shape[1]
     g_all, t_all, b_all, p_all, own_all = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
     n_t_all = lay.group_n[g_all].astype(float)
     n_c_all = est.n_control.astype(float)
+    upto = int(p_all.max()) if len(p_all) else 0  # control sets are prefixes of at most `upto` groups
+    within = [] if clusters is None else [_runs(clusters[lay.rows(k)]) for k in range(n_groups)]
     block = max(1, _BLOCK_ELEMENTS // (n_groups * width))
     out = np.empty(len(members))
     for start in range(0, len(members), block):
@@ -91,14 +95,16 @@ def analytic_se(lay: Layout, est: CellEstimates, members: list[np.ndarray]) -> n
         np.add.at(coef, (a, g, t), wt)
         np.add.at(coef, (a, g, b), -wt)
         np.add.at(const, (a, g), -wt * est.dm[cells])
-        # controls, the first p groups: accumulated at p, then summed over every prefix that covers a group
-        at_p = np.zeros((len(part), n_groups + 1, width))
+        # controls, the first p groups: accumulated at p, then summed over every prefix that covers a group. Only the
+        # first `upto` groups are ever controls (one, the never-treated, by default): the sums stop there, and add to
+        # the other groups nothing but zeros, which the sums over all groups added before (bit for bit the same)
+        at_p = np.zeros((len(part), upto + 1, width))
         np.add.at(at_p, (a, p, t), -wc)
         np.add.at(at_p, (a, p, b), wc)
-        coef += np.cumsum(at_p[:, ::-1], axis=1)[:, ::-1][:, 1:]
-        c_at_p = np.zeros((len(part), n_groups + 1))
+        coef[:, :upto] += np.cumsum(at_p[:, ::-1], axis=1)[:, ::-1][:, 1:]
+        c_at_p = np.zeros((len(part), upto + 1))
         np.add.at(c_at_p, (a, p), wc * est.dmu[cells])
-        const += np.cumsum(c_at_p[:, ::-1], axis=1)[:, ::-1][:, 1:]
+        const[:, :upto] += np.cumsum(c_at_p[:, ::-1], axis=1)[:, ::-1][:, 1:]
         if own.any():  # the cell's own group sits inside the prefix: take it back out
             ao, go, wo = a[own], g[own], wc[own]
             np.add.at(coef, (ao, go, t[own]), wo)
@@ -110,6 +116,15 @@ def analytic_se(lay: Layout, est: CellEstimates, members: list[np.ndarray]) -> n
         total = np.zeros(len(part))
         for k in range(n_groups):
             c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
+            if clusters is not None:
+                order, starts = within[k]
+                c = np.add.reduceat(c[order], starts, axis=0)
             total += np.einsum("ij,ij->j", c, c)
         out[start : start + len(part)] = np.sqrt(total)
     return out
+
+
+def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that puts equal ``codes`` together and where each run starts (for ``np.add.reduceat``)."""
+    order = np.argsort(codes, kind="stable")
+    return order, np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])

@@ -56,12 +56,33 @@ def estimate_parts(
         from memtui.estimation.crosscheck import estimate_with_differences
 
         return estimate_with_differences(panel, settings, progress), None
+    report = progress or (lambda fraction, message: None)
+    report(0.0, "preparing")
+    prep = prepared(panel, settings, source)
+    report(0.05, "bootstrap")
+    boot, cal = _bootstrap(prep.lay, prep.est, settings, lambda f: report(0.05 + 0.85 * f, "bootstrap"), prep.source)
+    report(0.9, "summaries")
+    result, cells = finished(panel, settings, prep, boot, cal)
+    report(1.0, "done")
+    return result, cells
+
+
+@dataclass
+class Prepared:
+    """What an estimate's bootstrap starts from: the layout, the point estimates and the multiplier source."""
+
+    lay: object
+    est: did.CellEstimates
+    source: JointMultipliers | None
+
+
+def prepared(panel: Panel, settings: Settings, source: JointMultipliers | None = None) -> Prepared:
+    """The layout and point estimates of ``estimate_parts`` (validated ``settings``, engine memtui), before its
+    bootstrap; ``estimation.subgroups`` bootstraps several groups' in one pass."""
     if source is None and settings.cluster:
         from memtui.estimation.clusters import cluster_source
 
         source = cluster_source(panel, settings.cluster)
-    report = progress or (lambda fraction, message: None)
-    report(0.0, "preparing")
     y, treatment = panel.values(settings.metric), panel.treatment
     steps = panel.done_steps
     design = drdid.design_matrix(panel.covariates, settings.covariates) if settings.covariates else None
@@ -92,16 +113,17 @@ def estimate_parts(
         est = drdid.point_estimates(lay, design.matrix[lay.source_rows])
         used = f"doubly robust DiD with covariates {', '.join(settings.covariates)}"
         lay.notes[:0] = [*design.notes, *est.notes, used]
-    report(0.05, "bootstrap")
-    boot, cal = _bootstrap(lay, est, settings, lambda f: report(0.05 + 0.85 * f, "bootstrap"), source)
-    report(0.9, "summaries")
-    result, cells = _assembled(panel, settings, lay, est, boot, cal)
+    return Prepared(lay=lay, est=est, source=source)
+
+
+def finished(panel: Panel, settings: Settings, prep: Prepared, boot, cal) -> tuple[EstimateResult, _Cells]:
+    """``estimate_parts``' result from its bootstrap's draws (and, calibrated, laws)."""
+    result, cells = _assembled(panel, settings, prep.lay, prep.est, boot, cal)
     if settings.cluster and settings.draws:
         result.notes.append(
-            f"bootstrap clustered by {settings.cluster}: {source.n_clusters} clusters share multipliers (standard "
+            f"bootstrap clustered by {settings.cluster}: {prep.source.n_clusters} clusters share multipliers (standard "
             "errors and bands); the analytic_se column is not clustered"
         )
-    report(1.0, "done")
     return result, cells
 
 

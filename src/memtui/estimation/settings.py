@@ -82,14 +82,12 @@ class Settings:
             self._check_cluster()
 
     def _check_cluster(self) -> None:
-        """A clustered bootstrap needs draws and the classic band (the calibrated band studentises by per-instance
-        variances, which a cluster's shared multiplier does not re-estimate)."""
+        """A clustered bootstrap needs draws (the calibrated band re-estimates each draw's variance cluster by
+        cluster: ``engine.bands.clustered_variances``)."""
         if self.draws == 0:
             raise MemtuiError(
                 "clustered standard errors come from the bootstrap: use -B 1000 (or at least 20) with --cluster."
             )
-        if self.band == "calibrated":
-            raise MemtuiError("the calibrated band does not take clusters yet; use --band classic with --cluster.")
         if self.engine == "differences":
             raise MemtuiError("engine differences does not take --cluster here; use --engine memtui.")
 

@@ -17,16 +17,15 @@ panel's instance (``engine.multipliers``), so the same instance has the same mul
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import bands, did
+from memtui.engine import bands, did, drdid
 from memtui.engine.multipliers import JointMultipliers
-from memtui.estimation.estimate import estimate_parts
+from memtui.estimation.estimate import Prepared, aggregate_members, cell_masks, finished, prepared
 from memtui.estimation.group_spec import Groups, group_labels, resolve
 from memtui.estimation.group_tests import Difference, Trend, difference, trend
 from memtui.estimation.results import EstimateResult, Progress
@@ -109,24 +108,52 @@ def estimate_by(
     """One estimate per group of ``spec`` (``group_spec``) from one set of draws; see the module docstring."""
     if settings.engine != "memtui":
         raise MemtuiError("subgroups are estimated by memtui's engine; use --engine memtui with --by.")
+    settings = settings.validate()
     treated = ~panel.never_treated
     groups = resolve(panel, spec, among=treated if shared_controls else None)
     source = _source(panel, settings)
     report = progress or (lambda fraction, message: None)
-    results, cells, sizes = {}, {}, {}
+    report(0.0, "preparing")
+    subsets, preps, sizes = {}, {}, {}
     for g, name in enumerate(groups.names):
         rows = _rows(groups, g, panel, shared_controls)
-        tell: Callable[[float, str], None] = lambda f, msg, g=g, name=name: report(  # noqa: E731
-            (g + f) / len(groups.names), f"{name}: {msg}"
-        )
+        subsets[name] = subset_panel(panel, rows)
         try:
-            results[name], cells[name] = estimate_parts(
-                subset_panel(panel, rows), settings, tell, source=source.subset(rows)
-            )
+            subsets[name].refuse_mixed_stages()  # as estimate_parts does, group by group
+            preps[name] = prepared(subsets[name], settings, source.subset(rows))
         except MemtuiError as exc:
             raise MemtuiError(f"group {name}: {exc}") from None
         sizes[name] = (int(treated[rows].sum()), int((~treated[rows]).sum()))
+    draws = _joint_bootstrap(settings, list(preps.values()), lambda f: report(0.05 + 0.85 * f, "bootstrap"))
+    report(0.9, "summaries")
+    results, cells = {}, {}
+    for name, (boot, cal) in zip(groups.names, draws, strict=True):
+        results[name], cells[name] = finished(subsets[name], settings, preps[name], boot, cal)
+    report(1.0, "done")
     return _assembled(panel, settings, groups, shared_controls, results, cells, sizes)
+
+
+def _joint_bootstrap(settings: Settings, preps: list[Prepared], progress) -> list[tuple]:
+    """Every group's bootstrap in one pass over the draws (``did.bootstrap_shared`` with a source per group: the
+    multipliers drawn once per chunk for all groups, each group's draws bit for bit those of its lone bootstrap with
+    that source): per group (draws, calibrated laws or None); (None, None) without draws."""
+    if not settings.draws:
+        return [(None, None)] * len(preps)
+    lays, ests, sources = [p.lay for p in preps], [p.est for p in preps], [p.source for p in preps]
+    common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier}
+    if isinstance(ests[0], drdid.DrEstimates):  # doubly robust cells: their own bootstrap, group by group
+        return [
+            (drdid.bootstrap(p.lay, p.est, **common, source=p.source), None)
+            for p in preps
+        ]  # fmt: skip
+    if settings.band == "calibrated":
+        cals = bands.calibrated_bootstraps(
+            lays, ests, [cell_masks(lay, settings) for lay in lays], floors=[did.se_floor(lay.scale) for lay in lays],
+            members=[aggregate_members(lay)[2] for lay in lays], progress=progress, source=sources, **common,
+        )  # fmt: skip
+        return [(cal.boot, cal) for cal in cals]
+    boots = did.bootstrap_shared(lays, ests, progress=progress, source=sources, **common)
+    return [(boot, None) for boot in boots]
 
 
 def _source(panel: Panel, settings: Settings) -> JointMultipliers:
