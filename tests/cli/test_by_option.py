@@ -58,7 +58,10 @@ def test_cluster_option_and_refusals(cli, with_covariates):
     code, out, err = cli("estimate", with_covariates, "-B", "100", "--band", "classic", "--cluster", "batch")
     assert code == 0, err
     assert "bootstrap clustered by batch" in out
-    for args in (["--cluster", "batch"], ["--band", "classic", "--cluster", "nope"], ["--by", "nope"],
-                 ["--by", "length>>1"]):  # fmt: skip
+    code, out, err = cli("estimate", with_covariates, "-B", "100", "--cluster", "batch")  # the calibrated band
+    assert code == 0 and "calibrated simultaneous" in out and "bootstrap clustered by batch" in out, err
+    code, out, err = cli("estimate", with_covariates, "-B", "100", "--cluster", "domain")  # clusters span cohorts
+    assert code == 2 and "--band classic" in err and err.count("\n") == 1, err
+    for args in (["--band", "classic", "--cluster", "nope"], ["--by", "nope"], ["--by", "length>>1"]):
         code, out, err = cli("estimate", with_covariates, "-B", "100", *args)
         assert code == 2 and err.startswith("memtui: ") and err.count("\n") == 1, err
