@@ -175,7 +175,7 @@ class _PieceLps:
     _CERTIFY_TOL = 1e-10  # primal feasibility of a stored basis, relative to the largest |y| (rounding is ~1e-16)
 
     def __init__(self, x: np.ndarray, sd: np.ndarray, cache: bool = True):
-        self.x, self.sd, self.cache = x, sd, cache
+        self.cache = cache
         self.w = np.column_stack([sd, x])
         m, p = self.w.shape
         self.rows = np.empty((0, p), dtype=int)  # the stored bases, their inverses and dual vertices
@@ -293,7 +293,8 @@ def least_favourable_cv(
     x: np.ndarray | None, sigma_y: np.ndarray, kappa: float, sims: int, seed: int, lps: _PieceLps | None = None
 ) -> float:
     """The 1 - kappa quantile of the ARP statistic when every moment is zero (the least favourable case), from
-    ``sims`` normal draws of the moments (numpy's default_rng(seed), as moderndid draws them)."""
+    ``sims`` normal draws of the moments (numpy's default_rng(seed), as moderndid draws them); ``lps``: the piece's
+    LPs, whose stored bases then serve the theta grid too."""
     rng = np.random.default_rng(seed)
     xi = rng.multivariate_normal(np.zeros(len(sigma_y)), sigma_y, size=sims)
     sd = np.sqrt(np.diag(sigma_y))
@@ -339,7 +340,8 @@ def _primal_truncation(y, x, sigma_y, sd, binding):
 
 def arp_test(y, x, sigma_y, alpha: float, lf_cv: float | None, kappa: float, lps: _PieceLps | None = None) -> bool:
     """Does the ARP test (the least-favourable hybrid when ``lf_cv`` is given) reject E[y - x delta] <= 0 for every
-    delta? ``y`` are the moments at the tested theta, ``x`` the nuisance directions, ``sigma_y`` their covariance."""
+    delta? ``y`` are the moments at the tested theta, ``x`` the nuisance directions, ``sigma_y`` their covariance;
+    ``lps``: the piece's LPs (default: linprog every time)."""
     sd = np.sqrt(np.diag(sigma_y))
     lps = lps if lps is not None else _PieceLps(x, sd, cache=False)
     sol = lps.eta(y)
