@@ -45,13 +45,72 @@ def test_flci_equals_the_package():
             assert (iv.low, iv.high) == pytest.approx((lo, hi), rel=2e-5)
 
 
-@pytest.mark.slow
 def test_rm_hybrid_and_conditional_intervals_equal_the_package():
     """The same theta grid and the same least-favourable draws: the same grid points, exactly."""
     for key, hybrid in (("rm_clf", True), ("rm_conditional", False)):
         for mbar, lo, hi in REF[key]:
             iv = honest.rm_interval(bc(), mbar, hybrid=hybrid, grid=tuple(REF["theta_grid"]))
             assert (iv.low, iv.high) == pytest.approx((lo, hi), rel=1e-12), key
+
+
+def random_piece(seed: int):
+    """One piece (s, sign) of Delta^RM(Mbar) for a random event study: moments y0 - direction * theta, nuisance x,
+    covariance sigma_y, and the theta-hat around which the test's decisions change."""
+    rng = np.random.default_rng(seed)
+    n_pre, n_post = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+    n = n_pre + n_post
+    a = rng.normal(size=(n, n + 2))
+    sigma = a @ a.T * 10.0 ** rng.integers(-4, 3)
+    beta = rng.multivariate_normal(rng.normal(size=n) * np.sqrt(sigma.diagonal()), sigma)
+    es = honest.EventStudyInput.of(beta, sigma, n_pre, n_post, rng.normal(size=n_post) if seed % 2 else None)
+    mbar = float(rng.choice([0.0, 0.5, 1.0, 3.0]))
+    a = honest.rm_constraints(n_pre, n_post, mbar, int(rng.integers(-(n_pre - 1), 1)), bool(rng.integers(2)))
+    sigma_y = a @ es.sigma @ a.T
+    a_gamma = a[:, n_pre:] @ honest._gamma_inverse(es.l_vec)
+    return a @ es.betahat, a_gamma[:, 0], a_gamma[:, 1:], sigma_y, es
+
+
+def edge_thetas(test, theta_hat: float, width: float, n: int = 8) -> np.ndarray:
+    """theta values packed around the edges of the acceptance region of ``test`` (found on a coarse grid), where a
+    decision is closest to changing; the coarse grid itself when nothing is accepted."""
+    coarse = theta_hat + np.linspace(-1, 1, 101) * width
+    accepted = np.flatnonzero([not test(th) for th in coarse])
+    if not len(accepted):
+        return coarse[::7]
+    step = coarse[1] - coarse[0]
+    ends = coarse[[accepted[0], accepted[-1]]]
+    return np.r_[[e + np.linspace(-1.5, 1.5, n) * step for e in ends]].ravel()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_cached_lps_answer_as_linprog_does(seed):
+    """Reusing optimal bases (the fast path) gives linprog's statistics and the same test decisions, hybrid and
+    conditional, on random pieces, at theta values packed around the edges of the acceptance region."""
+    y0, direction, x, sigma_y, es = random_piece(seed)
+    sd = np.sqrt(np.diag(sigma_y))
+    fast, plain = honest._PieceLps(x, sd), honest._PieceLps(x, sd, cache=False)
+    draws = np.random.default_rng(seed).multivariate_normal(np.zeros(len(sd)), sigma_y, size=40)
+    etas = fast.etas(draws)
+    assert etas == pytest.approx(plain.etas(draws), rel=1e-9, abs=1e-12 * np.abs(etas).max())
+    width = 8 * es.sd_theta * (1 + np.abs(direction).max())
+    for cv in (float(np.quantile(etas, 0.995)), None):
+
+        def test(theta, lps=fast, cv=cv):
+            return honest.arp_test(y0 - direction * theta, x, sigma_y, 0.05, cv, 0.005, lps)
+
+        thetas = edge_thetas(test, es.theta, width)
+        assert [test(th) for th in thetas] == [test(th, plain) for th in thetas]
+    assert fast.linprog_calls < plain.linprog_calls / 3  # the cache answered most of them
+
+
+@pytest.mark.parametrize("hybrid", [True, False])
+def test_rm_interval_with_cached_lps_equals_linprog_every_time(hybrid):
+    es = honest.EventStudyInput.of(REF["betahat"][1:7], np.array(REF["sigma"])[1:7, 1:7], 3, 3, [0.2, 0.5, 0.3])
+    kw = {"grid_points": 60, "lf_sims": 60, "seed": 1, "hybrid": hybrid}
+    for mbar in (0.0, 0.7):
+        fast, plain = honest.rm_interval(es, mbar, **kw), honest.rm_interval(es, mbar, cache_lps=False, **kw)
+        assert (fast.low, fast.high, fast.open_end) == (plain.low, plain.high, plain.open_end)
+        assert np.isfinite(fast.low) and not fast.open_end
 
 
 def sim_panel(trend: float = 0.0, curve: float = 0.0, effect: float = 1.0) -> Panel:
@@ -95,7 +154,6 @@ def test_breakdown_is_positive_for_a_real_effect_and_none_without_one():
     assert all(np.diff([iv.high - iv.low for iv in real.intervals]) > 0)
 
 
-@pytest.mark.slow
 def test_rm_breakdown_shrinks_with_a_linear_pretrend():
     study = sv.event_study(sim_panel(), SETTINGS, pre=2, post=2)
     trended = sv.event_study(sim_panel(trend=3.0), SETTINGS, pre=2, post=2)

@@ -155,31 +155,153 @@ def _gamma_inverse(l_vec: np.ndarray) -> np.ndarray:
     return np.linalg.inv(gamma)
 
 
-def _eta_lp(y: np.ndarray, x: np.ndarray, sd: np.ndarray):
-    """min eta s.t. y - x delta <= eta * sd: the ARP statistic, its minimiser and the multipliers (the dual vertex)."""
-    k = x.shape[1]
-    res = optimize.linprog(
-        np.r_[1.0, np.zeros(k)],
-        A_ub=-np.column_stack([sd, x]),
-        b_ub=-y,
-        bounds=[(None, None)] * (k + 1),
-        method="highs-ds",
+def _eta_linprog(y: np.ndarray, w: np.ndarray):
+    """linprog's answer to min eta s.t. y - x delta <= eta * sd, i.e. w (eta, delta) >= y with w = [sd, x]: the ARP
+    statistic."""
+    return optimize.linprog(
+        np.r_[1.0, np.zeros(w.shape[1] - 1)], A_ub=-w, b_ub=-y, bounds=[(None, None)] * w.shape[1], method="highs-ds"
     )
-    if res.status != 0:
-        return None
-    return float(res.x[0]), -res.ineqlin.marginals
 
 
-def least_favourable_cv(x: np.ndarray | None, sigma_y: np.ndarray, kappa: float, sims: int, seed: int) -> float:
+class _PieceLps:
+    """Every LP of one piece's ARP test optimises over one polytope: the statistic eta(y) = min {eta: w (eta, delta)
+    >= y} is, by duality, max y'g over P = {g >= 0: w'g = e1} (w = [sd, x]), and the truncation LPs maximise other
+    objectives over the same P. Only y changes (the least-favourable draws, the theta grid), so an optimal basis B
+    (rows of w) found once is reused: it is optimal for a new y when its primal point z = w_B^-1 y_B is feasible,
+    w z >= y (its dual vertex g_B = w_B^-T e1 >= 0 was checked when it was learnt) -- a few products instead of a
+    linprog call. A y no stored basis certifies goes to linprog exactly as in the plain path, and its basis is
+    learnt. ``cache=False``: linprog every time (the reference the cached path is tested against)."""
+
+    _CERTIFY_TOL = 1e-10  # primal feasibility of a stored basis, relative to the largest |y| (rounding is ~1e-16)
+
+    def __init__(self, x: np.ndarray, sd: np.ndarray, cache: bool = True):
+        self.cache = cache
+        self.w = np.column_stack([sd, x])
+        m, p = self.w.shape
+        self.rows = np.empty((0, p), dtype=int)  # the stored bases, their inverses and dual vertices
+        self.inv = np.empty((0, p, p))
+        self.g = np.empty((0, m))
+        self.linprog_calls = 0
+
+    def eta(self, y: np.ndarray):
+        """(eta, the multipliers: the dual vertex) at y, or None when the LP does not solve (HonestDiD never rejects
+        then)."""
+        if self.cache and len(self.rows):
+            value, j = self._certify(y[None, :])
+            if j[0] >= 0:
+                return float(value[0]), self.g[j[0]].copy()
+        self.linprog_calls += 1
+        res = _eta_linprog(y, self.w)
+        if res.status != 0:
+            return None
+        lam = -res.ineqlin.marginals
+        if self.cache:
+            self._learn(y, res.x, lam)
+        return float(res.x[0]), lam
+
+    def etas(self, ys: np.ndarray) -> np.ndarray:
+        """eta at each row of ys (NaN where the LP does not solve): certified in bulk, linprog for the rest."""
+        if not self.cache:
+            return np.array([np.nan if (sol := self.eta(y)) is None else sol[0] for y in ys])
+        out = np.full(len(ys), np.nan)
+        todo, start = np.arange(len(ys)), 0
+        while len(todo):
+            if start < len(self.rows):  # only the bases learnt since the last pass are new to the remaining rows
+                value, j = self._certify(ys[todo], start)
+                start = len(self.rows)
+                out[todo[j >= 0]] = value[j >= 0]
+                todo = todo[j < 0]
+                if not len(todo):
+                    break
+            sol = self.eta(ys[todo[0]])
+            out[todo[0]] = np.nan if sol is None else sol[0]
+            todo = todo[1:]
+        return out
+
+    def dual_max(self, q: np.ndarray):
+        """(max q'g over P, the maximising vertex g), or None when the LP does not solve."""
+        if self.cache and len(self.rows):
+            value, j = self._certify(q[None, :])
+            if j[0] >= 0:
+                return float(value[0]), self.g[j[0]].copy()
+        self.linprog_calls += 1
+        m, p = self.w.shape
+        e1 = np.zeros(p)
+        e1[0] = 1.0
+        res = optimize.linprog(-q, A_eq=self.w.T, b_eq=e1, bounds=[(0, None)] * m, method="highs-ds")
+        if res.status != 0:
+            return None
+        if self.cache:
+            self._learn(q, -res.eqlin.marginals, res.x)
+        return -float(res.fun), res.x
+
+    def _certify(self, ys: np.ndarray, start: int = 0, chunk: int = 2_000_000) -> tuple[np.ndarray, np.ndarray]:
+        """For each row of ys, the optimal value and the first stored basis (from ``start``) that certifies it
+        (-1: none does)."""
+        m, p = self.w.shape
+        rows, inv = self.rows[start:], self.inv[start:]
+        value, found = np.full(len(ys), np.nan), np.full(len(ys), -1)
+        step = max(1, chunk // max(1, len(rows) * m))
+        for lo in range(0, len(ys), step):
+            y = ys[lo : lo + step]
+            z = np.einsum("jab,njb->nja", inv, y[:, rows])  # every basis's primal point for every y
+            slack = z @ self.w.T - y[:, None, :]
+            tol = self._CERTIFY_TOL * np.abs(y).max(axis=1)
+            ok = slack.min(axis=2) >= -tol[:, None]
+            j = np.argmax(ok, axis=1)
+            hit = ok[np.arange(len(y)), j]
+            found[lo : lo + step] = np.where(hit, j + start, -1)
+            value[lo : lo + step] = z[np.arange(len(y)), j, 0]
+        return value, found
+
+    def _learn(self, y: np.ndarray, z: np.ndarray, g: np.ndarray) -> None:
+        """Store the optimal basis behind linprog's primal point z and dual vertex g at y: g's support first, then the
+        tightest other rows, as long as they add rank. A basis that is singular, not dual feasible or does not
+        certify y itself is dropped (linprog keeps answering there)."""
+        m, p = self.w.shape
+        slack = self.w @ z - y
+        support = np.flatnonzero(g > 1e-12 * max(g.max(), 0.0))
+        rest = np.setdiff1d(np.argsort(slack, kind="stable"), support, assume_unique=True)
+        order = np.r_[support[np.argsort(-g[support], kind="stable")], rest]
+        basis: list[int] = []
+        for i in order:
+            if np.linalg.matrix_rank(self.w[basis + [int(i)]]) == len(basis) + 1:
+                basis.append(int(i))
+            if len(basis) == p:
+                break
+        if len(basis) < p or any(set(basis) == set(b) for b in self.rows.tolist()):
+            return
+        w_b = self.w[basis]
+        if np.linalg.cond(w_b) > 1e8:  # rounding in z would approach the certificate's tolerance
+            return
+        inv = np.linalg.inv(w_b)
+        if inv[0].min() < -1e-9 * np.abs(inv[0]).max():
+            return
+        vertex = np.zeros(m)
+        vertex[basis] = inv[0]
+        rows, invs, gs = self.rows, self.inv, self.g
+        self.rows, self.inv, self.g = (
+            np.vstack([rows, basis]),
+            np.concatenate([invs, inv[None]]),
+            np.vstack([gs, vertex]),
+        )
+        if self._certify(y[None, :], len(rows))[1][0] < 0:
+            self.rows, self.inv, self.g = rows, invs, gs
+
+
+def least_favourable_cv(
+    x: np.ndarray | None, sigma_y: np.ndarray, kappa: float, sims: int, seed: int, lps: _PieceLps | None = None
+) -> float:
     """The 1 - kappa quantile of the ARP statistic when every moment is zero (the least favourable case), from
-    ``sims`` normal draws of the moments (numpy's default_rng(seed), as moderndid draws them)."""
+    ``sims`` normal draws of the moments (numpy's default_rng(seed), as moderndid draws them); ``lps``: the piece's
+    LPs, whose stored bases then serve the theta grid too."""
     rng = np.random.default_rng(seed)
     xi = rng.multivariate_normal(np.zeros(len(sigma_y)), sigma_y, size=sims)
     sd = np.sqrt(np.diag(sigma_y))
     if x is None:
         return float(np.quantile(np.max(xi / sd, axis=1), 1 - kappa))
-    etas = [sol[0] for sol in (_eta_lp(draw, x, sd) for draw in xi) if sol is not None]
-    return float(np.quantile(etas, 1 - kappa))
+    etas = (lps if lps is not None else _PieceLps(x, sd, cache=False)).etas(xi)
+    return float(np.quantile(etas[np.isfinite(etas)], 1 - kappa))
 
 
 def _trunc_quantile(p: float, lo: float, hi: float) -> float:
@@ -216,11 +338,13 @@ def _primal_truncation(y, x, sigma_y, sd, binding):
     return float(vlo), float(vup), np.sqrt(sigma2_b)
 
 
-def arp_test(y, x, sigma_y, alpha: float, lf_cv: float | None, kappa: float) -> bool:
+def arp_test(y, x, sigma_y, alpha: float, lf_cv: float | None, kappa: float, lps: _PieceLps | None = None) -> bool:
     """Does the ARP test (the least-favourable hybrid when ``lf_cv`` is given) reject E[y - x delta] <= 0 for every
-    delta? ``y`` are the moments at the tested theta, ``x`` the nuisance directions, ``sigma_y`` their covariance."""
+    delta? ``y`` are the moments at the tested theta, ``x`` the nuisance directions, ``sigma_y`` their covariance;
+    ``lps``: the piece's LPs (default: linprog every time)."""
     sd = np.sqrt(np.diag(sigma_y))
-    sol = _eta_lp(y, x, sd)
+    lps = lps if lps is not None else _PieceLps(x, sd, cache=False)
+    sol = lps.eta(y)
     if sol is None:
         return False  # HonestDiD: an LP that does not solve never rejects
     eta, lam = sol
@@ -239,25 +363,22 @@ def arp_test(y, x, sigma_y, alpha: float, lf_cv: float | None, kappa: float) -> 
     sigma2_b = float(lam @ sigma_y @ lam)
     if abs(sigma2_b) < np.finfo(float).eps:
         return eta > 0
-    vlo, vup = _dual_truncation(eta, y, x, sd, lam, sigma_y)
+    vlo, vup = _dual_truncation(eta, y, lam, sigma_y, lps)
     return _conditional_reject(eta, vlo, vup, np.sqrt(sigma2_b), alpha_2, lf_cv)
 
 
-def _dual_truncation(eta, y, x, sd, gamma, sigma_y):
+def _dual_truncation(eta, y, gamma, sigma_y, lps: _PieceLps):
     """Truncation points from the dual vertex ``gamma`` when the primal one is degenerate: the values c where the dual
     LP max (s + b c)' g over its vertices g still equals c (ARP Appendix D, Algorithm 1, by HonestDiD's bisection)."""
-    w = np.column_stack([sd, x])
     sig_g = sigma_y @ gamma
     b = sig_g / float(gamma @ sig_g)
     s = y - b * float(gamma @ y)
-    e1 = np.zeros(w.shape[1])
-    e1[0] = 1.0
 
     def solve(c: float):
-        res = optimize.linprog(-(s + b * c), A_eq=w.T, b_eq=e1, bounds=[(0, None)] * len(s), method="highs-ds")
-        if res.status != 0:
+        sol = lps.dual_max(s + b * c)
+        if sol is None:
             return False, None
-        return abs(c - (-res.fun)) <= 1e-6, res.x
+        return abs(c - sol[0]) <= 1e-6, sol[1]
 
     ok, _ = solve(eta)
     if not ok:
@@ -367,7 +488,7 @@ def _accepted_span(accept, n: int) -> tuple[int, int] | None:
     return lo_in, hi_in
 
 
-def _rm_piece_span(es, mbar, s, positive, grid, alpha, hybrid, kappa, lf_sims, seed):
+def _rm_piece_span(es, mbar, s, positive, grid, alpha, hybrid, kappa, lf_sims, seed, cache=True):
     """The accepted grid span of one piece (s, sign) of Delta^RM(Mbar)."""
     a = rm_constraints(es.n_pre, es.n_post, mbar, s, positive)
     sigma_y = a @ es.sigma @ a.T
@@ -380,8 +501,11 @@ def _rm_piece_span(es, mbar, s, positive, grid, alpha, hybrid, kappa, lf_sims, s
         )
     a_gamma = a[:, es.n_pre :] @ _gamma_inverse(es.l_vec)
     direction, x = a_gamma[:, 0], a_gamma[:, 1:]
-    lf = least_favourable_cv(x, sigma_y, kappa, lf_sims, seed) if hybrid else None
-    return _accepted_span(lambda i: not arp_test(y0 - direction * grid[i], x, sigma_y, alpha, lf, kappa), len(grid))
+    lps = _PieceLps(x, np.sqrt(np.diag(sigma_y)), cache)  # one polytope for every LP of the piece
+    lf = least_favourable_cv(x, sigma_y, kappa, lf_sims, seed, lps) if hybrid else None
+    return _accepted_span(
+        lambda i: not arp_test(y0 - direction * grid[i], x, sigma_y, alpha, lf, kappa, lps), len(grid)
+    )
 
 
 def rm_interval(
@@ -393,17 +517,19 @@ def rm_interval(
     grid_points: int = GRID_POINTS,
     lf_sims: int = LF_SIMS,
     seed: int = 0,
+    cache_lps: bool = True,
 ) -> Interval:
     """The robust confidence interval for theta under Delta^RM(mbar): the hull of the grid values of theta accepted
     for some piece (s, sign), as HonestDiD's createSensitivityResults_relativeMagnitudes reports it; ``hybrid``: the
-    conditional-least-favourable hybrid ("C-LF", kappa = alpha/10, HonestDiD's default), else the conditional test."""
+    conditional-least-favourable hybrid ("C-LF", kappa = alpha/10, HonestDiD's default), else the conditional test;
+    ``cache_lps=False`` solves every LP by linprog instead of reusing optimal bases (same answers, slower)."""
     if not (np.isfinite(mbar) and mbar >= 0):
         raise MemtuiError(f"Mbar must be 0 or more, not {mbar:g}.")
     lo, hi = grid if grid is not None else default_grid(es)
     thetas = np.linspace(lo, hi, grid_points)
     kappa = alpha / 10
     spans = [
-        _rm_piece_span(es, mbar, s, positive, thetas, alpha, hybrid, kappa, lf_sims, seed)
+        _rm_piece_span(es, mbar, s, positive, thetas, alpha, hybrid, kappa, lf_sims, seed, cache_lps)
         for s in range(-(es.n_pre - 1), 1)
         for positive in (True, False)
     ]

@@ -197,7 +197,7 @@ def smoothness(betahat, sigma, n_pre, n_post, l_vec=None, ms=None, alpha=0.05):
 
 
 def _rm_kw(kw: dict) -> dict:
-    return {k: v for k, v in kw.items() if k in ("hybrid", "grid_points", "lf_sims", "seed")}
+    return {k: v for k, v in kw.items() if k in ("hybrid", "grid_points", "lf_sims", "seed", "cache_lps")}
 
 
 def rm_grid(es: honest.EventStudyInput, mbar_max: float) -> tuple[float, float]:
