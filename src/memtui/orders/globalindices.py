@@ -66,8 +66,10 @@ class PartnerCache:
             partners = np.load(data, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError):  # missing, unreadable, a damaged header or JSON
             return None
-        if partners.dtype != np.uint32 or partners.shape != (max(n, 1),) or _crc(partners) != info.get("crc32"):
+        if partners.dtype != np.uint32 or partners.shape != (max(n, 1),):
             return None
+        if data.stat().st_size != partners.offset + partners.nbytes or _crc(partners) != info.get("crc32"):
+            return None  # a byte too many or a changed one
         return partners
 
     def store(self, n: int, seed: int, partners: np.ndarray) -> bool:
@@ -105,6 +107,8 @@ class ShuffledOrder:
             raise MemtuiError(f"{n * chunk:,} instances do not fit the libraries' uint32 global indices.")
         self.n, self.seed, self.chunk = n, seed, chunk
         self.length = n * chunk if length is None else length
+        if not 0 <= self.length <= n * chunk:
+            raise ValueError(f"{self.length} positions of an order of {n * chunk}")
         self.cache = PartnerCache(cache) if cache is not None else None
         self._partners: np.ndarray | None = None
         self.cached = False  # whether the partners came from the cache
