@@ -105,6 +105,7 @@ def swap_partners(n: int, seed: int) -> np.ndarray:
 def trace_back(partners: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """The position each of ``positions`` (distinct) held before the shuffle whose swap partners these are: step i
     swaps i and ``partners[i]``, so undoing the steps from i = 1 up moves a position only at the steps that name it."""
+    partners = np.asarray(partners)  # a plain view of a memory map: slicing one is cheaper
     n = len(partners)
     positions = np.asarray(positions, dtype=np.int64)
     if positions.size and (positions.min() < 0 or positions.max() >= n):
