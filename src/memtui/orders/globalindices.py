@@ -30,9 +30,12 @@ _FORMAT = "memtui pcg64 swap partners 1"
 _CHUNK = 1 << 24  # values per piece of the checksum
 
 
-def default_cache() -> Path:
-    """The user's cache folder for shuffles: ``$MEMTUI_CACHE``, else ``$XDG_CACHE_HOME/memtui``, else ``~/.cache``."""
+def default_cache() -> Path | None:
+    """The user's cache folder for shuffles: ``$MEMTUI_CACHE``, else ``$XDG_CACHE_HOME/memtui``, else ``~/.cache``
+    (``MEMTUI_CACHE=off``: none)."""
     root = os.environ.get("MEMTUI_CACHE")
+    if root == "off":
+        return None
     if root:
         return Path(root) / "shuffles"
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
