@@ -711,7 +711,8 @@ def build_from_olmo(
     _check_out(out, overwrite)
     prefix = f"{stage_name}-" if stage_name and stage_name.startswith("stage") else ""
     stage = olmo_stage(config, global_indices=global_indices, data_root=data_root, name=stage_name,
-                       offset=step_offset, heldout=heldout, revision_prefix=prefix, cache=_shuffle_cache(cache))  # fmt: skip
+                       offset=step_offset, heldout=heldout, revision_prefix=prefix,
+                       cache=_shuffle_cache(cache))  # fmt: skip
     sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
     extra = _stage_attrs(stage, step_offset)
     return _sampled_panel(Path(out), sampled, order="olmo", source=f"OLMo config {config}",
