@@ -171,3 +171,24 @@ def test_an_olmo_panel_reads_the_order_at_its_positions_only(tmp_path, monkeypat
         panel = sample_order([stage], [0, 100, 300], k=5, m=4, n_controls=50, seed=1)
         assert stage.indices().cached is cached
         np.testing.assert_array_equal(panel.ids & ((1 << ID_SHIFT) - 1), lib[panel.position])
+
+
+def test_build_cli_keeps_the_partners_in_the_cache_folder(tmp_path, cli, monkeypatch):
+    import yaml
+    from order_files import write_tokens
+
+    monkeypatch.setattr(globalindices, "CACHE_FROM", 100)
+    monkeypatch.setenv("MEMTUI_CACHE", str(tmp_path / "default"))
+    paths = write_tokens(tmp_path, [300 * 16, 250 * 16], np.uint32, seq_len=16)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"seed": 6198, "model": {"max_sequence_length": 16}, "global_train_batch_size": 6,
+                                      "data": {"paths": paths, "memmap_dtype": "uint32"}}))  # fmt: skip
+    args = ["--order", "olmo", "--config", config, "--steps", "0,10,20", "-k", 2, "-m", 2, "--n-validation", 10]
+    code, _, err = cli("build", tmp_path / "a.h5", *args, "--cache", tmp_path / "mine")
+    assert code == 0, err
+    assert PartnerCache(tmp_path / "mine").load(550, 6198) is not None
+    code, _, err = cli("build", tmp_path / "b.h5", *args)  # no --cache: the user's cache folder
+    assert code == 0, err
+    assert PartnerCache(tmp_path / "default" / "shuffles").load(550, 6198) is not None
+    code, _, err = cli("build", tmp_path / "c.h5", "--order", "amber", "--chunks", tmp_path, "--cache", tmp_path)
+    assert code == 2 and "--cache belongs to --order neox" in err
