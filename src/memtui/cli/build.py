@@ -77,7 +77,9 @@ def add_arguments(p) -> None:
                    help="Hubble's *_perturbation_info.json: add every inserted example, with its duplicates and "
                         "insertion steps")  # fmt: skip
     n.add_argument("--examples", type=Path, help="folder of tokenised perturbation datasets (seq_start insertions)")
-    n.add_argument("--cache", type=Path, help="folder keeping the byte ranges read from remote files (resumable)")
+    n.add_argument("--cache", type=Path, help="folder keeping the byte ranges read from remote files (resumable); "
+                                              "olmo, olmo-core: the order's swap partners (default: the user's "
+                                              "cache folder, 4 bytes an instance)")  # fmt: skip
 
     c = p.add_argument_group(
         "--order olmo / olmo-core (AI2's OLMo 1, 2 and 3)",
@@ -100,8 +102,8 @@ def add_arguments(p) -> None:
 
 _FOR_ORDER = {  # options that belong to one kind of build: given with another, they would be silently ignored
     "neox": ("index_maps", "seeds", "preset", "perturbation_info", "examples", "cache"),
-    "olmo": ("config", "global_indices", "data_root", "stage_name"),
-    "olmo-core": ("config", "data_root", "data_paths", "stage_name"),
+    "olmo": ("config", "global_indices", "data_root", "stage_name", "cache"),
+    "olmo-core": ("config", "data_root", "data_paths", "stage_name", "cache"),
     "amber": ("chunks",),
 }
 
@@ -218,7 +220,8 @@ def _build_order(args) -> list[Path]:
         if args.config is None:
             raise MemtuiError(f"--order {args.order} needs --config (the run's training config).")
         stage = {"heldout": args.heldout, "stage_name": args.stage_name, "step_offset": args.step_offset,
-                 "macro": args.macro, "train_steps": args.train_steps, "data_root": args.data_root}  # fmt: skip
+                 "macro": args.macro, "train_steps": args.train_steps, "data_root": args.data_root,
+                 "cache": args.cache}  # fmt: skip
         if args.order == "olmo":
             return [build.build_from_olmo(args.out, args.config, global_indices=args.global_indices, **stage,
                                           **common)]  # fmt: skip

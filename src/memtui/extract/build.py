@@ -677,6 +677,13 @@ def _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_s
                         controls=_olmo_controls(controls), seed=seed)  # fmt: skip
 
 
+def _shuffle_cache(cache):
+    """Where an OLMo order's swap partners are kept: ``cache``, else the user's cache folder."""
+    from memtui.orders.globalindices import default_cache
+
+    return cache if cache is not None else default_cache()
+
+
 def build_from_olmo(
     out: str | os.PathLike,
     config: str | os.PathLike,
@@ -694,6 +701,7 @@ def build_from_olmo(
     controls: str = "beyond",
     train_steps: int | None = None,
     seed: int = 0,
+    cache=None,
     attrs: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
@@ -703,7 +711,8 @@ def build_from_olmo(
     _check_out(out, overwrite)
     prefix = f"{stage_name}-" if stage_name and stage_name.startswith("stage") else ""
     stage = olmo_stage(config, global_indices=global_indices, data_root=data_root, name=stage_name,
-                       offset=step_offset, heldout=heldout, revision_prefix=prefix)  # fmt: skip
+                       offset=step_offset, heldout=heldout, revision_prefix=prefix,
+                       cache=_shuffle_cache(cache))  # fmt: skip
     sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
     extra = _stage_attrs(stage, step_offset)
     return _sampled_panel(Path(out), sampled, order="olmo", source=f"OLMo config {config}",
@@ -728,6 +737,7 @@ def build_from_olmo_core(
     controls: str = "beyond",
     train_steps: int | None = None,
     seed: int = 0,
+    cache=None,
     attrs: dict | None = None,
     overwrite: bool = False,
 ) -> Path:
@@ -736,7 +746,7 @@ def build_from_olmo_core(
 
     _check_out(out, overwrite)
     stage = olmo_core_stage(config, data_root=data_root, data_paths=data_paths, epoch=epoch, name=stage_name,
-                            offset=step_offset, heldout=heldout)  # fmt: skip
+                            offset=step_offset, heldout=heldout, cache=_shuffle_cache(cache))  # fmt: skip
     sampled = _sample_stage(stage, steps, macro, k, m, n_controls, controls, seed, train_steps)
     extra = _stage_attrs(stage, step_offset)
     return _sampled_panel(Path(out), sampled, order="olmo-core", source=f"OLMo-core config {config}",

@@ -35,7 +35,8 @@ NEVER = -1
 class Stage:
     name: str  # "stage1", "stage2-ingredient1", ...
     files: TokenFiles
-    indices: Callable[[], np.ndarray]  # the global indices (uint32), built or memory-mapped when first needed
+    # the global indices (uint32) when first needed: memory-mapped, or a ShuffledOrder (read at positions: order[pos])
+    indices: Callable[[], np.ndarray]
     batch: int  # instances per step
     offset: int = 0  # the panel's step before this stage's step 1
     last_step: int | None = None  # the stage's last step (None: as many as the order holds)
@@ -118,11 +119,16 @@ def sample_order(
         cohorts = _cohorts(steps, stage.offset, stage.offset + n_steps)
         pos, treat = _treated_positions(rng, stage, cohorts, k, m)
         last_trained = min(max(steps), stage.offset + n_steps) - stage.offset  # the stage's last step in the panel
-        parts.append(_read(stage, si, pos, treat, indices, counts, "treated", progress))
-        if n_controls:
-            parts.append(
-                _controls(stage, si, rng, controls, n_controls, last_trained, n_pos, indices, counts, progress)
-            )
+        beyond = controls == "beyond" and n_controls > 0
+        cpos = _beyond_positions(stage, rng, n_controls, last_trained, n_pos) if beyond else pos[:0]
+        # the order is read once, at the panel's positions only (an OLMo order is traced there, never built whole)
+        inst = np.asarray(indices[np.concatenate([pos, cpos])] if len(pos) + len(cpos) else [], dtype=np.int64)
+        parts.append(_read(stage, si, pos, treat, inst[: len(pos)], counts, "treated", progress))
+        if beyond:
+            never = np.full(len(cpos), NEVER)
+            parts.append(_read(stage, si, cpos, never, inst[len(pos) :], counts, "controls", progress))
+        elif n_controls:
+            parts.append(_heldout_controls(stage, si, rng, n_controls, counts, progress))
         notes += [f"{stage.name}: {note}" for note in stage.notes]
     merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     if not (merged["treatment"] != NEVER).any():
@@ -160,28 +166,29 @@ def _treated_positions(rng: np.random.Generator, stage, cohorts, k: int, m: int)
     return pos, treat
 
 
-def _controls(stage, si, rng, controls, n_controls, last_trained, n_pos, indices, counts, progress) -> dict:
-    """The stage's never-trained controls: positions past its last panel step ("beyond") or held-out instances."""
-    if controls == "beyond":
-        if not stage.first_epoch:
-            raise MemtuiError(
-                f"{stage.name}: a later epoch has no never-trained instances in its order; use held-out "
-                "controls (--controls held-out)."
-            )
-        lo = max(last_trained, 0) * stage.batch
-        if lo >= n_pos:
-            raise MemtuiError(
-                f"{stage.name}: every instance of the order is trained by step {stage.offset + last_trained}; "
-                "use held-out controls (--controls held-out with a held-out token set)."
-            )
-        cpos = lo + np.sort(rng.choice(n_pos - lo, size=min(n_controls, n_pos - lo), replace=False))
-        return _read(stage, si, cpos, np.full(len(cpos), NEVER), indices, counts, "controls", progress)
-    else:
-        if stage.heldout is None:
-            raise MemtuiError(f"{stage.name}: held-out controls need a held-out token set (--heldout FILES).")
-        n_held = stage.heldout.n_instances
-        pick = np.sort(rng.choice(n_held, size=min(n_controls, n_held), replace=False))
-        return _read_heldout(stage, si, pick, counts, progress)
+def _beyond_positions(stage, rng, n_controls, last_trained, n_pos) -> np.ndarray:
+    """Never-trained controls: positions of the order after the stage's last panel step."""
+    if not stage.first_epoch:
+        raise MemtuiError(
+            f"{stage.name}: a later epoch has no never-trained instances in its order; use held-out "
+            "controls (--controls held-out)."
+        )
+    lo = max(last_trained, 0) * stage.batch
+    if lo >= n_pos:
+        raise MemtuiError(
+            f"{stage.name}: every instance of the order is trained by step {stage.offset + last_trained}; "
+            "use held-out controls (--controls held-out with a held-out token set)."
+        )
+    return lo + np.sort(rng.choice(n_pos - lo, size=min(n_controls, n_pos - lo), replace=False))
+
+
+def _heldout_controls(stage, si, rng, n_controls, counts, progress) -> dict:
+    """Never-trained controls from the stage's held-out token set."""
+    if stage.heldout is None:
+        raise MemtuiError(f"{stage.name}: held-out controls need a held-out token set (--heldout FILES).")
+    n_held = stage.heldout.n_instances
+    pick = np.sort(rng.choice(n_held, size=min(n_controls, n_held), replace=False))
+    return _read_heldout(stage, si, pick, counts, progress)
 
 
 def _sources(stages: Sequence[Stage], stage: np.ndarray, file: np.ndarray) -> np.ndarray | None:
@@ -206,8 +213,8 @@ def _filtered(stage: Stage, tokens: np.ndarray, counts: dict, key: str) -> np.nd
     return keep
 
 
-def _read(stage, si, pos, treat, indices, counts, key, progress) -> dict:
-    inst = np.asarray(indices[pos], dtype=np.int64)
+def _read(stage, si, pos, treat, inst, counts, key, progress) -> dict:
+    """The instances ``inst`` at the order's positions ``pos``: their tokens, filtered, with their provenance."""
     if inst.size and inst.max() >= stage.files.n_instances:
         raise MemtuiError(
             f"{stage.name}: the global indices name instance {int(inst.max())}, but the token files hold "
