@@ -187,8 +187,13 @@ def test_build_cli_keeps_the_partners_in_the_cache_folder(tmp_path, cli, monkeyp
     code, _, err = cli("build", tmp_path / "a.h5", *args, "--cache", tmp_path / "mine")
     assert code == 0, err
     assert PartnerCache(tmp_path / "mine").load(550, 6198) is not None
-    code, _, err = cli("build", tmp_path / "b.h5", *args)  # no --cache: the user's cache folder
+    code, _, err = cli("build", tmp_path / "b.h5", *args)  # no --cache: $MEMTUI_CACHE where the user set it
     assert code == 0, err
     assert PartnerCache(tmp_path / "default" / "shuffles").load(550, 6198) is not None
+    monkeypatch.delenv("MEMTUI_CACHE")  # else nothing is kept: 4 bytes an instance are not written unasked
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    code, _, err = cli("build", tmp_path / "b2.h5", *args)
+    assert code == 0, err
+    assert not (tmp_path / "xdg").exists()
     code, _, err = cli("build", tmp_path / "c.h5", "--order", "amber", "--chunks", tmp_path, "--cache", tmp_path)
     assert code == 2 and "--cache belongs to --order neox" in err
