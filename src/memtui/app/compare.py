@@ -115,6 +115,7 @@ class ComparePane(VerticalScroll, can_focus=True):
         self.by = ""
         self.group = 0  # the group of the split whose plots and grids are shown
         self._ready: dict[tuple[Settings, str], ComparePane.Ready] = {}
+        self._pending: tuple[Settings, str] | None = None  # what the running worker estimates
 
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-by", classes="message", markup=False)
@@ -162,7 +163,9 @@ class ComparePane(VerticalScroll, can_focus=True):
             return
         split = f" by {clean(by, 40)}" if by else ""
         self._message(f"Estimating {len(self.suite.names)} models on {clean(settings.metric, 40)}{split}…")
-        self._estimate(settings, by)
+        if self._pending != (settings, by):  # shown again while being estimated: the running worker goes on
+            self._pending = (settings, by)
+            self._estimate(settings, by)
 
     def next_group(self, step: int = 1) -> None:
         """Show the next (or previous) group of the split in the plots and grids."""
@@ -210,6 +213,8 @@ class ComparePane(VerticalScroll, can_focus=True):
             return
         except MemtuiError as exc:
             ready = self.Ready(settings, error=str(exc), by=by)
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave the pane waiting: it says so instead
+            ready = self.Ready(settings, error=f"{type(exc).__name__}: {exc}", by=by)
         self.post_message(ready)
 
     def _pooled(self, settings: Settings, progress) -> list[str]:
@@ -228,6 +233,8 @@ class ComparePane(VerticalScroll, can_focus=True):
     @on(Ready)
     def _on_ready(self, event: Ready) -> None:
         self._ready[event.key] = event
+        if event.key == self._pending:
+            self._pending = None
         if event.key == (self.settings, self.by):
             self._show(event)
 
