@@ -228,7 +228,9 @@ class Host(App):
 
 
 @run_async
-async def test_compare_pane_says_plainly_that_it_does_not_split(tmp_path):
+async def test_compare_pane_splits_by_the_same_spec(tmp_path):
+    """The Compare pane compares the models group by group (tests/app/test_app_compare_by.py checks its figures): a
+    legend names the groups; without a split it is gone."""
     paths = [with_covariates(tmp_path, f"{m}.h5").path for m in ("a", "b")]
     app = Host(load_suite(paths))
     async with app.run_test(size=SIZE) as pilot:
@@ -236,7 +238,8 @@ async def test_compare_pane_says_plainly_that_it_does_not_split(tmp_path):
         pane.show_settings(Settings(metric="loglik", draws=100), "domain")
         await settle(pilot, ("compare",))
         note = str(pane.query_one("#compare-by").render())
-        assert note.startswith("Not split by domain: the models are compared over all their instances")
+        assert note.startswith("by domain · plots and grids: group 1") and "domain=code (" in note
+        assert "2 models by domain: 2 groups" in str(pane.query_one("#compare-text").render())
         pane.show_settings(Settings(metric="loglik", draws=100))
         assert not pane.query_one("#compare-by").display
 

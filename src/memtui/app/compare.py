@@ -3,9 +3,14 @@ residual by cohort overlaid (each model's line with its band, a legend of model 
 correlations between the models' profiles as small coloured grids. A seed suite (one model's data orders) adds the
 pooled estimate across seeds (``estimation.seeds``): each summary pooled, the seeds' spread, and whether they agree.
 
+Split by group (the workbench's ``b`` or the settings' split), the pane compares the models group by group
+(``estimation.suite_by.compare_by``: one set of draws for every model and group): a legend names each group with its
+size, the text gives each group's per-model summaries and each model's difference between groups, and the plots and
+grids show one group at a time (``v`` / ``V``: the next or previous group, as on the Profile pane).
+
 The suite is estimated in a thread of the pane's own (``estimation.suite.estimate_suite``: shared draws, so all models
-cost little more than one) and the result arrives as a typed message; results are kept per settings, so cycling
-back to a metric is immediate."""
+cost little more than one) and the result arrives as a typed message; results are kept per settings and split, so
+cycling back to a metric is immediate."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from memtui.app import palette
+from memtui.app.compare_split import group_legend, split_lines
 from memtui.app.fmt import minus, num, short_step
 from memtui.app.legend import legend, pack
 from memtui.app.plots import BandPlot, Series, plot_colours
@@ -88,18 +94,28 @@ class ComparePane(VerticalScroll, can_focus=True):
     """Every model of the suite side by side for the current metric and settings."""
 
     class Ready(Message):
-        """The suite's estimate (or why there is none) for ``settings``."""
+        """The suite's estimate (or why there is none) for ``settings``, split by ``by`` (``split``: the
+        ``SuiteByResult``) or not (``suite_result`` and its correlations ``pearson``)."""
 
-        def __init__(self, settings: Settings, suite_result=None, pearson=None, error: str = "", seeds=()) -> None:
+        def __init__(self, settings: Settings, suite_result=None, pearson=None, error: str = "", seeds=(), *,
+                     by: str = "", split=None) -> None:  # fmt: skip
             super().__init__()
             self.settings, self.suite_result, self.pearson, self.error = settings, suite_result, pearson, error
             self.seeds = list(seeds)  # a seed suite's pooled lines (``seed_lines``)
+            self.by, self.split = by, split
+
+        @property
+        def key(self) -> tuple[Settings, str]:
+            return self.settings, self.by
 
     def __init__(self, suite=None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.suite = suite
         self.settings: Settings | None = None
-        self._ready: dict[Settings, ComparePane.Ready] = {}
+        self.by = ""
+        self.group = 0  # the group of the split whose plots and grids are shown
+        self._ready: dict[tuple[Settings, str], ComparePane.Ready] = {}
+        self._pending: tuple[Settings, str] | None = None  # what the running worker estimates
 
     def compose(self) -> ComposeResult:
         yield Static("", id="compare-by", classes="message", markup=False)
@@ -122,35 +138,46 @@ class ComparePane(VerticalScroll, can_focus=True):
         self._redraw_text()
 
     def _redraw_text(self) -> None:
-        ready = self._ready.get(self.settings) if self.settings is not None else None
+        ready = self._ready.get((self.settings, self.by)) if self.settings is not None else None
         if ready is not None and not ready.error:
             self._show_legends(ready)
             self._show_grid(ready)
+            self._show_groups(ready)
 
     def _width(self) -> int:
         width = self.scrollable_content_region.width - 2  # the statics' padding
         return width if width > 10 else 10_000  # before the first layout: one line, redrawn on resize
 
     def show_settings(self, settings: Settings, by: str = "") -> None:
-        """Show the suite for ``settings``: at once when estimated before, else estimate it in the background. The
-        models are compared over all their instances: a split by group (``by``) is said, not applied."""
-        note = self.query_one("#compare-by", Static)
-        note.update(
-            f"Not split by {clean(by, 60)}: the models are compared over all their instances (the split is on the "
-            "Profile and Summaries panes)."
-            if by
-            else ""
-        )
-        note.display = bool(by)
+        """Show the suite for ``settings``, split by group (``by``) or not: at once when estimated before, else
+        estimate it in the background."""
+        if by != self.by:
+            self.by, self.group = by, 0
+        self.query_one("#compare-by", Static).display = False  # the split's legend, once there is one
         self.settings = settings
         if self.suite is None or len(self.suite.names) < 2:
             self._message("Compare needs several panels of the same instances: `memtui A.h5 B.h5 …` opens a suite.")
             return
-        if settings in self._ready:
-            self._show(self._ready[settings])
+        if (settings, by) in self._ready:
+            self._show(self._ready[settings, by])
             return
-        self._message(f"Estimating {len(self.suite.names)} models on {clean(settings.metric, 40)}…")
-        self._estimate(settings)
+        split = f" by {clean(by, 40)}" if by else ""
+        self._message(f"Estimating {len(self.suite.names)} models on {clean(settings.metric, 40)}{split}…")
+        if self._pending != (settings, by):  # shown again while being estimated: the running worker goes on
+            self._pending = (settings, by)
+            self._estimate(settings, by)
+
+    def next_group(self, step: int = 1) -> None:
+        """Show the next (or previous) group of the split in the plots and grids."""
+        ready = self._ready.get((self.settings, self.by)) if self.settings is not None else None
+        if ready is None or ready.split is None:
+            self.app.notify(
+                "Compare is not split: b (or the settings, o) splits it by a covariate." if not self.by
+                else "The split is still being estimated.", markup=False,
+            )  # fmt: skip
+            return
+        self.group = (self.group + step) % len(ready.split.groups)
+        self._show(ready)
 
     def _message(self, text: str) -> None:
         self.query_one("#compare-text", Static).update(text)
@@ -161,10 +188,11 @@ class ComparePane(VerticalScroll, can_focus=True):
         self.query_one("#compare-grid", Static).update("")
 
     @work(thread=True, exclusive=True, group="compare", exit_on_error=False)
-    def _estimate(self, settings: Settings) -> None:
+    def _estimate(self, settings: Settings, by: str = "") -> None:
         from dataclasses import replace
 
         from memtui.estimation.suite import correlations, estimate_suite
+        from memtui.estimation.suite_by import compare_by
 
         worker = get_current_worker()
 
@@ -172,15 +200,21 @@ class ComparePane(VerticalScroll, can_focus=True):
             if worker.is_cancelled:
                 raise _Cancelled
 
+        # the comparison is of causal profiles: the workbench's naive estimators are shown per model elsewhere
+        causal = replace(settings, engine="memtui")
         try:
-            # the comparison is of causal profiles: the workbench's naive estimators are shown per model elsewhere
-            sr = estimate_suite(self.suite, replace(settings, engine="memtui"), progress=progress)
-            corr = correlations(sr, settings.metric, scope="post")
-            ready = self.Ready(settings, sr, corr, seeds=self._pooled(replace(settings, engine="memtui"), progress))
+            if by:
+                ready = self.Ready(settings, by=by, split=compare_by(self.suite, causal, by, progress=progress))
+            else:
+                sr = estimate_suite(self.suite, causal, progress=progress)
+                corr = correlations(sr, settings.metric, scope="post")
+                ready = self.Ready(settings, sr, corr, seeds=self._pooled(causal, progress))
         except _Cancelled:
             return
         except MemtuiError as exc:
-            ready = self.Ready(settings, error=str(exc))
+            ready = self.Ready(settings, error=str(exc), by=by)
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave the pane waiting: it says so instead
+            ready = self.Ready(settings, error=f"{type(exc).__name__}: {exc}", by=by)
         self.post_message(ready)
 
     def _pooled(self, settings: Settings, progress) -> list[str]:
@@ -198,27 +232,46 @@ class ComparePane(VerticalScroll, can_focus=True):
 
     @on(Ready)
     def _on_ready(self, event: Ready) -> None:
-        self._ready[event.settings] = event
-        if event.settings == self.settings:
+        self._ready[event.key] = event
+        if event.key == self._pending:
+            self._pending = None
+        if event.key == (self.settings, self.by):
             self._show(event)
+
+    def _shown(self, ready: Ready):
+        """The suite result and correlations the plots and grids show: the whole suite's, or the shown group's."""
+        if ready.split is None:
+            return ready.suite_result, ready.pearson
+        group = ready.split.groups[self.group % len(ready.split.groups)]
+        return ready.split.suites[group], ready.split.correlations[group]
+
+    def _text_lines(self, ready: Ready) -> list[str]:
+        sr, metric = self._shown(ready)[0], ready.settings.metric
+        names = sr.names
+        lines = [f"{len(names)} models on {clean(metric, 40)} ({ready.settings.estimator}); lines = estimates, dots = "
+                 f"each model's simultaneous {1 - ready.settings.alpha:.0%} band."]  # fmt: skip
+        if ready.split is not None:  # each group's models, then the differences; the plots show one group
+            notes = ready.split.notes
+            lines += split_lines(ready.split)
+        else:
+            notes = [*sr.suite.notes, *sr.notes]
+            for i, (name, params) in enumerate(zip(names, sr.suite.parameters, strict=True)):
+                res = sr.results[name][metric]
+                inst = res.instantaneous["estimate"].mean() if res.instantaneous.height else float("nan")
+                size = f" ({compact_count(params)} parameters)" if params else ""
+                lines.append(f"  {i + 1} {clean(name, 40)}{size}: mean instantaneous {num(inst, signed=True)}, "
+                             f"overall {num(res.overall['estimate'], signed=True)}")  # fmt: skip
+            lines += ready.seeds
+        return lines + [f"⚠ {clean(n)}" for n in notes]
 
     def _show(self, ready: Ready) -> None:
         if ready.error:
             self._message(f"Compare: {clean(ready.error)}")
             return
-        sr, metric = ready.suite_result, ready.settings.metric
+        sr, metric = self._shown(ready)[0], ready.settings.metric
         names = sr.names
-        lines = [f"{len(names)} models on {clean(metric, 40)} ({ready.settings.estimator}); lines = estimates, dots = "
-                 f"each model's simultaneous {1 - ready.settings.alpha:.0%} band."]  # fmt: skip
-        for i, (name, params) in enumerate(zip(names, sr.suite.parameters, strict=True)):
-            res = sr.results[name][metric]
-            inst = res.instantaneous["estimate"].mean() if res.instantaneous.height else float("nan")
-            size = f" ({compact_count(params)} parameters)" if params else ""
-            lines.append(f"  {i + 1} {clean(name, 40)}{size}: mean instantaneous {num(inst, signed=True)}, overall "
-                         f"{num(res.overall['estimate'], signed=True)}")  # fmt: skip
-        lines += ready.seeds
-        lines += [f"⚠ {clean(n)}" for n in (*sr.suite.notes, *sr.notes)]
-        self.query_one("#compare-text", Static).update("\n".join(lines))
+        self.query_one("#compare-text", Static).update("\n".join(self._text_lines(ready)))
+        self._show_groups(ready)
         for widget in (*self.query(OverlayPlot), *self.query(".compare-legend")):
             widget.display = True
 
@@ -250,15 +303,23 @@ class ComparePane(VerticalScroll, can_focus=True):
         self._show_legends(ready)
         self._show_grid(ready)
 
+    def _show_groups(self, ready: Ready) -> None:
+        """The split's legend: each group with its size, the one the plots and grids show marked."""
+        note = self.query_one("#compare-by", Static)
+        note.display = ready.split is not None
+        if ready.split is not None:
+            note.update(group_legend(ready.split, self.group % len(ready.split.groups), self._width()))
+
     def _show_legends(self, ready: Ready) -> None:
-        names = [f"{i + 1} {clean(name, 20)}" for i, name in enumerate(ready.suite_result.names)]
+        names = [f"{i + 1} {clean(name, 20)}" for i, name in enumerate(self._shown(ready)[0].names)]
         colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark).models
         text = legend(names, colours, self._width())
         for line in self.query(".compare-legend"):
             line.update(text)
 
     def _show_grid(self, ready: Ready) -> None:
-        c, names = ready.pearson, ready.suite_result.names
+        sr, c = self._shown(ready)
+        names = sr.names
         scheme = palette.scheme(self.app.current_theme.dark)
         title = f"Pearson correlation of the true profiles, corrected for noise ({c.n_cells} cells)"
         width = self._width()

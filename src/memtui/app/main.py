@@ -496,7 +496,10 @@ class MemtuiApp(App):
         self.set_by(spec)  # the title bar and the legend line say what the split is
 
     def action_next_view(self, step: int = 1) -> None:
-        """The heatmap's next group, or difference of two groups, of the split."""
+        """The heatmap's next group, or difference of two groups, of the split (on Compare: its next group)."""
+        if self.active_pane == "compare":
+            self.query_one(ComparePane).next_group(step)
+            return
         if self.by_result is None:
             self.notify("No split: b (or the settings, o) splits the views by a covariate.", markup=False)
             return

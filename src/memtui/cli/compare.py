@@ -5,7 +5,8 @@ Files ``-o OUT.csv`` writes (docs/estimation.md, "Comparing models"):
   several panels: OUT.csv, the headline table (one row per model), and OUT-correlations.csv, the correlation
   matrices in long form (one row per metric, scope, method and ordered pair of models);
   one panel: OUT.csv, the three estimators' cells side by side with the ease term (``estimate.compare``);
-  with --reference: OUT.csv, the reference comparison's cells."""
+  with --reference: OUT.csv, the reference comparison's cells;
+  several panels with --by SPEC: the same files, a row per group (cli/compare_by.py), and OUT-differences.csv."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtui.cli.numbers import fixed2, p_value
-from memtui.cli.options import add_settings_args
+from memtui.cli.options import add_by_args, add_settings_args
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean, compact_count
 
@@ -35,10 +36,17 @@ def add_arguments(p) -> None:
     p.add_argument("--pooled", action="store_true",
                    help="a seed suite: its profile pooled across seeds, their spread and agreement")  # fmt: skip
     add_settings_args(p)
+    add_by_args(p)  # several panels: the comparison group by group (cli/compare_by.py)
 
 
 def run(args) -> int:
     out = _check_output(args.output) if args.output else None
+    if getattr(args, "by", None):
+        from memtui.cli.compare_by import run_by
+
+        return run_by(args, out, _settings, companion, write_together, _suite_lines)
+    if getattr(args, "shared_controls", False):
+        raise MemtuiError("--shared-controls goes with --by SPEC (the groups it splits the treated instances into).")
     if args.reference is not None:
         if len(args.panels) != 1:
             raise MemtuiError("--reference compares one panel with the published estimates; give one panel.")
