@@ -68,7 +68,10 @@ def point_estimates(lay: Layout) -> CellEstimates:
 
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
     z = lay.y - np.repeat(m, lay.group_n, axis=0)
-    q = np.stack([z[lay.rows(k)].T @ z[lay.rows(k)] for k in range(lay.n_groups)])  # (G, T+1, T+1)
+    q = np.empty((lay.n_groups, z.shape[1], z.shape[1]))  # (G, T+1, T+1), each group's product written in place
+    for k in range(lay.n_groups):
+        zk = z[lay.rows(k)]
+        np.matmul(zk.T, zk, out=q[k])
     ss_treated = q[g, t, t] + q[g, b, b] - 2 * q[g, t, b]
     # control groups are always among the first `upto` groups: only those enter the control sums
     qc = q[:upto]

@@ -163,8 +163,9 @@ def aggregate_members(lay) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarra
     overall average, last): the aggregates every estimate reports."""
     steps = lay.steps
     event = steps[lay.cell_t] - steps[lay.group_index[lay.cell_group]]
-    events = np.unique(event)
-    members = [np.flatnonzero(event == e) for e in events]
+    order = np.argsort(event, kind="stable")  # each event time's cells in ascending order, as flatnonzero lists them
+    events, starts = np.unique(event[order], return_index=True)
+    members = np.split(order, starts[1:])
     return events, members, [*members, np.flatnonzero(~lay.cell_pre)]
 
 
@@ -314,6 +315,12 @@ def _persistent(c: _Cells) -> pl.DataFrame:
         crit_e[fam] = c.aggregate_crit(draws, se, rows, fam)
         if settings.family == "post" and (~post_e).any():
             crit_e[~post_e] = c.aggregate_crit(draws, se, rows, ~post_e)
+    cells = np.concatenate(members)  # every event time has a cell: its members are runs of this, in order
+    starts = np.cumsum([0, *map(len, members[:-1])])
+
+    def per_event(op, values: np.ndarray) -> np.ndarray:  # integer sums and maxima, any: exact in any order
+        return op.reduceat(values[cells], starts)
+
     return result_frame(
         settings,
         "persistent",
@@ -325,11 +332,11 @@ def _persistent(c: _Cells) -> pl.DataFrame:
         se=agg_se,
         ase=agg_ase,
         crit=crit_e,
-        n_treated=[int(est.n_treated[m].sum()) for m in members],
-        n_control=[int(est.n_control[m].max()) for m in members],
+        n_treated=per_event(np.add, est.n_treated),
+        n_control=per_event(np.maximum, est.n_control),
         pre=events < 0,
-        n_folded=[int(c.folded[m].sum()) for m in members],
-        small=[bool(c.small[m].any()) for m in members],
+        n_folded=per_event(np.add, c.folded),
+        small=per_event(np.logical_or, c.small),
     )
 
 
