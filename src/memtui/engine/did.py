@@ -396,9 +396,11 @@ def bootstrap_se(draws: np.ndarray, floor: float = SE_FLOOR_REL) -> np.ndarray:
         part = np.sort(draws[start : start + _SLAB], axis=1)
         return part[:, k75].astype(float) - part[:, k25]
 
-    # sort releases the GIL: row slabs on every core
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB)))) if len(draws) else np.empty(0)
+    if len(draws) <= _SLAB:  # one slab (an aggregate's draws, a difference's): no threads to start for it
+        spread = iqr(0) if len(draws) else np.empty(0)
+    else:  # sort releases the GIL: row slabs on every core
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB))))
     return floored(spread / _IQR_NORMAL, floor)
 
 

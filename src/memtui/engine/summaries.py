@@ -65,13 +65,14 @@ def aggregate(
 
 
 def analytic_se(
-    lay: Layout, est: CellEstimates, members: list[np.ndarray], clusters: np.ndarray | None = None
+    lay: Layout, est: CellEstimates, members: list[np.ndarray], clusters: np.ndarray | None = None, weights=None
 ) -> np.ndarray:
     """Influence-function standard error of each aggregate in ``members`` (weight estimation included), scaled as the
     cells' analytic ones: the exact variance of the aggregate's multiplier-bootstrap draw given the data. With
     ``clusters`` (per layout row; each cluster inside one group), the influence is summed within clusters first: the
-    exact variance of the draw with one multiplier per cluster."""
-    _, w_vals, u_vals, pg = _weights(lay, est.att, members)
+    exact variance of the draw with one multiplier per cluster. ``weights``: ``_weights`` of these members, where the
+    caller has them already."""
+    _, w_vals, u_vals, pg = weights or _weights(lay, est.att, members)
     n_groups, width = lay.n_groups, lay.y.shape[1]
     g_all, t_all, b_all, p_all, own_all = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
     n_t_all = lay.group_n[g_all].astype(float)
@@ -82,7 +83,7 @@ def analytic_se(
     out = np.empty(len(members))
     for start in range(0, len(members), block):
         part = range(start, min(start + block, len(members)))
-        a = np.concatenate([np.full(len(members[k]), k - start) for k in part])
+        a = np.repeat(np.arange(len(part)), [len(members[k]) for k in part])
         cells = np.concatenate([members[k] for k in part])
         w = np.concatenate([w_vals[k] for k in part])
         u = np.concatenate([u_vals[k] for k in part])
