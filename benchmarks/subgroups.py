@@ -2,6 +2,7 @@
 
     python benchmarks/subgroups.py                      # the paper's full size: 16,300 x 144, B = 1000, 8 groups
     python benchmarks/subgroups.py --shape first-epoch --groups 4 --draws 500 --repeat 3
+    python benchmarks/subgroups.py --repeat 4 --against /path/to/main/src   # rounds of both versions, alternating
 
 The panel is synthetic (panel/synthetic.py, the shapes of benchmarks/estimate.py) with a categorical covariate of G
 equally likely levels; every run uses the same settings (the default calibrated band) in this process, one after the
@@ -25,7 +26,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
+import importlib.util
 import os
+import sys
 import time
 
 import numpy as np
@@ -104,6 +108,75 @@ def one_round(panel: Panel, settings: Settings, shared: bool) -> dict:
             "in_by": in_by[0], "res": res, "by_result": by, "load": os.getloadavg()[0]}  # fmt: skip
 
 
+def report(label: str, k: int, r: dict, panel: Panel, shared: bool) -> None:
+    """Print one round's timings and the ratio to the issue's target."""
+    by = r["by_result"]
+    g = len(by.names)
+    n, n_never = panel.n_instances, int(panel.never_treated.sum())
+    shares = [(t + (n_never if shared else c)) / n for t, c in (by.sizes[x] for x in by.names)]
+    target = 1.5 * r["one"] + g * r["share"]
+    strict = 1.5 * r["one"] + r["one"] * sum(shares)
+    cells = sum(by.groups[x].cells.height for x in by.names)
+    print(f"round {k + 1}{label} (load average {r['load']:.1f})")
+    height = r["res"].cells.height
+    print(f"  one estimate   {r['one']:7.2f} s (runs {r['one_a']:.2f}, {r['one_b']:.2f}; {height} cells)")
+    print(f"  --by domain    {r['by']:7.2f} s ({g} groups, {cells} cells) = {r['by'] / r['one']:.2f} x one")
+    print(f"  per-group share {r['share']:6.2f} s (per-cell part of a lone estimate of {by.names[0]}, "
+          f"{r['lone']:.2f} s in all)")  # fmt: skip
+    rest = r["by"] - r["in_by"]
+    print(f"  inside --by    {r['in_by']:7.2f} s per-cell ({r['in_by'] / g:.2f} s a group), the rest "
+          f"{rest:.2f} s = {rest / r['one']:.2f} x one (what the groups share or split)")  # fmt: skip
+    print(f"  target         {target:7.2f} s = 1.5 x one + {g} x share = {target / r['one']:.2f} x one: "
+          f"{'met' if r['by'] <= target else 'NOT met'} (by / target = {r['by'] / target:.2f})")  # fmt: skip
+    print(f"  strict target  {strict:7.2f} s = {strict / r['one']:.2f} x one (share = instances' share): "
+          f"{'met' if r['by'] <= strict else 'not met'}")  # fmt: skip
+
+
+def _ours() -> dict:
+    return {k: v for k, v in sys.modules.items() if k == "memtui" or k.startswith("memtui.")}
+
+
+@contextlib.contextmanager
+def _using(modules: dict):
+    """``modules`` (one memtui's) in sys.modules while the block runs: what memtui imports inside its functions
+    (scipy-free paths import memtui modules lazily) comes from the same version as the caller."""
+    saved = _ours()
+    for k in saved:
+        del sys.modules[k]
+    sys.modules.update(modules)
+    try:
+        yield
+    finally:
+        for k in modules:
+            sys.modules.pop(k, None)
+        sys.modules.update(saved)
+
+
+def bound_to(src: str):
+    """This benchmark as a second module bound to the memtui under ``src`` (another checkout's src folder, e.g. a
+    git worktree of main), and that memtui's modules: both versions live in one process, so their rounds alternate
+    under the same load."""
+    saved = _ours()
+    for k in saved:
+        del sys.modules[k]
+    sys.path.insert(0, os.path.abspath(src))
+    try:
+        spec = importlib.util.spec_from_file_location("_subgroups_against", __file__)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        for name in ("memtui.engine.bands", "memtui.estimation.clusters", "memtui.estimation.crosscheck"):
+            importlib.import_module(name)  # imported lazily by memtui's functions: bind this version's now
+        theirs = _ours()
+    finally:
+        sys.path.remove(os.path.abspath(src))
+        for k in _ours():
+            del sys.modules[k]
+        sys.modules.update(saved)
+    if not os.path.samefile(os.path.dirname(theirs["memtui"].__file__), os.path.join(src, "memtui")):
+        raise SystemExit(f"--against {src}: memtui was not imported from there")
+    return module, theirs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=list(SHAPES), default="full")
@@ -112,37 +185,27 @@ def main() -> None:
     ap.add_argument("--band", choices=["calibrated", "classic"], default="calibrated")
     ap.add_argument("--shared-controls", action="store_true")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--against", metavar="SRC", help="another checkout's src folder: its rounds alternate with ours")
     args = ap.parse_args()
     sim = SHAPES[args.shape]
-    panel = make_panel(sim, args.groups)
-    settings = Settings(draws=args.draws, band=args.band)
+    versions = [("", sys.modules[__name__], _ours())]
+    if args.against:
+        versions = [(" this tree", *versions[0][1:]), (f" {args.against}", *bound_to(args.against))]
+    runs = []
+    for label, module, modules in versions:
+        with _using(modules):
+            panel = module.make_panel(sim, args.groups)
+            module.estimate(panel, module.Settings(draws=20, band=args.band))  # warm up: imports, first-call costs
+            runs.append((label, module, modules, panel, module.Settings(draws=args.draws, band=args.band)))
     threads = {k: os.environ.get(k, "unset") for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    print(f"panel {panel.n_instances} instances x {sim.n_checkpoints} checkpoints, B = {args.draws}, "
+    print(f"panel {runs[0][3].n_instances} instances x {sim.n_checkpoints} checkpoints, B = {args.draws}, "
           f"{args.band} band, {args.groups} groups{' (shared controls)' if args.shared_controls else ''}; "
           f"{os.cpu_count()} cores, {threads}")  # fmt: skip
-    estimate(panel, Settings(draws=20, band=args.band))  # warm up: imports, first-call costs
     for k in range(args.repeat):
-        r = one_round(panel, settings, args.shared_controls)
-        by = r["by_result"]
-        g = len(by.names)
-        n, n_never = panel.n_instances, int(panel.never_treated.sum())
-        shares = [(t + (n_never if args.shared_controls else c)) / n for t, c in (by.sizes[x] for x in by.names)]
-        target = 1.5 * r["one"] + g * r["share"]
-        strict = 1.5 * r["one"] + r["one"] * sum(shares)
-        cells = sum(by.groups[x].cells.height for x in by.names)
-        print(f"round {k + 1} (load average {r['load']:.1f})")
-        height = r["res"].cells.height
-        print(f"  one estimate   {r['one']:7.2f} s (runs {r['one_a']:.2f}, {r['one_b']:.2f}; {height} cells)")
-        print(f"  --by domain    {r['by']:7.2f} s ({g} groups, {cells} cells) = {r['by'] / r['one']:.2f} x one")
-        print(f"  per-group share {r['share']:6.2f} s (per-cell part of a lone estimate of {by.names[0]}, "
-              f"{r['lone']:.2f} s in all)")  # fmt: skip
-        rest = r["by"] - r["in_by"]
-        print(f"  inside --by    {r['in_by']:7.2f} s per-cell ({r['in_by'] / g:.2f} s a group), the rest "
-              f"{rest:.2f} s = {rest / r['one']:.2f} x one (what the groups share or split)")  # fmt: skip
-        print(f"  target         {target:7.2f} s = 1.5 x one + {g} x share = {target / r['one']:.2f} x one: "
-              f"{'met' if r['by'] <= target else 'NOT met'} (by / target = {r['by'] / target:.2f})")  # fmt: skip
-        print(f"  strict target  {strict:7.2f} s = {strict / r['one']:.2f} x one (share = instances' share): "
-              f"{'met' if r['by'] <= strict else 'not met'}")  # fmt: skip
+        for label, module, modules, panel, settings in runs:
+            with _using(modules):
+                r = module.one_round(panel, settings, args.shared_controls)
+            report(label, k, r, panel, args.shared_controls)
 
 
 if __name__ == "__main__":
