@@ -58,24 +58,26 @@ def make_panel(sim: Simulation, groups: int) -> Panel:
 
 
 def timed(fn):
-    start = time.perf_counter()
+    """(wall seconds, CPU seconds of the process's threads, fn's result)."""
+    start, cpu = time.perf_counter(), time.process_time()
     out = fn()
-    return time.perf_counter() - start, out
+    return time.perf_counter() - start, time.process_time() - cpu, out
 
 
 @contextlib.contextmanager
 def per_cell_timer():
-    """Seconds spent in the functions that work on (cells x draws) while the block runs (one thread: a lone
-    estimate runs them on the calling thread)."""
-    spent = [0.0]
+    """Seconds (wall, CPU) spent in the functions that work on (cells x draws) while the block runs (one thread: a
+    lone estimate runs them on the calling thread)."""
+    spent = [0.0, 0.0]
 
     def clocked(fn):
         def run(*args, **kwargs):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kwargs)
             finally:
                 spent[0] += time.perf_counter() - start
+                spent[1] += time.process_time() - cpu
 
         return run
 
@@ -94,18 +96,21 @@ def per_cell_timer():
 
 
 def one_round(panel: Panel, settings: Settings, shared: bool) -> dict:
-    one_a, res = timed(lambda: estimate(panel, settings))
+    """One estimate, --by, one estimate again and a lone estimate of the first group, each timed in wall and CPU
+    seconds (CPU time is what a loaded machine changes least: waiting for a core is not counted)."""
+    one_a, cpu_a, res = timed(lambda: estimate(panel, settings))
     with per_cell_timer() as in_by:  # the same functions inside --by (its groups run one after another)
-        by_t, by = timed(lambda: estimate_by(panel, settings, "domain", shared_controls=shared))
-    one_b, _ = timed(lambda: estimate(panel, settings))
+        by_t, by_cpu, by = timed(lambda: estimate_by(panel, settings, "domain", shared_controls=shared))
+    one_b, cpu_b, _ = timed(lambda: estimate(panel, settings))
     first = by.names[0]
     mine = panel.covariates["domain"] == first.split("=", 1)[1]
     rows = np.flatnonzero((mine & ~panel.never_treated) | panel.never_treated if shared else mine)
     alone = subset_panel(panel, rows)
     with per_cell_timer() as spent:
-        lone, _ = timed(lambda: estimate(alone, settings))
+        lone, _, _ = timed(lambda: estimate(alone, settings))
+    cpu = {"one": min(cpu_a, cpu_b), "by": by_cpu, "share": spent[1], "in_by": in_by[1]}
     return {"one_a": one_a, "one_b": one_b, "one": min(one_a, one_b), "by": by_t, "share": spent[0], "lone": lone,
-            "in_by": in_by[0], "res": res, "by_result": by, "load": os.getloadavg()[0]}  # fmt: skip
+            "in_by": in_by[0], "res": res, "by_result": by, "load": os.getloadavg()[0], "cpu": cpu}  # fmt: skip
 
 
 def report(label: str, k: int, r: dict, panel: Panel, shared: bool) -> None:
@@ -130,6 +135,11 @@ def report(label: str, k: int, r: dict, panel: Panel, shared: bool) -> None:
           f"{'met' if r['by'] <= target else 'NOT met'} (by / target = {r['by'] / target:.2f})")  # fmt: skip
     print(f"  strict target  {strict:7.2f} s = {strict / r['one']:.2f} x one (share = instances' share): "
           f"{'met' if r['by'] <= strict else 'not met'}")  # fmt: skip
+    c = r["cpu"]
+    c_rest, c_target = c["by"] - c["in_by"], 1.5 * c["one"] + g * c["share"]
+    print(f"  CPU seconds    one {c['one']:.2f}, --by {c['by']:.2f}, share {c['share']:.2f}, per-cell inside --by "
+          f"{c['in_by']:.2f}, the rest {c_rest:.2f} = {c_rest / c['one']:.2f} x one; by / target = "
+          f"{c['by'] / c_target:.2f}")  # fmt: skip
 
 
 def _ours() -> dict:
