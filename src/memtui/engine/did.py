@@ -67,14 +67,23 @@ def point_estimates(lay: Layout) -> CellEstimates:
     dmu = mu_t - mu_b
 
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
+    # Control groups are always among the first `upto` groups: only their products are kept (qc); every other group's
+    # is read for its own cells while it is in cache (a subgroup's layout has 144 groups: all of them, 24 MB, were
+    # written then gathered from at random)
     z = lay.y - np.repeat(m, lay.group_n, axis=0)
-    q = np.empty((lay.n_groups, z.shape[1], z.shape[1]))  # (G, T+1, T+1), each group's product written in place
+    width = z.shape[1]
+    qc = np.empty((min(upto, lay.n_groups), width, width))
+    buf = np.empty((width, width))
+    ss_treated = np.empty(len(g))
+    order = np.argsort(g, kind="stable")
+    bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
     for k in range(lay.n_groups):
         zk = z[lay.rows(k)]
-        np.matmul(zk.T, zk, out=q[k])
-    ss_treated = q[g, t, t] + q[g, b, b] - 2 * q[g, t, b]
-    # control groups are always among the first `upto` groups: only those enter the control sums
-    qc = q[:upto]
+        qk = qc[k] if k < len(qc) else buf
+        np.matmul(zk.T, zk, out=qk)
+        mine = order[bounds[k] : bounds[k + 1]]
+        tk, bk = t[mine], b[mine]
+        ss_treated[mine] = qk[tk, tk] + qk[bk, bk] - 2 * qk[tk, bk]
     ss_group = qc[:, t, t] + qc[:, b, b] - 2 * qc[:, t, b]  # (upto, cells)
     dm_all = m[:upto, t] - m[:upto, b]
     in_ctrl = np.arange(upto)[:, None] < p[None, :]
