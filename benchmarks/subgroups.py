@@ -19,7 +19,11 @@ aggregates' draws (``summaries.aggregate``) and, for the classic band, the robus
 (``did.bootstrap_se``, ``did.sup_t_many``). What the groups share or split (multiplier draws, the group sums' matrix
 products, layouts, point estimates, analytic standard errors, frames) must then come to at most 1.5 x one estimate.
 The stricter reading (a group's share = one estimate x its share of the instances: 2.5 x one estimate in all for
-separate samples) is printed too.
+separate samples) is printed too. Every time is taken in wall seconds and in CPU seconds of the process's threads; on
+a machine shared with other work the CPU seconds are the steadier (waiting for a core is not counted in them).
+
+``--against SRC`` loads the memtui under SRC (another checkout's src folder) into this process beside this tree's
+and alternates their rounds, so that a before/after meets the same load.
 """
 
 from __future__ import annotations
