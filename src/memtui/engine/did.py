@@ -299,6 +299,8 @@ class _Stack:
         # subgroup's layout has 144 groups of a dozen rows: building the views each chunk cost a fifth of its sums)
         self.slices = [first.rows(k) for k in range(first.n_groups)]
         self.yts = [[yj[rows].T for yj in self.ys] for rows in self.slices]
+        self.reuse: dict[int, tuple] = {}  # groups whose sums another stack makes (``_share_groups``)
+        self.keep: dict[int, tuple] = {}  # groups whose sums other stacks copy
 
     def chunk(self, drawn, start: int, bc: int, cells, group_w, on_chunk, cores: int, products: dict) -> None:
         """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn`` (``products``: the
