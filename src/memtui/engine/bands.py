@@ -192,7 +192,8 @@ def aggregate_spec(
     re-centred by the effective numbers of clusters ``var.n_t``, ``var.n_c`` (``clustered_variances``)."""
     from scipy import sparse
 
-    _, w_vals, _, _ = _weights(lay, est.att, members)
+    weights = _weights(lay, est.att, members)
+    w_vals = weights[1]
     rows = np.concatenate([np.full(len(m), a) for a, m in enumerate(members)])
     cols = np.concatenate(members)
     w = np.concatenate(w_vals)
@@ -203,7 +204,7 @@ def aggregate_spec(
     treated = sparse.csr_array(((w**2 / n_t).astype(np.float32), (rows, cols)), shape=shape)
     ctrl_coef = np.divide(w, np.sqrt(n_c), out=np.zeros_like(w), where=n_c > 0)
     control = sparse.csr_array((ctrl_coef.astype(np.float32), (rows, cols)), shape=shape)
-    ase = analytic_se(lay, est, members, clusters=clusters)
+    ase = analytic_se(lay, est, members, clusters=clusters, weights=weights)
     return AggregateSpec(members=members, ase=ase, treated=treated, control=control)
 
 

@@ -29,6 +29,7 @@ SE_FLOOR_REL = float(np.sqrt(np.finfo(float).eps) * 10)
 _IQR_NORMAL = 1.3489795003921634  # norm.ppf(0.75) - norm.ppf(0.25)
 _SLAB = 1024  # rows per block when scanning the draws
 _THREADED_SUMS = 1 << 20  # rows x columns of a stack's outcomes from which its group sums are spread over the cores
+_SHARED_GROUP_ROWS = 64  # rows from which a group that several stacks hold is summed once for all (_share_groups)
 _CELL_BLOCK = 2048  # cells per block of a chunk's cell draws: a block's few (cells x chunk) temporaries stay in cache
 
 
@@ -67,11 +68,23 @@ def point_estimates(lay: Layout) -> CellEstimates:
     dmu = mu_t - mu_b
 
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
+    # Control groups are always among the first `upto` groups: only their products are kept (qc); every other group's
+    # is read for its own cells while it is in cache (a subgroup's layout has 144 groups: all of them, 24 MB, were
+    # written then gathered from at random)
     z = lay.y - np.repeat(m, lay.group_n, axis=0)
-    q = np.stack([z[lay.rows(k)].T @ z[lay.rows(k)] for k in range(lay.n_groups)])  # (G, T+1, T+1)
-    ss_treated = q[g, t, t] + q[g, b, b] - 2 * q[g, t, b]
-    # control groups are always among the first `upto` groups: only those enter the control sums
-    qc = q[:upto]
+    width = z.shape[1]
+    qc = np.empty((min(upto, lay.n_groups), width, width))
+    buf = np.empty((width, width))
+    ss_treated = np.empty(len(g))
+    order = np.argsort(g, kind="stable")
+    bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
+    for k in range(lay.n_groups):
+        zk = z[lay.rows(k)]
+        qk = qc[k] if k < len(qc) else buf
+        np.matmul(zk.T, zk, out=qk)
+        mine = order[bounds[k] : bounds[k + 1]]
+        tk, bk = t[mine], b[mine]
+        ss_treated[mine] = qk[tk, tk] + qk[bk, bk] - 2 * qk[tk, bk]
     ss_group = qc[:, t, t] + qc[:, b, b] - 2 * qc[:, t, b]  # (upto, cells)
     dm_all = m[:upto, t] - m[:upto, b]
     in_ctrl = np.arange(upto)[:, None] < p[None, :]
@@ -169,6 +182,7 @@ def bootstrap_shared(
     keys = {stack.source.n_keys for stack in stacks if stack.source is not None}
     if len(stacks) > 1 and (len(keys) != 1 or any(stack.source is None for stack in stacks)):
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells, or one keyed source each")
+    _share_groups(stacks)
     rows = keys.pop() if keys else lays[0].n_units
     rng = np.random.default_rng(seed)
     # float32: the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
@@ -181,8 +195,9 @@ def bootstrap_shared(
 
         # stack after stack, each spread over the cores as a lone bootstrap is (stacks side by side on the cores were
         # slower: their cell draws are bound by memory bandwidth, which they then compete for)
+        products: dict = {}  # this chunk's sums of groups that several stacks hold (``_share_groups``)
         for s, stack in enumerate(stacks):
-            stack.chunk(drawn, start, bc, cells, group_w[s], on_chunk, cores)
+            stack.chunk(drawn, start, bc, cells, group_w[s], on_chunk, cores, products)
         if progress:
             progress((start + bc) / draws)
     return [BootstrapDraws(cells=cells[j], group_w=group_w[s]) for s, stack in enumerate(stacks) for j in stack.jobs]
@@ -226,6 +241,34 @@ def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stac
     return stacks
 
 
+def _share_groups(stacks: list[_Stack]) -> None:
+    """Groups that several stacks hold whole, the same instances (so the same multipliers in every draw) with the
+    same outcomes bit for bit: their sums are the same product, made once a chunk by the first stack that holds the
+    group and copied by the others. Subgroups with shared controls all hold the never-treated controls: one product
+    instead of one per group, each group's draws unchanged."""
+    first_seen: dict = {}
+    for s, stack in enumerate(stacks):
+        stack.reuse, stack.keep = {}, {}
+        if stack.source is None or stack.first.source_rows is None:
+            continue
+        for k, rows in enumerate(stack.slices):
+            if rows.stop - rows.start < _SHARED_GROUP_ROWS:  # a product too small to be worth a look-up
+                continue
+            sig = (stack.stride, stack.source.keys[stack.first.source_rows[rows]].tobytes())
+            owner = first_seen.setdefault(sig, (s, k))
+            if owner != (s, k) and _same_outcomes(stacks[owner[0]], owner[1], stack, k):
+                stack.reuse[k] = sig
+                stacks[owner[0]].keep[owner[1]] = sig
+
+
+def _same_outcomes(a: _Stack, ka: int, b: _Stack, kb: int) -> bool:
+    """Whether group ``ka`` of stack ``a`` and group ``kb`` of stack ``b`` have the same outcomes, bit for bit."""
+    return all(
+        np.array_equal(ya[a.slices[ka]].view(np.uint32), yb[b.slices[kb]].view(np.uint32))
+        for ya, yb in zip(a.ys, b.ys, strict=True)
+    )
+
+
 @dataclass
 class _Stack:
     """Layouts with the same groups and cells and the same multipliers (``jobs``: their indices among all layouts):
@@ -252,12 +295,19 @@ class _Stack:
         # one contiguous matrix per layout, never the layouts side by side: a wider product may be blocked differently
         # by BLAS (another kernel for the edge columns), which changed the last float32 bits on some CPUs
         self.ys = [lay.y.astype(f32) for lay in lays]
+        # each group's rows and its outcomes' transposes, the products' operands, made once for every chunk (a
+        # subgroup's layout has 144 groups of a dozen rows: building the views each chunk cost a fifth of its sums)
+        self.slices = [first.rows(k) for k in range(first.n_groups)]
+        self.yts = [[yj[rows].T for yj in self.ys] for rows in self.slices]
+        self.reuse: dict[int, tuple] = {}  # groups whose sums another stack makes (``_share_groups``)
+        self.keep: dict[int, tuple] = {}  # groups whose sums other stacks copy
 
-    def chunk(self, drawn, start: int, bc: int, cells, group_w, on_chunk, cores: int) -> None:
-        """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn``."""
+    def chunk(self, drawn, start: int, bc: int, cells, group_w, on_chunk, cores: int, products: dict) -> None:
+        """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn`` (``products``: the
+        chunk's sums of groups other stacks hold too)."""
         first = self.first
         v = drawn if self.source is None else self.source.take(drawn, first.source_rows)
-        r = self.group_sums(v, bc, cores)
+        r = self.group_sums(v, bc, cores, products)
         w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
         group_w[:, start : start + bc] = w
         cum_r = _prefix_sums(r, self.upto).reshape(-1, bc)
@@ -279,29 +329,34 @@ class _Stack:
             with ThreadPoolExecutor(min(len(self.jobs), cores)) as pool:
                 list(pool.map(one, range(len(self.jobs))))
 
-    def group_sums(self, v: np.ndarray, bc: int, cores: int) -> np.ndarray:
-        """(G, stride, bc): each group's multiplier-weighted sums of every layout's columns."""
+    def group_sums(self, v: np.ndarray, bc: int, cores: int, products: dict) -> np.ndarray:
+        """(G, stride, bc): each group's multiplier-weighted sums of every layout's columns; a group another stack
+        has summed already this chunk (``products``) is copied."""
         first, width = self.first, self.width
         r = np.empty((first.n_groups, self.stride, bc), dtype=np.float32)
+        for k, sig in self.reuse.items():
+            r[k] = products[sig]
+        todo = [k for k in range(first.n_groups) if k not in self.reuse]
 
-        def sums(ks: range) -> None:
+        def sums(ks: list[int]) -> None:
             for k in ks:
-                rows = first.rows(k)
-                vk = v[rows]
-                for j, yj in enumerate(self.ys):
-                    np.matmul(yj[rows].T, vk, out=r[k, j * width : (j + 1) * width])
+                vk, rk = v[self.slices[k]], r[k]
+                for j, yt in enumerate(self.yts[k]):
+                    np.matmul(yt, vk, out=rk[j * width : (j + 1) * width])
 
         # BLAS on one thread, the groups' products in a thread per core: each product is computed whole by one
         # thread, so the draws do not depend on the number of cores or on how BLAS would split a product. Small
         # stacks (a subgroup's: a few thousand rows) stay on one thread: starting and waking threads for a few
         # milliseconds of products cost more than they saved
-        cores = min(cores, first.n_groups) if first.n_units * self.stride >= _THREADED_SUMS else 1
+        cores = min(cores, len(todo)) if first.n_units * self.stride >= _THREADED_SUMS else 1
         with one_blas_thread():
             if cores <= 1:
-                sums(range(first.n_groups))
+                sums(todo)
             else:
                 with ThreadPoolExecutor(cores) as pool:
-                    list(pool.map(sums, [range(i, first.n_groups, cores) for i in range(cores)]))
+                    list(pool.map(sums, [todo[i::cores] for i in range(cores)]))
+        for k, sig in self.keep.items():
+            products[sig] = r[k].copy()
         return r
 
     def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray):
@@ -393,9 +448,11 @@ def bootstrap_se(draws: np.ndarray, floor: float = SE_FLOOR_REL) -> np.ndarray:
         part = np.sort(draws[start : start + _SLAB], axis=1)
         return part[:, k75].astype(float) - part[:, k25]
 
-    # sort releases the GIL: row slabs on every core
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB)))) if len(draws) else np.empty(0)
+    if len(draws) <= _SLAB:  # one slab (an aggregate's draws, a difference's): no threads to start for it
+        spread = iqr(0) if len(draws) else np.empty(0)
+    else:  # sort releases the GIL: row slabs on every core
+        with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+            spread = np.concatenate(list(pool.map(iqr, range(0, len(draws), _SLAB))))
     return floored(spread / _IQR_NORMAL, floor)
 
 

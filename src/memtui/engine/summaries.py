@@ -65,13 +65,14 @@ def aggregate(
 
 
 def analytic_se(
-    lay: Layout, est: CellEstimates, members: list[np.ndarray], clusters: np.ndarray | None = None
+    lay: Layout, est: CellEstimates, members: list[np.ndarray], clusters: np.ndarray | None = None, weights=None
 ) -> np.ndarray:
     """Influence-function standard error of each aggregate in ``members`` (weight estimation included), scaled as the
     cells' analytic ones: the exact variance of the aggregate's multiplier-bootstrap draw given the data. With
     ``clusters`` (per layout row; each cluster inside one group), the influence is summed within clusters first: the
-    exact variance of the draw with one multiplier per cluster."""
-    _, w_vals, u_vals, pg = _weights(lay, est.att, members)
+    exact variance of the draw with one multiplier per cluster. ``weights``: ``_weights`` of these members, where the
+    caller has them already."""
+    _, w_vals, u_vals, pg = weights or _weights(lay, est.att, members)
     n_groups, width = lay.n_groups, lay.y.shape[1]
     g_all, t_all, b_all, p_all, own_all = lay.cell_group, lay.cell_t, lay.cell_b, lay.cell_prefix, lay.cell_own
     n_t_all = lay.group_n[g_all].astype(float)
@@ -82,7 +83,7 @@ def analytic_se(
     out = np.empty(len(members))
     for start in range(0, len(members), block):
         part = range(start, min(start + block, len(members)))
-        a = np.concatenate([np.full(len(members[k]), k - start) for k in part])
+        a = np.repeat(np.arange(len(part)), [len(members[k]) for k in part])
         cells = np.concatenate([members[k] for k in part])
         w = np.concatenate([w_vals[k] for k in part])
         u = np.concatenate([u_vals[k] for k in part])
@@ -92,26 +93,26 @@ def analytic_se(
         coef = np.zeros((len(part), n_groups, width))
         const = np.zeros((len(part), n_groups))
         # treated: (1/n_g) sum_{i in g} v_i (y_it - y_ib - dm)
-        np.add.at(coef, (a, g, t), wt)
-        np.add.at(coef, (a, g, b), -wt)
-        np.add.at(const, (a, g), -wt * est.dm[cells])
+        _add_at(coef, (a, g, t), wt)
+        _add_at(coef, (a, g, b), -wt)
+        _add_at(const, (a, g), -wt * est.dm[cells])
         # controls, the first p groups: accumulated at p, then summed over every prefix that covers a group. Only the
         # first `upto` groups are ever controls (one, the never-treated, by default): the sums stop there, and add to
         # the other groups nothing but zeros, which the sums over all groups added before (bit for bit the same)
         at_p = np.zeros((len(part), upto + 1, width))
-        np.add.at(at_p, (a, p, t), -wc)
-        np.add.at(at_p, (a, p, b), wc)
+        _add_at(at_p, (a, p, t), -wc)
+        _add_at(at_p, (a, p, b), wc)
         coef[:, :upto] += np.cumsum(at_p[:, ::-1], axis=1)[:, ::-1][:, 1:]
         c_at_p = np.zeros((len(part), upto + 1))
-        np.add.at(c_at_p, (a, p), wc * est.dmu[cells])
+        _add_at(c_at_p, (a, p), wc * est.dmu[cells])
         const[:, :upto] += np.cumsum(c_at_p[:, ::-1], axis=1)[:, ::-1][:, 1:]
         if own.any():  # the cell's own group sits inside the prefix: take it back out
             ao, go, wo = a[own], g[own], wc[own]
-            np.add.at(coef, (ao, go, t[own]), wo)
-            np.add.at(coef, (ao, go, b[own]), -wo)
-            np.add.at(const, (ao, go), -wo * est.dmu[cells][own])
+            _add_at(coef, (ao, go, t[own]), wo)
+            _add_at(coef, (ao, go, b[own]), -wo)
+            _add_at(const, (ao, go), -wo * est.dmu[cells][own])
         # weights: (1/n) sum_k u_k (1{G_i = g_k} - P(G = g_k))
-        np.add.at(const, (a, g), u / lay.n_units)
+        _add_at(const, (a, g), u / lay.n_units)
         const -= np.bincount(a, weights=u * pg[g], minlength=len(part))[:, None] / lay.n_units
         total = np.zeros(len(part))
         for k in range(n_groups):
@@ -122,6 +123,14 @@ def analytic_se(
             total += np.einsum("ij,ij->j", c, c)
         out[start : start + len(part)] = np.sqrt(total)
     return out
+
+
+def _add_at(arr: np.ndarray, index: tuple[np.ndarray, ...], values: np.ndarray) -> None:
+    """``np.add.at(arr, index, values)`` through the flat index: the same additions in the same order (so the same
+    sums, bit for bit), by numpy's fast path for one integer index (several times faster than a tuple of indices)."""
+    if not arr.flags.c_contiguous:  # reshape would copy, and the sums would be lost
+        raise ValueError("_add_at needs a contiguous array")
+    np.add.at(arr.reshape(-1), np.ravel_multi_index(index, arr.shape), values)
 
 
 def _runs(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

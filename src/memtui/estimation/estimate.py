@@ -163,8 +163,9 @@ def aggregate_members(lay) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarra
     overall average, last): the aggregates every estimate reports."""
     steps = lay.steps
     event = steps[lay.cell_t] - steps[lay.group_index[lay.cell_group]]
-    events = np.unique(event)
-    members = [np.flatnonzero(event == e) for e in events]
+    order = np.argsort(event, kind="stable")  # each event time's cells in ascending order, as flatnonzero lists them
+    events, starts = np.unique(event[order], return_index=True)
+    members = np.split(order, starts[1:])
     return events, members, [*members, np.flatnonzero(~lay.cell_pre)]
 
 
@@ -190,6 +191,7 @@ class _Cells:
     masks: dict[str, np.ndarray]  # the cell subsets with a band of their own
     tmax: dict[str, np.ndarray]  # their sup-t laws (empty without a bootstrap)
     cal: bands.CalibratedBands | None = None  # the calibrated band's laws and standard errors (band="calibrated")
+    laws: dict = field(default_factory=dict, repr=False)  # the aggregates' laws formed so far (``aggregate_law``)
 
     @classmethod
     def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> _Cells:
@@ -279,13 +281,23 @@ class _Cells:
         se = did.bootstrap_se(draws, self.floor) if draws is not None else ase
         return events, members, theta, draws, ase, se
 
-    def aggregate_crit(self, draws: np.ndarray, se: np.ndarray, rows: slice, mask) -> float:
-        """Simultaneous critical value of the aggregates ``rows`` in ``mask``, from their draws and standard errors:
-        the studentised (calibrated) law, or the classic sup-t law."""
-        if self.cal is not None:
-            corr = self.cal.agg_correction[rows]
-            return bands.aggregate_crit(draws[rows], se[rows], corr, mask, self.settings.alpha)
-        return did.critical_value(did.sup_t(draws[rows], se[rows], mask), self.settings.alpha)
+    def aggregate_law(self, rows: slice, mask: np.ndarray) -> np.ndarray:
+        """The simultaneous law of the aggregates ``rows`` in ``mask``, from their draws and standard errors: the
+        studentised (calibrated) law, or the classic sup-t law. Kept: the subgroups' joint band asks for the one of
+        the event times c - g >= 0 again."""
+        key = (rows.start, rows.stop, np.asarray(mask, bool).tobytes())
+        if key not in self.laws:
+            draws, se = self.aggregates[3][rows], self.aggregates[5][rows]
+            if self.cal is not None:
+                law = bands.aggregate_laws(draws, se, self.cal.agg_correction[rows], [mask])[0]
+            else:
+                law = did.sup_t(draws, se, mask)
+            self.laws[key] = law
+        return self.laws[key]
+
+    def aggregate_crit(self, rows: slice, mask: np.ndarray) -> float:
+        """Simultaneous critical value of the aggregates ``rows`` in ``mask`` (``aggregate_law``)."""
+        return did.critical_value(self.aggregate_law(rows, mask), self.settings.alpha)
 
 
 def _profile_crit(c: _Cells) -> np.ndarray:
@@ -310,10 +322,16 @@ def _persistent(c: _Cells) -> pl.DataFrame:
     fam = post_e if settings.family == "post" else np.ones(len(events), bool)
     crit_e = np.full(len(events), z_value(settings.alpha))
     if agg_draws is not None:
-        draws, se, rows = c.aggregates[3], c.aggregates[5], slice(0, len(events))
-        crit_e[fam] = c.aggregate_crit(draws, se, rows, fam)
+        rows = slice(0, len(events))
+        crit_e[fam] = c.aggregate_crit(rows, fam)
         if settings.family == "post" and (~post_e).any():
-            crit_e[~post_e] = c.aggregate_crit(draws, se, rows, ~post_e)
+            crit_e[~post_e] = c.aggregate_crit(rows, ~post_e)
+    cells = np.concatenate(members)  # every event time has a cell: its members are runs of this, in order
+    starts = np.cumsum([0, *map(len, members[:-1])])
+
+    def per_event(op, values: np.ndarray) -> np.ndarray:  # integer sums and maxima, any: exact in any order
+        return op.reduceat(values[cells], starts)
+
     return result_frame(
         settings,
         "persistent",
@@ -325,11 +343,11 @@ def _persistent(c: _Cells) -> pl.DataFrame:
         se=agg_se,
         ase=agg_ase,
         crit=crit_e,
-        n_treated=[int(est.n_treated[m].sum()) for m in members],
-        n_control=[int(est.n_control[m].max()) for m in members],
+        n_treated=per_event(np.add, est.n_treated),
+        n_control=per_event(np.maximum, est.n_control),
         pre=events < 0,
-        n_folded=[int(c.folded[m].sum()) for m in members],
-        small=[bool(c.small[m].any()) for m in members],
+        n_folded=per_event(np.add, c.folded),
+        small=per_event(np.logical_or, c.small),
     )
 
 
@@ -341,7 +359,7 @@ def _overall(c: _Cells) -> Overall:
     *_, theta, draws, ase, se = c.aggregates
     if c.cal is not None and draws is not None:
         n = len(theta)
-        z = c.aggregate_crit(draws, se, slice(n - 1, n), np.ones(1, bool))
+        z = c.aggregate_crit(slice(n - 1, n), np.ones(1, bool))
     o_ase, o_se = float(ase[-1]), float(se[-1])
     o_tau = float(c.sign * theta[-1])
     return Overall(

@@ -226,10 +226,6 @@ def _fmax(laws: list[np.ndarray]) -> np.ndarray:
 
 
 def _event_law(c) -> np.ndarray:
-    """The sup-t law of one group's event-time aggregates c - g >= 0, as its persistent band forms it."""
-    events, _, _, draws, _, se = c.aggregates
-    rows = slice(0, len(events))
-    mask = events >= 0
-    if c.cal is not None:
-        return bands.aggregate_laws(draws[rows], se[rows], c.cal.agg_correction[rows], [mask])[0]
-    return did.sup_t(draws[rows], se[rows], mask)
+    """The sup-t law of one group's event-time aggregates c - g >= 0, as its persistent band formed it."""
+    events = c.aggregates[0]
+    return c.aggregate_law(slice(0, len(events)), events >= 0)
