@@ -19,6 +19,7 @@ from memtui.estimation.suite import (
     _draw_correlations,
     _hc_layout,
     _interval,
+    _pivot_interval,
     _spurious,
     correlations,
     estimate_suite,
@@ -196,3 +197,24 @@ def test_hc_layout_keeps_the_estimates_and_scales_each_groups_spread():
         assert np.allclose(np.var(hc.y[rows], axis=0)[varies] / spread[varies], n_k / (n_k - 1))
     assert lay.y is not hc.y and np.array_equal(lay.y, build_layout(panels[0].values("loglik"), panels[0].treatment,
                                                                       panels[0].done_steps, never=NEVER).y)  # fmt: skip
+
+
+def test_pivot_interval_is_the_union_of_percentiles_and_the_symmetric_interval():
+    """Skewed pivot draws: the long tail's side comes from the percentiles, the short side from point +- z sd; draws
+    that allow a flat profile count at both ends, and more than alpha/2 of them give [-1, 1]."""
+    rng = np.random.default_rng(3)
+    b = 4000
+    r = 0.6 + 0.05 * (rng.exponential(1.0, b) - 1.0)  # a long upper tail
+    pivot = np.zeros((b, 2, 2))
+    pivot[:, 0, 0] = pivot[:, 1, 1] = 2.0
+    pivot[:, 0, 1] = pivot[:, 1, 0] = 2.0 * r
+    low, high = _pivot_interval(0.6, pivot, 0.05)
+    half = stats.norm.ppf(0.975) * np.std(r, ddof=1)
+    assert low == pytest.approx(0.6 - half) and low < np.quantile(r, 0.025)
+    assert high == pytest.approx(np.quantile(r, 0.975)) and high > 0.6 + half
+    flat = pivot.copy()
+    flat[: int(0.02 * b), 0, 0] = -1.0  # 2 %: counted at both ends of the percentiles
+    low2, high2 = _pivot_interval(0.6, flat, 0.05)
+    assert high2 > high and low2 == pytest.approx(low, abs=2e-3) and (low2, high2) != (-1.0, 1.0)
+    flat[: int(0.03 * b), 0, 0] = -1.0  # 3 % > alpha / 2: the data allow a flat true profile
+    assert _pivot_interval(0.6, flat, 0.05) == (-1.0, 1.0)
