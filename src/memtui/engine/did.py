@@ -67,10 +67,8 @@ def point_estimates(lay: Layout) -> CellEstimates:
     dmu = mu_t - mu_b
 
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
-    q = np.empty((lay.n_groups, *m.shape[1:2], m.shape[1]))  # (G, T+1, T+1)
-    for k in range(lay.n_groups):
-        z = lay.y[lay.rows(k)] - m[k]  # the group's centred rows only: never an N x T copy of the means
-        np.matmul(z.T, z, out=q[k])
+    z = lay.y - np.repeat(m, lay.group_n, axis=0)
+    q = np.stack([z[lay.rows(k)].T @ z[lay.rows(k)] for k in range(lay.n_groups)])  # (G, T+1, T+1)
     ss_treated = q[g, t, t] + q[g, b, b] - 2 * q[g, t, b]
     # control groups are always among the first `upto` groups: only those enter the control sums
     qc = q[:upto]
