@@ -17,7 +17,10 @@ from memtui.estimation.suite import (
     _corrected_pearson,
     _corrected_record,
     _draw_correlations,
+    _hc_layout,
     _interval,
+    _pivot_interval,
+    _spurious,
     correlations,
     estimate_suite,
 )
@@ -65,21 +68,32 @@ def test_corrected_interval_covers_the_true_correlation_where_the_raw_one_does_n
 
 
 def test_corrected_value_is_the_covariance_less_the_draws_noise_covariance():
-    """Independently: each model's lone bootstrap (same seed, so the same multipliers per instance), numpy
-    covariances over the post cells, and S - N with N the mean over draws of the draws' covariance over cells."""
+    """Independently: each model's lone bootstrap (same seed, so the same multipliers per instance) on its layout with
+    every group's rows moved from the group mean by sqrt(n / (n - 1)) (HC1), numpy covariances over the post cells,
+    and S - N with N the mean over draws of the draws' covariance over cells."""
     sim = SuiteSimulation(rho=0.8, noise=0.4, noise_corr=0.5, n_models=3, seed=3)
     suite, _ = suite_of(sim)
     settings = Settings(draws=200, seed=5)
     c = correlations(estimate_suite(suite, settings))
-    x, d = [], []
+    x, d, plain = [], [], []
     for panel in suite.panels:
         lay = build_layout(panel.values("loglik"), panel.treatment, panel.done_steps, never=NEVER)
         est = did.point_estimates(lay)
-        boot = did.bootstrap(lay, est, draws=200, seed=5)
+        scaled = lay.y.copy()
+        for k in range(lay.n_groups):
+            rows = slice(lay.group_start[k], lay.group_start[k + 1])
+            n_k = lay.group_n[k]
+            if n_k > 1:
+                scaled[rows] = lay.means[k] + np.sqrt(n_k / (n_k - 1)) * (lay.y[rows] - lay.means[k])
+        hc = build_layout(panel.values("loglik"), panel.treatment, panel.done_steps, never=NEVER)
+        hc.y = scaled
+        assert np.allclose(did.point_estimates(hc).att, est.att, atol=1e-12)  # the same estimates, wider draws
+        boot = did.bootstrap(hc, est, draws=200, seed=5)
         post = ~lay.cell_pre
         x.append(est.att[post])
         d.append(boot.cells[post].astype(float))
-    x, d = np.array(x), np.array(d)  # models x cells, models x cells x draws
+        plain.append(did.bootstrap(lay, est, draws=200, seed=5).cells[post].astype(float))
+    x, d, plain = np.array(x), np.array(d), np.array(plain)  # models x cells, models x cells x draws
     s = np.cov(x)
     n = np.mean([np.cov(d[:, :, b]) for b in range(200)], axis=0)
     a = s - n
@@ -92,7 +106,7 @@ def test_corrected_value_is_the_covariance_less_the_draws_noise_covariance():
     # the raw r is unchanged: numpy's and scipy's correlation of the estimates, and its interval from its own draws
     assert np.allclose(c.pearson, np.corrcoef(x), rtol=1e-12)
     assert c.spearman[0, 2] == pytest.approx(stats.spearmanr(x[0], x[2])[0], rel=1e-12)
-    draws = [np.asarray(boot_cells, dtype=np.float32) for boot_cells in d]
+    draws = [np.asarray(boot_cells, dtype=np.float32) for boot_cells in plain]  # the raw r's: the estimate's draws
     p_draws, _ = _draw_correlations(x, draws, np.arange(x.shape[1]), np.ones(3, np.float32))
     low, high = _interval(c.pearson, p_draws, 0.05)
     assert np.allclose(c.pearson_low[off], low[off], atol=1e-5) and np.allclose(
@@ -142,3 +156,65 @@ def test_without_draws_there_is_no_corrected_value():
     c = correlations(estimate_suite(suite, Settings(draws=0)))
     assert np.isfinite(c.pearson).all()
     assert np.isnan(c.pearson_corrected).all() and not c.pearson_clipped.any()
+
+
+def test_spurious_term_is_the_u_statistic_of_the_influences():
+    """``_spurious`` from draws alone equals sum over instance pairs i != j of a_ij a_ij, a_ij = C(psi_i,p, psi_j,q),
+    computed from the influences themselves; the V-statistic (all pairs, what the interval used before) adds the
+    same-instance terms and is larger."""
+    rng = np.random.default_rng(7)
+    n, cells, draws = 12, 9, 60_000
+    psi = rng.standard_t(5, (2, n, cells))  # per model, instance x cell influences (heavy-tailed)
+    psi -= psi.mean(axis=2, keepdims=True)  # centred over cells, as C() centres
+    v = rng.choice([-1.0, 1.0], (draws, n))
+    d = np.einsum("bi,mic->bmc", v, psi)  # draws x models x cells
+    a = {(p, q): psi[p] @ psi[q].T / (cells - 1) for p in range(2) for q in range(2)}  # a_ij per component (n x n)
+    order = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    off = ~np.eye(n, dtype=bool)
+    expect = np.array([[np.sum((a[pq] * a[rs])[off]) for rs in order] for pq in order])
+    full = np.array([[np.sum(a[pq] * a[rs]) for rs in order] for pq in order])
+    pair_cov = np.einsum("bmc,bkc->bmk", d, np.roll(d, -1, axis=0)) / (cells - 1)  # C(d_b,p, d_(b+1),q)
+    noise = np.einsum("bmc,bkc->bmk", d, d) / (cells - 1)
+    got = _spurious(pair_cov.reshape(draws, 4), noise)
+    scale = np.abs(expect).max()
+    assert np.allclose(got, expect, atol=0.05 * scale), (got, expect)
+    own = [0, 3]  # C(e_p, d_p): a model's same-instance terms a_ii^2 are squares, far beyond the Monte-Carlo error
+    assert np.all(np.diag(full)[own] > np.diag(expect)[own] + 0.5 * scale)
+
+
+def test_hc_layout_keeps_the_estimates_and_scales_each_groups_spread():
+    sim = SuiteSimulation(seed=2)
+    panels, _ = simulate_suite(sim)
+    lay = build_layout(panels[0].values("loglik"), panels[0].treatment, panels[0].done_steps, never=NEVER)
+    hc = _hc_layout(lay)
+    assert np.allclose(did.point_estimates(hc).att, did.point_estimates(lay).att, atol=1e-12)
+    for k in range(lay.n_groups):
+        rows = slice(lay.group_start[k], lay.group_start[k + 1])
+        n_k = lay.group_n[k]
+        spread = np.var(lay.y[rows], axis=0)
+        varies = spread > 0  # not the zero base column
+        assert varies.sum() >= lay.y.shape[1] - 2
+        assert np.allclose(np.var(hc.y[rows], axis=0)[varies] / spread[varies], n_k / (n_k - 1))
+    assert lay.y is not hc.y and np.array_equal(lay.y, build_layout(panels[0].values("loglik"), panels[0].treatment,
+                                                                      panels[0].done_steps, never=NEVER).y)  # fmt: skip
+
+
+def test_pivot_interval_is_the_union_of_percentiles_and_the_symmetric_interval():
+    """Skewed pivot draws: the long tail's side comes from the percentiles, the short side from point +- z sd; draws
+    that allow a flat profile count at both ends, and more than alpha/2 of them give [-1, 1]."""
+    rng = np.random.default_rng(3)
+    b = 4000
+    r = 0.6 + 0.05 * (rng.exponential(1.0, b) - 1.0)  # a long upper tail
+    pivot = np.zeros((b, 2, 2))
+    pivot[:, 0, 0] = pivot[:, 1, 1] = 2.0
+    pivot[:, 0, 1] = pivot[:, 1, 0] = 2.0 * r
+    low, high = _pivot_interval(0.6, pivot, 0.05)
+    half = stats.norm.ppf(0.975) * np.std(r, ddof=1)
+    assert low == pytest.approx(0.6 - half) and low < np.quantile(r, 0.025)
+    assert high == pytest.approx(np.quantile(r, 0.975)) and high > 0.6 + half
+    flat = pivot.copy()
+    flat[: int(0.02 * b), 0, 0] = -1.0  # 2 %: counted at both ends of the percentiles
+    low2, high2 = _pivot_interval(0.6, flat, 0.05)
+    assert high2 > high and low2 == pytest.approx(low, abs=2e-3) and (low2, high2) != (-1.0, 1.0)
+    flat[: int(0.03 * b), 0, 0] = -1.0  # 3 % > alpha / 2: the data allow a flat true profile
+    assert _pivot_interval(0.6, flat, 0.05) == (-1.0, 1.0)

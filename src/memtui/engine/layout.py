@@ -78,8 +78,9 @@ def _scale(y: np.ndarray) -> float:
     if not y.size:
         return 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        top = float(np.abs(y).max())
-        if top == 0 or not np.ptp(y) > 0:
+        high, low = float(y.max()), float(y.min())
+        top = max(high, -low)  # max |y| without an |y| copy (exact: a maximum rounds nothing)
+        if top == 0 or not high - low > 0:
             return 0.0
         return top * float(np.std(y / top))
 
