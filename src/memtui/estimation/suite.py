@@ -837,7 +837,15 @@ def _hc_joint_draws(sr: SuiteResult, metric: str) -> dict[str, np.ndarray]:
     with one_blas_thread():
         _threads(_prepare, jobs)
         lays = [_hc_layout(j.lay) for j in jobs]
-        boots = did.bootstrap_shared(lays, [j.est for j in jobs], draws=s.draws, seed=s.seed, multiplier=s.multiplier)
+        source = None
+        if not all(did.same_cells(lays[0], lay) for lay in lays[1:]):
+            # models that miss values on different instances (a suite split by group keeps its draws joint): the
+            # multipliers keyed by instance, so each instance keeps one multiplier across the models
+            from memtui.engine.multipliers import JointMultipliers
+
+            source = [JointMultipliers.per_instance(sr.suite.panels[0].n_instances)] * len(lays)
+        boots = did.bootstrap_shared(lays, [j.est for j in jobs], draws=s.draws, seed=s.seed, multiplier=s.multiplier,
+                                     source=source)  # fmt: skip
     sr.hc_draws = {metric: {j.model: b.cells for j, b in zip(jobs, boots, strict=True)}}  # one metric at a time
     return sr.hc_draws[metric]
 
