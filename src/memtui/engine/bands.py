@@ -384,6 +384,7 @@ class CalibratedBands:
     tmax: dict[str, np.ndarray]  # per mask name: the studentised sup law
     agg_se: np.ndarray | None  # per aggregate: analytic standard error, NaN at or below the floor
     agg_correction: np.ndarray | None  # (aggregates, B)
+    var: CellVariances | None = None  # the cells' variance parts (the pointwise intervals' Welch degrees of freedom)
 
 
 def calibrated_bootstrap(
@@ -449,8 +450,9 @@ def calibrated_bootstraps(
             tmax=dict(zip(mask, law.tmax, strict=True)),
             agg_se=did.floored(spec.ase, floor) if spec is not None else None,
             agg_correction=law.agg_correction,
+            var=var,
         )
-        for (_, se, spec), law, mask, floor in zip(parts, laws, masks, floors, strict=True)
+        for (var, se, spec), law, mask, floor in zip(parts, laws, masks, floors, strict=True)
     ]
 
 
@@ -482,3 +484,120 @@ def aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correction: np.nda
     two-sided critical value, the calibrated replacement of the pointwise z)."""
     law = aggregate_laws(agg_draws, agg_se, correction, [mask])[0]
     return did.critical_value(law, alpha)
+
+
+def welch_df(var: CellVariances) -> np.ndarray:
+    """Per cell, the Welch-Satterthwaite degrees of freedom of its studentised estimate (var_t + var_c)^2 /
+    (var_t^2 / (n_t - 1) + var_c^2 / (n_c - 1)); n_t - 1 without controls; NaN where a group has no variance of its
+    own (one instance). With clusters, ``var.n_t``, ``var.n_c`` are the effective numbers of clusters. This is the
+    small-sample law the bootstrap-t reproduces cell by cell (for one group the sign-flip t* is Student's t with
+    n - 1 degrees of freedom under normal errors; Efron 1969): the pointwise intervals of the calibrated band."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        part_t = np.where(var.var_t > 0, var.var_t**2 / (var.n_t - 1), 0.0)
+        part_c = np.where(var.var_c > 0, var.var_c**2 / (var.n_c - 1), 0.0)
+        df = (var.var_t + var.var_c) ** 2 / (part_t + part_c)
+    return np.where(np.isfinite(df) & (df > 0), df, np.nan)
+
+
+def pointwise_t(var: CellVariances, alpha: float) -> np.ndarray:
+    """Per cell, the two-sided (1 - alpha) t critical value with the cell's Welch degrees of freedom (``welch_df``)."""
+    from scipy import stats
+
+    df = welch_df(var)
+    out = np.full(len(df), np.nan)
+    ok = np.isfinite(df)
+    out[ok] = stats.t.isf(alpha / 2, df[ok])
+    return out
+
+
+def pointwise_aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correction: np.ndarray, alpha: float):
+    """Per aggregate, its own bootstrap-t two-sided critical value: the (1 - alpha) quantile (type-1) of |A* / se*|,
+    se*^2 = agg_se^2 - correction (``aggregate_laws`` with one aggregate a mask, as the overall average's)."""
+    out = np.full(len(agg_se), np.nan)
+    ok = np.isfinite(agg_se) & (agg_se > 0)
+    if not ok.any():
+        return out
+    sd = np.sqrt(np.maximum(agg_se[ok, None] ** 2 - correction[ok], 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.abs(agg_draws[ok]) / sd
+    t[np.isnan(t)] = 0
+    out[ok] = np.quantile(t, 1 - alpha, axis=1, method="inverted_cdf")
+    return out
+
+
+@dataclass
+class LinearParts:
+    """Linear functionals of group means (``did.ease_terms``) split by group: per group h with coefficients, the
+    functionals it enters, their coefficients on h's columns, and the re-centring 1/(n_h - 1) of h's part."""
+
+    blocks: list[tuple[int, np.ndarray, object, float]]  # (h, functionals, sparse (functionals x width), 1/(n_h - 1))
+    var: np.ndarray  # per functional: the stratified HC1 variance, sum over groups of n_h/(n_h - 1) * ss_h
+
+
+def linear_parts(lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int) -> LinearParts:
+    """Each functional theta = sum_h a_h' (group h's column sums) as a sum of independent group parts. Group h's
+    part is (1/n_h) sum_i u_i with u_i = n_h a_h' y_i; its HC1 (Welch) variance is n_h/(n_h - 1) sum_i (a_h' z_i)^2
+    (z_i: i's outcomes less h's means), NaN for a group of one. In the bootstrap world i contributes v_i a_h' z_i and
+    re-centring at the part's bootstrap value P*_h takes P*_h^2 / (n_h - 1) off that variance, whatever a_h's scale
+    (the cohort's 1/n_g, a not-yet-treated group's 1/n_C)."""
+    from scipy import sparse
+
+    width = lay.y.shape[1]
+    s = sparse.csc_array((coef, (cells, cols)), shape=(n_cells, lay.n_groups * width))
+    var = np.zeros(n_cells)
+    blocks = []
+    for h in range(lay.n_groups):
+        block = sparse.csr_array(s[:, h * width : (h + 1) * width])
+        rows = np.flatnonzero(np.diff(block.indptr))
+        if not len(rows):
+            continue
+        block = block[rows]
+        z = lay.y[lay.rows(h)] - lay.means[h]
+        ss = np.zeros(len(rows))
+        for start in range(0, len(z), 512):
+            c = block @ z[start : start + 512].T  # (functionals, rows)
+            ss += (c * c).sum(axis=1)
+        n_h = float(lay.group_n[h])
+        var[rows] += ss * n_h / (n_h - 1) if n_h > 1 else np.nan
+        blocks.append((h, rows, block, 1 / (n_h - 1) if n_h > 1 else 0.0))
+    return LinearParts(blocks=blocks, var=var)
+
+
+def linear_studentized(
+    lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int, masks: list[np.ndarray], *,
+    draws: int, seed: int, floor: float, multiplier: str = "rademacher", chunk: int = 128,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:  # fmt: skip
+    """The calibrated band of linear functionals of group means (the ease of ``compare``): ``did.linear_bootstrap``'s
+    draws (the same multipliers, the same draws as the classic band's) studentised draw by draw, as the cells'
+    (``studentized_bootstrap``), by the re-estimated variance var - sum_h P*_h^2 / (n_h - 1) over the functional's
+    group parts (``linear_parts``; the groups are strata, each re-centred at its own bootstrap mean). Returns the
+    plain analytic standard errors, the HC1 ones the band studentises by (both floored), the draws and, per mask,
+    the studentised sup law max |D* / se*| over the mask's functionals with a standard error."""
+    if multiplier != "rademacher":
+        raise ValueError("the calibrated band needs Rademacher multipliers")
+    parts = linear_parts(lay, cells, cols, coef, n_cells)
+    se_hc = did.floored(np.sqrt(parts.var), floor)
+    usable = np.isfinite(se_hc)
+    fams = [np.flatnonzero(np.asarray(m, bool) & usable) for m in masks]
+    laws = [np.zeros(draws) if len(f) else np.full(draws, np.nan) for f in fams]
+    width = lay.y.shape[1]
+    var = parts.var[:, None]
+
+    def studentise(start: int, d: np.ndarray, drawn: np.ndarray) -> None:
+        recentre = np.zeros((n_cells, d.shape[1]))
+        for h, rows, block, k in parts.blocks:
+            p = block @ d[h * width : (h + 1) * width].astype(np.float64)  # (functionals of h, chunk)
+            recentre[rows] += k * p * p
+        den = np.maximum(var - recentre, 0)  # rounding; 0 gives inf: a draw that studentises to no spread
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.abs(drawn.astype(np.float64)) / np.sqrt(den)
+        t[np.isnan(t)] = 0
+        for f, law in zip(fams, laws, strict=True):
+            if len(f):
+                law[start : start + d.shape[1]] = t[f].max(axis=0)
+
+    ase, out = did.linear_bootstrap(
+        lay, cells, cols, coef, n_cells, draws=draws, seed=seed, multiplier=multiplier, chunk=chunk,
+        on_chunk=studentise,
+    )  # fmt: skip
+    return did.floored(ase, floor), se_hc, out, laws

@@ -528,10 +528,13 @@ def ease_terms(lay: Layout, ref: Layout) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def linear_bootstrap(
     lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int, *, draws: int, seed: int,
-    multiplier: str = "rademacher", chunk: int = 128,
+    multiplier: str = "rademacher", chunk: int = 128, on_chunk: Callable | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Analytic standard errors and multiplier-bootstrap draws (n_cells x B, float32) of linear functionals of the
-    group means, theta = sum coef * (sum of group h's column): a draw is sum coef * (R_h[col] - W_h * mean_h[col])."""
+    group means, theta = sum coef * (sum of group h's column): a draw is sum coef * (R_h[col] - W_h * mean_h[col]).
+    ``on_chunk(start, d, drawn)``: called per chunk with the groups' centred multiplier sums d ((groups x columns) x
+    chunk) and the chunk's draws (``bands.linear_studentized`` studentises them); the draws are the same with or
+    without it."""
     from scipy import sparse
 
     width = lay.y.shape[1]
@@ -562,4 +565,6 @@ def linear_bootstrap(
         w = np.add.reduceat(v, lay.group_start[:-1], axis=0)  # (G, bc)
         d = r.reshape(-1, bc) - flat_means * w[group_of]
         out[:, start : start + bc] = s @ d
+        if on_chunk is not None:
+            on_chunk(start, d, out[:, start : start + bc])
     return se, out

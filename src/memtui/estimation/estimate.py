@@ -192,6 +192,7 @@ class _Cells:
     tmax: dict[str, np.ndarray]  # their sup-t laws (empty without a bootstrap)
     cal: bands.CalibratedBands | None = None  # the calibrated band's laws and standard errors (band="calibrated")
     laws: dict = field(default_factory=dict, repr=False)  # the aggregates' laws formed so far (``aggregate_law``)
+    point: np.ndarray | None = None  # per cell, the calibrated band's pointwise t critical value (None: z)
 
     @classmethod
     def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> _Cells:
@@ -230,6 +231,7 @@ class _Cells:
             masks=masks,
             tmax=tmax,
             cal=cal,
+            point=bands.pointwise_t(cal.var, settings.alpha) if cal is not None and cal.var is not None else None,
         )
 
     @property
@@ -260,6 +262,7 @@ class _Cells:
             pre=self.pre[mask],
             n_folded=self.folded[mask],
             small=self.small[mask],
+            pointwise=self.point[mask] if self.point is not None else None,
         )
 
     def subset(self, scope: str) -> pl.DataFrame:
@@ -348,7 +351,18 @@ def _persistent(c: _Cells) -> pl.DataFrame:
         pre=events < 0,
         n_folded=per_event(np.add, c.folded),
         small=per_event(np.logical_or, c.small),
+        pointwise=_persistent_pointwise(c, len(events)),
     )
+
+
+def _persistent_pointwise(c: _Cells, n_events: int) -> np.ndarray | None:
+    """The event times' pointwise critical values: each one's bootstrap-t (as the overall average's) under the
+    calibrated band, None (z) under the classic one."""
+    if c.cal is None or c.draws is None:
+        return None
+    *_, draws, _, se = c.aggregates
+    rows = slice(0, n_events)
+    return bands.pointwise_aggregate_crit(draws[rows], se[rows], c.cal.agg_correction[rows], c.settings.alpha)
 
 
 def _overall(c: _Cells) -> Overall:
@@ -455,8 +469,9 @@ class Comparison:
     has no cell), and the **ease** = extractable − DiD per cell: the part of the naive "extractable memorisation"
     that is not memorisation (the cohort's level before training plus the controls' change), with its own
     ``ease_std_error`` (and ``ease_analytic_se``), simultaneous band (``ease_band_low``/``_high``; post-treatment
-    cells are one family, placebo cells another, or all one with ``family="all"``; the classic band whatever
-    ``settings.band``, and a note says so) and ``ease_significant``; ``band``: the estimators' band."""
+    cells are one family, placebo cells another, or all one with ``family="all"``; under ``settings.band``: the
+    calibrated band studentises by the HC1 standard error, the classic one by the IQR bootstrap one) and
+    ``ease_significant``; ``band``: the band of the estimators and of the ease."""
 
     settings: Settings
     results: dict[str, EstimateResult]
@@ -493,11 +508,6 @@ def compare(
     frame = _joined(results, ease)
     post = ~pre
     notes = list(dict.fromkeys(n for r in results.values() for n in r.notes))
-    if settings.draws and settings.band != "classic":
-        # the ease is a linear functional of many groups' means: its bootstrap-t is not built yet
-        notes.append(
-            f"the ease band is the classic band (R did's), not the {settings.band} one of the three estimators"
-        )
     report(1.0, "done")
     return Comparison(
         settings=settings,
@@ -509,8 +519,8 @@ def compare(
 
 
 def _ease(panel: Panel, settings: Settings) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    """The ease of each DiD cell (extractable at c less its DiD counterpart) with its classic band: the cells' frame,
-    critical values and which cells are pre-treatment."""
+    """The ease of each DiD cell (extractable at c less its DiD counterpart) with its band (``settings.band``): the
+    cells' frame, critical values and which cells are pre-treatment."""
     y, steps = panel.values(settings.metric), panel.done_steps
     kw = {"never": NEVER, "base_period": settings.base_period, "control_group": settings.control_group}
     lay = build_layout(y, panel.treatment, steps, estimator="extractable", **kw)
@@ -519,18 +529,28 @@ def _ease(panel: Panel, settings: Settings) -> tuple[pl.DataFrame, np.ndarray, n
     n = len(ref.cell_group)
     sign = panel.sign(settings.metric)
     floor = did.se_floor(lay.scale)
-    se, draws = did.linear_bootstrap(
-        lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier
-    )
-    se = ase = did.floored(se, floor)
     pre = ref.cell_pre
+    families = [np.ones(n, bool)] if settings.family == "all" else [~pre, pre]
     crit = np.full(n, z_value(settings.alpha))
-    if settings.draws:
-        se = did.bootstrap_se(draws, floor)
-        families = [np.ones(n, bool)] if settings.family == "all" else [~pre, pre]
-        for fam in families:
+    if settings.draws and settings.band == "calibrated":
+        # bootstrap-t: each draw studentised by its re-estimated (stratified HC1) variance, as the cells' band
+        ase, se, draws, laws = bands.linear_studentized(
+            lay, cells, cols, coef, n, families, draws=settings.draws, seed=settings.seed, floor=floor,
+            multiplier=settings.multiplier,
+        )  # fmt: skip
+        for fam, law in zip(families, laws, strict=True):
             if fam.any():
-                crit[fam] = did.critical_value(did.sup_t(draws, se, fam), settings.alpha)
+                crit[fam] = did.critical_value(law, settings.alpha)
+    else:
+        se, draws = did.linear_bootstrap(
+            lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier
+        )
+        se = ase = did.floored(se, floor)
+        if settings.draws:
+            se = did.bootstrap_se(draws, floor)
+            for fam in families:
+                if fam.any():
+                    crit[fam] = did.critical_value(did.sup_t(draws, se, fam), settings.alpha)
     tau = sign * point
     ease = pl.DataFrame(
         {

@@ -122,14 +122,15 @@ def persistent_cells(result: EstimateResult) -> pl.DataFrame:
 
 def result_frame(
     settings, scope, *, cohort, checkpoint, event_time, att, sign, se, ase, crit, n_treated, n_control, pre, n_folded,
-    small,
+    small, pointwise=None,
 ):  # fmt: skip
     """One row per estimate, with the columns every scope and the CSV export share.
 
     ``n_folded``: treated instances first trained on between two completed checkpoints, counted in the next one's
-    cohort; ``small``: a cohort or control set under ``SMALL_GROUP`` instances went into the estimate.
+    cohort; ``small``: a cohort or control set under ``SMALL_GROUP`` instances went into the estimate. ``pointwise``:
+    each row's pointwise critical value (``ci_low``/``ci_high``; the calibrated band's small-sample ones), else z.
     """
-    z = z_value(settings.alpha)
+    z = z_value(settings.alpha) if pointwise is None else pointwise
     tau = sign * att
     band = crit * se
     significant = np.abs(tau) > band
