@@ -585,9 +585,12 @@ def linear_studentized(
 
     def studentise(start: int, d: np.ndarray, drawn: np.ndarray) -> None:
         recentre = np.zeros((n_cells, d.shape[1]))
+        d = d.astype(np.float64)  # squares in float64: outcomes of any scale
         for h, rows, block, k in parts.blocks:
-            p = block @ d[h * width : (h + 1) * width].astype(np.float64)  # (functionals of h, chunk)
-            recentre[rows] += k * p * p
+            p = block @ d[h * width : (h + 1) * width]  # (functionals of h, chunk)
+            p *= p
+            p *= k
+            recentre[rows] += p
         den = np.maximum(var - recentre, 0)  # rounding; 0 gives inf: a draw that studentises to no spread
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.abs(drawn.astype(np.float64)) / np.sqrt(den)
