@@ -27,7 +27,8 @@ from memtui.engine.layout import build_layout  # noqa: E402
 from memtui.panel.model import NEVER  # noqa: E402
 
 # the skew-aware band's variants (engine.skewed): control part re-estimated exactly, or re-centred only
-MAMMEN = {"none": (), "all": skewed.VARIANCES, **{v: (v,) for v in skewed.VARIANCES}}
+MAMMEN = {"none": (), "all": skewed.VARIANCES, "exact,recentred": ("exact", "recentred")}
+MAMMEN.update({v: (v,) for v in skewed.VARIANCES})
 DESIGNS = (
     "20,30,200,21,normal 20,30,200,21,exp 20,30,200,21,lognormal 20,30,200,21,scalemix 20,30,200,21,rwnorm "
     "20,30,200,21,rwexp 20,100,200,21,rwexp 20,30,200,21,slopes 40,48,512,41,lognormal 40,48,512,41,slopes"
