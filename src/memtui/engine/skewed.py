@@ -92,6 +92,20 @@ def _weighted_sums(lay: Layout, parts, v2: np.ndarray, n_cells: int, control: bo
     return s
 
 
+def _per_cell(n: np.ndarray) -> np.ndarray:
+    """(cells, 1): 1 / n where n > 0, else 0 (a group of one instance, no control set)."""
+    return np.divide(1, n, out=np.zeros_like(n), where=n > 0)[:, None]
+
+
+def _fold(masks, block: slice, span: slice, t_star: np.ndarray, top: list, bottom: list) -> None:
+    """Each mask's running max t* and max -t* over the block's cells, for the draws ``span``."""
+    for i, m in enumerate(masks):
+        local = m[block]
+        if local.any():
+            np.maximum(top[i][span], t_star[local].max(axis=0), out=top[i][span])
+            np.maximum(bottom[i][span], (-t_star[local]).max(axis=0), out=bottom[i][span])
+
+
 def skewed_bootstrap(
     lay: Layout,
     est: did.CellEstimates,
@@ -112,11 +126,10 @@ def skewed_bootstrap(
         raise ValueError(f"unknown variance {variance!r}")
     if not var.hc:
         raise ValueError("the skew-aware band re-estimates HC1 variances")
-    n_t, n_c = var.n_t, var.n_c
-    inv_t = np.divide(1, n_t * (n_t - 1), out=np.zeros_like(n_t), where=n_t > 1)[:, None]
-    inv_c = np.divide(1, n_c * (n_c - 1), out=np.zeros_like(n_c), where=n_c > 1)[:, None]
-    k_t = np.divide(1, n_t - 1, out=np.zeros_like(n_t), where=n_t > 1)[:, None]
-    k_c = np.divide(1, n_c - 1, out=np.zeros_like(n_c), where=n_c > 1)[:, None]
+    n_t = var.n_t
+    inv_t, inv_c, k_t, k_c = (
+        _per_cell(n) for n in (var.n_t * (var.n_t - 1), var.n_c * (var.n_c - 1), n_t - 1, var.n_c - 1)
+    )
     usable = np.isfinite(var.se)
     masks = [np.asarray(m, bool) & usable for m in masks]
     treated_sq = _group_squares(lay) if variance != "recentred" else None
@@ -145,12 +158,7 @@ def skewed_bootstrap(
         with np.errstate(divide="ignore", invalid="ignore"):
             t_star = out / np.sqrt(np.maximum(den, 0))
         t_star[np.isnan(t_star)] = 0  # 0 / 0: a cell whose draw and spread are both nil
-        span = slice(start, start + bc)
-        for i, m in enumerate(masks):
-            local = m[block]
-            if local.any():
-                np.maximum(top[i][span], t_star[local].max(axis=0), out=top[i][span])
-                np.maximum(bottom[i][span], (-t_star[local]).max(axis=0), out=bottom[i][span])
+        _fold(masks, block, slice(start, start + bc), t_star, top, bottom)
 
     boot = did.bootstrap_shared([lay], [est], draws=draws, seed=seed, multiplier=MULTIPLIER, chunk=chunk,
                                 on_chunk=studentise)[0]  # fmt: skip
