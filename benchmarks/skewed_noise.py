@@ -10,7 +10,8 @@ normal / centred exponential steps: skewed *changes*); ``slopes`` (normal plus a
 No effect anywhere: every flagged post cell is a false positive. The studentised draws are formed exactly as
 ``engine.bands`` forms them (the per-draw variance re-centred by T*^2 / (n_T - 1) and C*^2 / (n_C - 1)) in
 ``did.bootstrap_shared``'s own callback, so the symmetric column is memtui's calibrated band (checked: the same
-critical value as ``bands.calibrated_bootstrap`` to float32 precision).
+critical value as ``bands.calibrated_bootstrap`` to float32 precision). ``--mammen`` adds the skew-aware variants of
+``engine.skewed`` (Mammen multipliers, each draw's variance re-estimated: issue 22), on the same panels and seeds.
 """
 
 from __future__ import annotations
