@@ -132,3 +132,16 @@ def test_the_cache_keeps_the_bands_apart(tmp_path):
     hit = cache.load(panel, cal)
     assert hit is not None and hit.band == "calibrated" and hit.cells["band"].unique().to_list() == ["calibrated"]
     assert hit.cells.equals(again.cells) and hit.crit == again.crit
+
+
+def test_an_entry_from_before_the_small_sample_intervals_is_a_miss(tmp_path, monkeypatch):
+    # the same settings came to mean other ci_low/ci_high (Welch t under the calibrated band): an entry written by
+    # the code before must not be served as today's
+    panel = read_panel(write_synthetic(tmp_path / "p.h5", SIM))
+    settings = Settings(draws=100)
+    monkeypatch.setattr(cache, "RESULTS_GENERATION", cache.RESULTS_GENERATION - 1)
+    old_key = cache.cache_key(panel, settings)
+    cache.cached_estimate(panel, settings)
+    assert cache.load(panel, settings) is not None
+    monkeypatch.undo()
+    assert cache.cache_key(panel, settings) != old_key and cache.load(panel, settings) is None

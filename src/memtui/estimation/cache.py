@@ -39,6 +39,9 @@ _META = {
     "notes": list,
     "sign": int,
 }
+# Bumped when the same settings come to mean other numbers (the version string moves only at releases), so that an
+# entry from before is a miss, not a stale hit. 2: the calibrated band's small-sample pointwise intervals.
+RESULTS_GENERATION = 2
 # the numbers the CLI and the app read from the summaries
 _OVERALL = ("estimate", "std_error", "ci_low", "ci_high", "significant", "n_cells")
 _PRETREND = ("n_cells", "n_significant", "sup_t", "p_value", "crit")
@@ -69,7 +72,8 @@ def cache_key(panel: Panel, settings: Settings) -> str:
         if values is not None:
             arrays.append(values if values.dtype.kind in "fiub" else np.asarray(values, dtype=str))
     h = hashlib.blake2b(digest_size=16)
-    h.update(json.dumps({"settings": settings.key(), "version": __version__, **scalars}, sort_keys=True).encode())
+    head = {"settings": settings.key(), "version": __version__, "generation": RESULTS_GENERATION, **scalars}
+    h.update(json.dumps(head, sort_keys=True).encode())
     for arr in arrays:
         arr = np.ascontiguousarray(arr)
         h.update(f"{arr.dtype.str}{arr.shape}".encode())  # the same bytes as another dtype or shape are other data
