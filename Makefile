@@ -13,13 +13,17 @@ $(STAMP): pyproject.toml constraints.txt tests/orders/requirements-nodeps.txt
 app: $(STAMP)
 	$(VENV)/bin/memtui $(PANEL)
 
+# the tests in worker processes, one a core (at most 4: each may load torch); the SLURM tests share one worker, as
+# they share the one-node cluster (their conftest puts them in one xdist group). PYTEST_WORKERS= runs them in one.
+PYTEST_WORKERS ?= -n auto --maxprocesses 4 --dist loadgroup
+
 test: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(PYTEST_WORKERS)
 
 # the numerics tests under a second OpenBLAS kernel: another than the one this machine uses (OPENBLAS_CORETYPE, or
 # what OpenBLAS picks by itself), among those the CPU can run
 test-blas: $(STAMP)
-	OPENBLAS_CORETYPE=$$(sh tests/second_blas_core.sh) $(VENV)/bin/pytest tests/engine tests/estimation tests/panel
+	OPENBLAS_CORETYPE=$$(sh tests/second_blas_core.sh) $(VENV)/bin/pytest $(PYTEST_WORKERS) tests/engine tests/estimation tests/panel
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -41,10 +41,12 @@ asyncio.run(main())
 
 @pytest.mark.slow
 def test_a_wheel_in_a_fresh_environment_opens_its_default_panel(tmp_path):
+    # a PYTHONPATH naming a source tree (a developer's, or a test runner's) must not stand in for the wheel's copy
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     dist = tmp_path / "dist"
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(ROOT)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, env=clean,
     )  # fmt: skip
     assert build.returncode == 0, build.stderr
     (wheel,) = dist.glob("memtui-*.whl")
@@ -52,17 +54,14 @@ def test_a_wheel_in_a_fresh_environment_opens_its_default_panel(tmp_path):
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
     python = env / "bin" / "python"
     install = subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
+                             capture_output=True, text=True, timeout=300, env=clean)  # fmt: skip
     assert install.returncode == 0, install.stderr
     # memtui's dependencies come from this environment (nothing can be downloaded here); a plain path line in a .pth
     # does not run that folder's own .pth files, so this environment's editable memtui stays out of the fresh one
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
     (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    environ = {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-        "XDG_CACHE_HOME": str(tmp_path / "xdg-cache"),
-    }
+    environ = {**clean, "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
     opened = subprocess.run([python, "-c", OPEN_DEFAULT], capture_output=True, text=True, timeout=300, cwd=tmp_path,
                             env=environ)  # fmt: skip
     assert opened.returncode == 0, opened.stderr[-3000:]

@@ -150,3 +150,12 @@ def wait_done(jobs, timeout: float = 45) -> None:
 def slurm_wait():
     """``wait_done`` as a fixture, for test modules that prefer fixtures to imports."""
     return wait_done
+
+
+def pytest_collection_modifyitems(config, items):
+    """The SLURM tests share the one-node cluster: under pytest-xdist (`make test`, `--dist loadgroup`) they run one
+    after another in one worker, so that their jobs do not wait on each other's slots and time out."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here + os.sep):
+            item.add_marker(pytest.mark.xdist_group("slurm"))

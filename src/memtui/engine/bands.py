@@ -514,14 +514,14 @@ def pointwise_aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correcti
     """Per aggregate, its own bootstrap-t two-sided critical value: the (1 - alpha) quantile (type-1) of |A* / se*|,
     se*^2 = agg_se^2 - correction (``aggregate_laws`` with one aggregate a mask, as the overall average's)."""
     out = np.full(len(agg_se), np.nan)
-    ok = np.isfinite(agg_se) & (agg_se > 0)
-    if not ok.any():
-        return out
-    sd = np.sqrt(np.maximum(agg_se[ok, None] ** 2 - correction[ok], 0))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.abs(agg_draws[ok]) / sd
-    t[np.isnan(t)] = 0
-    out[ok] = np.quantile(t, 1 - alpha, axis=1, method="inverted_cdf")
+    # one aggregate at a time: its temporaries are a row of draws, not the whole aggregates x draws block again
+    # (bootstrap_bytes' per-draw count holds without them)
+    for k in np.flatnonzero(np.isfinite(agg_se) & (agg_se > 0)):
+        sd = np.sqrt(np.maximum(agg_se[k] ** 2 - correction[k], 0))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.abs(agg_draws[k]) / sd
+        t[np.isnan(t)] = 0
+        out[k] = np.quantile(t, 1 - alpha, method="inverted_cdf")
     return out
 
 
