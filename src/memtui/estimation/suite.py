@@ -377,6 +377,9 @@ def _estimate_jobs(suite: Suite, settings: Settings, metrics: list[str], keep: s
                 if metric in keep:
                     out.draws.setdefault(metric, {})[job.model] = boot.cells
                 job.lay = job.est = None
+            # the batch's draws (and the calibrated laws) go now, not when the next batch's replace them: held
+            # through the next batch's bootstrap they were a whole batch of draws on top of its own (the peak)
+            del cells, assembled, boot, res
             done += len(batch)
             report(done / total, f"{metric}: summaries")
 
