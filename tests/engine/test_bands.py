@@ -175,3 +175,25 @@ def test_other_multipliers_are_refused():
     est = did.point_estimates(lay)
     with pytest.raises(ValueError, match="Rademacher"):
         bands.calibrated_bootstrap(lay, est, {"post": ~lay.cell_pre}, draws=20, seed=0, floor=0.0, multiplier="mammen")
+
+
+def test_pointwise_t_is_scipy_stats_t_bit_for_bit():
+    """pointwise_t calls scipy.special.stdtrit (what scipy.stats.t.isf calls) to spare a cold run the scipy.stats
+    import: its critical values must be Student's t quantiles at the Welch degrees of freedom, the same bits."""
+    from scipy import stats
+
+    rng = np.random.default_rng(3)
+    n = 5000
+    var = bands.CellVariances(
+        var_t=rng.uniform(0.01, 2, n), var_c=np.where(rng.random(n) < 0.1, 0.0, rng.uniform(0.01, 2, n)),
+        n_t=rng.integers(2, 300, n).astype(float), n_c=rng.integers(2, 3000, n).astype(float), hc=True,
+    )  # fmt: skip
+    var.var_t[:5] = 0.0  # no variance at all: no degrees of freedom, NaN
+    var.var_c[:5] = 0.0
+    df = bands.welch_df(var)
+    for alpha in (0.05, 0.01, 0.2):
+        got = bands.pointwise_t(var, alpha)
+        assert np.isnan(got[:5]).all() and np.isfinite(got[5:]).all()
+        want = stats.t.isf(alpha / 2, df[5:])
+        assert np.array_equal(got[5:].view(np.uint64), want.view(np.uint64))
+        assert (got[5:] > stats.norm.isf(alpha / 2)).all()  # heavier than the normal's at finite df

@@ -352,33 +352,58 @@ def estimate_suite(
 def _estimate_jobs(suite: Suite, settings: Settings, metrics: list[str], keep: set, out: SuiteResult, report) -> None:
     total = len(metrics) * len(suite.names)
     done = 0
-    for metric in metrics:  # one metric's models at a time: their layouts and draws are what memory holds
-        jobs = [
+    every = [
+        [
             _Job(model=name, metric=metric, panel=panel, settings=replace(settings, metric=metric))
             for name, panel in zip(suite.names, suite.panels, strict=True)
         ]
-        report(done / total, f"{metric}: preparing")
-        _threads(_prepare, jobs)
-        out.joint[metric] = len({j.rows_key for j in jobs}) == 1
-        if not out.joint[metric]:
-            out.notes.append(
-                f"{metric}: the panels have missing values on different instances, so the models' estimates use "
-                "different instances and their draws are not joint: the correlations have no interval"
-            )
-        for batch in _batches(jobs):
-            base, share = done / total, len(batch) / total
-            stage = f"{metric}: bootstrap"
-            cells = _shared_draws(
-                batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), band=settings.band
-            )
-            assembled = _threads(lambda item: _assemble(*item), list(zip(batch, cells, strict=True)))
-            for job, (boot, _), res in zip(batch, cells, assembled, strict=True):
-                out.results[job.model][metric] = res
-                if metric in keep:
-                    out.draws.setdefault(metric, {})[job.model] = boot.cells
-                job.lay = job.est = None
-            done += len(batch)
-            report(done / total, f"{metric}: summaries")
+        for metric in metrics
+    ]
+    report(0.0, f"{metrics[0]}: preparing")
+    _threads(_prepare, every[0])
+    # the next metric's layouts are prepared on one more thread while this metric's bootstrap runs: the bootstrap
+    # leaves a core idle whenever it holds the GIL (its serial parts), and a layout's work is the job's alone, so
+    # every estimate is what it was; memory holds one metric's layouts more (~0.15 GB at the paper's size)
+    with ThreadPoolExecutor(1) as ahead:
+        for k, (metric, jobs) in enumerate(zip(metrics, every, strict=True)):
+            following = ahead.submit(_prepare_all, every[k + 1]) if k + 1 < len(every) else None
+            _estimate_metric(metric, jobs, settings, keep, out, report, done, total)
+            done += len(jobs)
+            if following is not None:
+                following.result()  # its refusal (a MemtuiError), if any, is raised here
+
+
+def _prepare_all(jobs: list[_Job]) -> None:
+    for job in jobs:
+        _prepare(job)
+
+
+def _estimate_metric(metric: str, jobs: list[_Job], settings: Settings, keep: set, out: SuiteResult, report,
+                     done: int, total: int) -> None:  # fmt: skip
+    """The bootstrap and the frames of one metric's prepared jobs (``_prepare``), batch after batch."""
+    out.joint[metric] = len({j.rows_key for j in jobs}) == 1
+    if not out.joint[metric]:
+        out.notes.append(
+            f"{metric}: the panels have missing values on different instances, so the models' estimates use "
+            "different instances and their draws are not joint: the correlations have no interval"
+        )
+    for batch in _batches(jobs):
+        base, share = done / total, len(batch) / total
+        stage = f"{metric}: bootstrap"
+        cells = _shared_draws(
+            batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), band=settings.band
+        )
+        assembled = _threads(lambda item: _assemble(*item), list(zip(batch, cells, strict=True)))
+        for job, (boot, _), res in zip(batch, cells, assembled, strict=True):
+            out.results[job.model][metric] = res
+            if metric in keep:
+                out.draws.setdefault(metric, {})[job.model] = boot.cells
+            job.lay = job.est = None
+        # the batch's draws (and the calibrated laws) go now, not when the next batch's replace them: held
+        # through the next batch's bootstrap they were a whole batch of draws on top of its own (the peak)
+        del cells, assembled, boot, res
+        done += len(batch)
+        report(done / total, f"{metric}: summaries")
 
 
 def _prepare(job: _Job) -> None:
