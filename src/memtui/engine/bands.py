@@ -67,6 +67,19 @@ class CellVariances:
         return np.sqrt(self.var_t + self.var_c)
 
 
+def group_changes(lay: Layout):
+    """Per cohort group with cells, its cells and its rows' centred changes y_c - y_b for them (rows x cells): what the
+    cells' variances sum the squares of."""
+    g = lay.cell_group
+    order = np.argsort(g, kind="stable")
+    bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
+    for k in range(lay.n_groups):
+        idx = order[bounds[k] : bounds[k + 1]]
+        if len(idx):
+            z = lay.y[lay.rows(k)] - lay.means[k]
+            yield idx, z[:, lay.cell_t[idx]] - z[:, lay.cell_b[idx]]
+
+
 def cell_variances(
     lay: Layout, est: did.CellEstimates, hc: bool = True, clusters: np.ndarray | None = None
 ) -> CellVariances:
@@ -81,15 +94,7 @@ def cell_variances(
     n_t = est.n_treated.astype(float)
     n_c = est.n_control.astype(float)
     ss_t = np.zeros(len(n_t))
-    g = lay.cell_group
-    order = np.argsort(g, kind="stable")
-    bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
-    for k in range(lay.n_groups):
-        idx = order[bounds[k] : bounds[k + 1]]
-        if not len(idx):
-            continue
-        z = lay.y[lay.rows(k)] - lay.means[k]
-        d = z[:, lay.cell_t[idx]] - z[:, lay.cell_b[idx]]
+    for idx, d in group_changes(lay):
         ss_t[idx] = np.einsum("ij,ij->j", d, d)
     var_t = ss_t / n_t**2
     var_c = np.clip(est.se**2 - var_t, 0, None)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memtui.engine import did
+from memtui.engine import bands, did
 from memtui.engine.bands import CellVariances
 from memtui.engine.layout import Layout
 
@@ -52,18 +52,7 @@ class SkewLaws:
 
 def _group_squares(lay: Layout) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per group, its cells and the squared centred changes of its rows for those cells (rows x cells, float64)."""
-    g = lay.cell_group
-    order = np.argsort(g, kind="stable")
-    bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
-    out = []
-    for k in range(lay.n_groups):
-        idx = order[bounds[k] : bounds[k + 1]]
-        if not len(idx):
-            continue
-        z = lay.y[lay.rows(k)] - lay.means[k]
-        d = z[:, lay.cell_t[idx]] - z[:, lay.cell_b[idx]]
-        out.append((idx, d * d))
-    return out
+    return [(idx, d * d) for idx, d in bands.group_changes(lay)]
 
 
 def _control_squares(lay: Layout, est: did.CellEstimates) -> list[tuple[int, np.ndarray, np.ndarray]]:
