@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import did
+from memtui.engine import did, kernels
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import _weights, analytic_se
@@ -244,6 +244,30 @@ def _in_block(c: dict, block: slice) -> list[tuple[int, np.ndarray]]:
     return found
 
 
+def _studentise_numpy(c: dict, running: np.ndarray, block: slice, treated, ctrl, out, squares: bool) -> None:
+    """``kernels.studentise`` in numpy passes (the fallback): one block's studentised squares folded into each cell
+    group's ``running`` maximum (the chunk's columns), and with ``squares`` the aggregates' T*^2 and C*."""
+    treated *= c["unit"]
+    ctrl *= c["unit"]
+    if squares:
+        np.multiply(treated, treated, out=c["squares"][0][block])
+        c["squares"][1][block] = ctrl
+    # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
+    np.multiply(treated, treated, out=treated)
+    treated *= c["k_t"][block]
+    np.multiply(ctrl, ctrl, out=ctrl)
+    ctrl *= c["k_c"][block]
+    den = np.subtract(c["var"][block], treated, out=treated)
+    den -= ctrl
+    np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
+    with np.errstate(divide="ignore", invalid="ignore"):
+        d = np.multiply(out, c["unit"])
+        t2 = np.divide(np.multiply(d, d, out=d), den, out=ctrl)
+    t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
+    for i, local in _in_block(c, block):
+        np.maximum(running[i], t2[local].max(axis=0), out=running[i])
+
+
 def studentized_bootstrap(
     lays: list[Layout],
     ests: list[did.CellEstimates],
@@ -258,6 +282,7 @@ def studentized_bootstrap(
     usable: list[np.ndarray] | None = None,
     progress: Callable[[float], None] | None = None,
     source: JointMultipliers | None = None,
+    pool: did.DrawsPool | None = None,
 ) -> list[StudentLaws]:
     """``did.bootstrap_shared`` (its very loop: same multipliers, same draws, bit for bit) that also returns, per
     layout, the studentised sup-t law of every mask in ``masks[j]`` (cells with a finite standard error only, or
@@ -277,6 +302,9 @@ def studentized_bootstrap(
         k_t = np.divide(1, var.n_t - shift, out=np.zeros_like(var.n_t), where=var.n_t - shift > 0)
         k_c = np.divide(1, var.n_c - shift, out=np.zeros_like(var.n_c), where=var.n_c - shift > 0)
         groups, labels = _labels(masks[j], usable[j])
+        label = np.full(len(var.n_t), -1, dtype=np.int64)  # each cell's group of cells (the compiled loop's)
+        for i, idx in enumerate(groups):
+            label[idx] = i
         # squares of float32 draws overflow beyond ~1e19 and underflow below ~1e-19 (memtui takes outcomes with a
         # standard deviation from 1e-30 to 1e30): the squares are formed in units of the outcome's sd
         scale = float(lays[j].scale) if lays[j].scale > 0 else 1.0
@@ -288,6 +316,7 @@ def studentized_bootstrap(
             "k_c": k_c.astype(f32)[:, None],
             "groups": groups,
             "labels": labels,
+            "label": label,
             "n": len(var.n_t),
             "blocks": {},
         }
@@ -301,29 +330,17 @@ def studentized_bootstrap(
         the last block the aggregates' correction (one product over the chunk's cells, as a chunk without blocks)."""
         c = per_job[j]
         bc = out.shape[1]
-        treated *= c["unit"]
-        ctrl *= c["unit"]
         spec = aggregates[j]
-        if spec is not None:
-            if block.start == 0:
-                c["squares"] = np.empty((c["n"], bc), dtype=f32), np.empty((c["n"], bc), dtype=f32)
-            np.multiply(treated, treated, out=c["squares"][0][block])
-            c["squares"][1][block] = ctrl
-        # studentised squares: D*^2 / (var - k_t T*^2 - k_c C*^2), in place over the temporaries
-        np.multiply(treated, treated, out=treated)
-        treated *= c["k_t"][block]
-        np.multiply(ctrl, ctrl, out=ctrl)
-        ctrl *= c["k_c"][block]
-        den = np.subtract(c["var"][block], treated, out=treated)
-        den -= ctrl
-        np.maximum(den, 0, out=den)  # float32 rounding; 0 gives inf: a draw that studentises to no spread
-        with np.errstate(divide="ignore", invalid="ignore"):
-            d = np.multiply(out, c["unit"])
-            t2 = np.divide(np.multiply(d, d, out=d), den, out=ctrl)
-        t2[np.isnan(t2)] = 0  # 0 / 0: a cell whose draw and spread are both nil
-        for i, local in _in_block(c, block):
-            running = group_max[j][i, start : start + bc]
-            np.maximum(running, t2[local].max(axis=0), out=running)
+        if spec is not None and block.start == 0:
+            c["squares"] = np.empty((c["n"], bc), dtype=f32), np.empty((c["n"], bc), dtype=f32)
+        if kernels.available():  # the same operations in one pass, bit for bit
+            squares = None if spec is None else (c["squares"][0][block], c["squares"][1][block])
+            kernels.studentise(
+                treated, ctrl, out, c["unit"], c["k_t"][block], c["k_c"][block], c["var"][block],
+                c["label"][block], group_max[j][:, start : start + bc], squares,
+            )  # fmt: skip
+        else:
+            _studentise_numpy(c, group_max[j][:, start : start + bc], block, treated, ctrl, out, spec is not None)
         if spec is not None and block.stop == c["n"]:
             squares, parts = c.pop("squares")
             corr = spec.treated @ squares
@@ -342,6 +359,7 @@ def studentized_bootstrap(
         progress=progress,
         on_chunk=studentise,
         source=source,
+        pool=pool,
     )
     out = []
     for j, boot in enumerate(boots):
@@ -426,12 +444,13 @@ def calibrated_bootstraps(
     progress: Callable[[float], None] | None = None,
     mapper: Callable | None = None,
     source: JointMultipliers | None = None,
+    pool: did.DrawsPool | None = None,
 ) -> list[CalibratedBands]:
     """``calibrated_bootstrap`` of several layouts with the same groups and cells (a suite's models or metrics) from
     one set of multipliers (``did.bootstrap_shared``): each result is that layout's lone ``calibrated_bootstrap``,
     bit for bit, and the draws are joint. ``mapper(fn, items)``: how the per-layout preparation (variances, the
     aggregates' analytic standard errors) is spread over cores (default: one after another). ``source``: multipliers
-    keyed by panel instance or cluster (``did.bootstrap_shared``)."""
+    keyed by panel instance or cluster and ``pool``, recycled draws arrays (``did.bootstrap_shared``)."""
     members = members or [None] * len(lays)
 
     sources = source if isinstance(source, list | tuple) else [source] * len(lays)
@@ -446,7 +465,7 @@ def calibrated_bootstraps(
     laws = studentized_bootstrap(
         lays, ests, [p[0] for p in parts], [list(m.values()) for m in masks], draws=draws, seed=seed,
         multiplier=multiplier, aggregates=[p[2] for p in parts], usable=[np.isfinite(p[1]) for p in parts],
-        progress=progress, source=source,
+        progress=progress, source=source, pool=pool,
     )  # fmt: skip
     return [
         CalibratedBands(

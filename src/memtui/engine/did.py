@@ -11,13 +11,14 @@ cell's draw is a handful of gathers from R and W.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from memtui.engine import kernels
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
@@ -156,6 +157,7 @@ def bootstrap_shared(
     progress: Callable[[float], None] | None = None,
     on_chunk: Callable[[int, int, slice, np.ndarray, np.ndarray, np.ndarray], None] | None = None,
     source: JointMultipliers | list[JointMultipliers] | None = None,
+    pool: DrawsPool | None = None,
 ) -> list[BootstrapDraws]:
     """``bootstrap`` of several layouts with the same groups and cells (``same_cells``: one panel's instances scored
     by several models, or several metrics) at once. The multipliers are drawn once, as ``bootstrap`` draws them for
@@ -177,7 +179,10 @@ def bootstrap_shared(
     source (subgroups: each group's subset of one source): the layouts then need not have the same cells, the
     multipliers are drawn once per chunk for all of them, and each layout's draws are those of its lone bootstrap
     with its source, bit for bit (layouts with the same cells and the same source share their group sums as above).
-    Without it (the default) the multipliers are drawn one per layout row, as they always were."""
+    Without it (the default) the multipliers are drawn one per layout row, as they always were.
+
+    ``pool``: where the cells' draws arrays come from when a caller recycles them (``DrawsPool``); every element is
+    written, so the draws do not depend on it."""
     stacks = _stacks(lays, ests, source)
     keys = {stack.source.n_keys for stack in stacks if stack.source is not None}
     if len(stacks) > 1 and (len(keys) != 1 or any(stack.source is None for stack in stacks)):
@@ -186,7 +191,8 @@ def bootstrap_shared(
     rows = keys.pop() if keys else lays[0].n_units
     rng = np.random.default_rng(seed)
     # float32: the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
-    cells = _draws_arrays([(len(lay.cell_group), draws) for lay in lays])
+    shapes = [(len(lay.cell_group), draws) for lay in lays]
+    cells = pool.take(shapes) if pool is not None else _draws_arrays(shapes)
     group_w = [np.empty((stack.first.n_groups, draws)) for stack in stacks]
     cores = os.cpu_count() or 1
     for start in range(0, draws, chunk):
@@ -218,6 +224,30 @@ def _draws_arrays(shapes: list[tuple[int, int]]) -> list[np.ndarray]:
     finally:
         if advise is not None:
             advise(before)
+
+
+class DrawsPool:
+    """Cells' draws arrays that a caller is done with, handed to its next bootstrap of the same shapes.
+
+    A fresh draws array is mapped page by page on its first touch, and on the development VM a 4 KiB page fault costs
+    ~7 us: the suite benchmark's 32 estimates (1.2 GB of draws, one metric after another) spent ~2 s of CPU in the
+    kernel on them. The suite gives each metric's draws back once its frames are made (unless it keeps them), and the
+    next metric's bootstrap writes over them. Give back only arrays nothing else refers to: they are overwritten."""
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+
+    def give(self, arrays: Sequence[np.ndarray]) -> None:
+        self._free.extend(a for a in arrays if a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable)
+
+    def take(self, shapes: list[tuple[int, int]]) -> list[np.ndarray]:
+        out: list[np.ndarray | None] = [None] * len(shapes)
+        for i, shape in enumerate(shapes):
+            found = next((k for k, a in enumerate(self._free) if a.shape == shape), None)
+            if found is not None:
+                out[i] = self._free.pop(found)
+        fresh = iter(_draws_arrays([shape for shape, a in zip(shapes, out, strict=True) if a is None]))
+        return [a if a is not None else next(fresh) for a in out]
 
 
 def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stack]:
@@ -286,7 +316,13 @@ class _Stack:
         self.upto = int(p.max()) if len(p) else 1
         self.inv_nt = (1 / first.group_n.astype(f32)[g])[:, None]
         # the rows of the sums each cell gathers (layout 0's columns; layout j adds j * width)
-        self.index = (g * self.stride + t, g * self.stride + b, p * self.stride + t, p * self.stride + b)
+        self.index = tuple(
+            np.ascontiguousarray(x, dtype=np.int64)
+            for x in (g * self.stride + t, g * self.stride + b, p * self.stride + t, p * self.stride + b)
+        )
+        # what the compiled loop (``kernels.cell_draws``) reads per cell
+        self.group, self.prefix = (np.ascontiguousarray(x, dtype=np.int64) for x in (g, p))
+        self.own = np.ascontiguousarray(first.cell_own, dtype=bool)
         self.consts = []
         for est in ests:
             n_c = est.n_control.astype(float)
@@ -364,8 +400,17 @@ class _Stack:
         first = self.first
         own = first.cell_own[block]
         col = i * self.width
-        own_t, own_b, ctrl_t, ctrl_b = (idx[block] + col for idx in self.index)
         inv_nc, dm, dmu = (x[block] for x in self.consts[i])
+        if kernels.available():  # the same operations in one pass, bit for bit
+            treated = np.empty(out.shape, dtype=np.float32)
+            ctrl = np.empty(out.shape, dtype=np.float32)
+            kernels.cell_draws(
+                r, cum_r, w, cum_w, tuple(idx[block] for idx in self.index), col, self.group[block],
+                self.prefix[block], self.own[block], bool(own.any()), self.inv_nt[block], inv_nc, dm, dmu, out,
+                treated, ctrl,
+            )  # fmt: skip
+            return treated, ctrl
+        own_t, own_b, ctrl_t, ctrl_b = (idx[block] + col for idx in self.index)
         w_own = np.take(w, first.cell_group[block], axis=0)
         ctrl_w = np.take(cum_w, first.cell_prefix[block], axis=0)
         own_col = own[:, None]

@@ -361,13 +361,14 @@ def _estimate_jobs(suite: Suite, settings: Settings, metrics: list[str], keep: s
     ]
     report(0.0, f"{metrics[0]}: preparing")
     _threads(_prepare, every[0])
+    pool = did.DrawsPool()  # each metric's draws, once its frames are made, are the next one's (unless kept)
     # the next metric's layouts are prepared on one more thread while this metric's bootstrap runs: the bootstrap
     # leaves a core idle whenever it holds the GIL (its serial parts), and a layout's work is the job's alone, so
     # every estimate is what it was; memory holds one metric's layouts more (~0.15 GB at the paper's size)
     with ThreadPoolExecutor(1) as ahead:
         for k, (metric, jobs) in enumerate(zip(metrics, every, strict=True)):
             following = ahead.submit(_prepare_all, every[k + 1]) if k + 1 < len(every) else None
-            _estimate_metric(metric, jobs, settings, keep, out, report, done, total)
+            _estimate_metric(metric, jobs, settings, keep, out, report, done, total, pool)
             done += len(jobs)
             if following is not None:
                 following.result()  # its refusal (a MemtuiError), if any, is raised here
@@ -379,8 +380,9 @@ def _prepare_all(jobs: list[_Job]) -> None:
 
 
 def _estimate_metric(metric: str, jobs: list[_Job], settings: Settings, keep: set, out: SuiteResult, report,
-                     done: int, total: int) -> None:  # fmt: skip
-    """The bootstrap and the frames of one metric's prepared jobs (``_prepare``), batch after batch."""
+                     done: int, total: int, pool: did.DrawsPool | None = None) -> None:  # fmt: skip
+    """The bootstrap and the frames of one metric's prepared jobs (``_prepare``), batch after batch; the draws it
+    does not keep go back to ``pool``."""
     out.joint[metric] = len({j.rows_key for j in jobs}) == 1
     if not out.joint[metric]:
         out.notes.append(
@@ -391,13 +393,16 @@ def _estimate_metric(metric: str, jobs: list[_Job], settings: Settings, keep: se
         base, share = done / total, len(batch) / total
         stage = f"{metric}: bootstrap"
         cells = _shared_draws(
-            batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), band=settings.band
-        )
+            batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), band=settings.band,
+            pool=pool,
+        )  # fmt: skip
         assembled = _threads(lambda item: _assemble(*item), list(zip(batch, cells, strict=True)))
         for job, (boot, _), res in zip(batch, cells, assembled, strict=True):
             out.results[job.model][metric] = res
             if metric in keep:
                 out.draws.setdefault(metric, {})[job.model] = boot.cells
+            elif pool is not None:  # the frames are made and nothing refers to the draws any more
+                pool.give([boot.cells])
             job.lay = job.est = None
         # the batch's draws (and the calibrated laws) go now, not when the next batch's replace them: held
         # through the next batch's bootstrap they were a whole batch of draws on top of its own (the peak)
@@ -466,13 +471,14 @@ def _threads(fn, items: list) -> list:
 
 
 def _shared_draws(
-    batch: list[_Job], settings: Settings, progress=None, band: str = "classic"
+    batch: list[_Job], settings: Settings, progress=None, band: str = "classic", pool: did.DrawsPool | None = None
 ) -> list[tuple[did.BootstrapDraws, bands.CalibratedBands | None]]:
     """The bootstrap draws of every job of ``batch`` from one set of multipliers (``did.bootstrap_shared``), so each
     job's draws are bit for bit those ``estimate`` draws for it alone; with ``band="calibrated"`` also each job's
     calibrated laws (``bands.calibrated_bootstraps``: the same loop, the same per-job arithmetic as a lone estimate)."""
     lays, ests = [j.lay for j in batch], [j.est for j in batch]
-    common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier, "progress": progress}
+    common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier, "progress": progress,
+              "pool": pool}  # fmt: skip
     if band != "calibrated":
         return [(boot, None) for boot in did.bootstrap_shared(lays, ests, **common)]
     cals = bands.calibrated_bootstraps(
