@@ -268,6 +268,79 @@ def _studentise_numpy(c: dict, running: np.ndarray, block: slice, treated, ctrl,
         np.maximum(running[i], t2[local].max(axis=0), out=running[i])
 
 
+class _Studentiser:
+    """``did.bootstrap_shared``'s per-block callback for the calibrated band: each cell group's running studentised
+    maximum, and after a chunk's last block the aggregates' correction (one product over the chunk's cells).
+
+    Called with a block's parts (``on_chunk``), it studentises them in numpy passes (``_studentise_numpy``); where the
+    compiled loop runs, the stack asks ``fused(j, start, block, bc)`` for the loop's arguments instead, draws and
+    studentises the block in one pass, and then calls ``block_done``: the same operations, bit for bit."""
+
+    def __init__(self, per_job: list[dict], group_max: list[np.ndarray], agg_corr: list, aggregates: list) -> None:
+        self.per_job, self.group_max, self.agg_corr, self.aggregates = per_job, group_max, agg_corr, aggregates
+        self.columns = [_columns(spec) for spec in aggregates]
+
+    def _squares(self, j: int, block: slice, bc: int) -> bool:
+        c = self.per_job[j]
+        if self.aggregates[j] is not None and block.start == 0:
+            c["squares"] = np.empty((c["n"], bc), dtype=np.float32), np.empty((c["n"], bc), dtype=np.float32)
+        return self.aggregates[j] is not None
+
+    def __call__(self, j: int, start: int, block: slice, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray):
+        bc = out.shape[1]
+        squares = self._squares(j, block, bc)
+        _studentise_numpy(self.per_job[j], self.group_max[j][:, start : start + bc], block, treated, ctrl, out, squares)
+        self.block_done(j, start, block)
+
+    def fused(self, j: int, start: int, block: slice, bc: int) -> kernels.Studentise | None:
+        """The compiled loop's arguments for this block (None: the aggregates' matrices are not in the order the
+        loop adds in, and the numpy passes run instead)."""
+        c, spec, cols = self.per_job[j], self.aggregates[j], self.columns[j]
+        if spec is not None and cols is None:
+            return None
+        sums = None
+        if spec is not None:
+            if block.start == 0:
+                n_agg = len(spec.members)
+                c["sums"] = np.zeros((n_agg, bc), dtype=np.float32), np.zeros((n_agg, bc), dtype=np.float32)
+            ptr, row, coef_t, coef_c = cols
+            sums = kernels.AggregateSums(ptr[block.start : block.stop + 1], row, coef_t, coef_c, *c["sums"])
+        return kernels.Studentise(
+            unit=c["unit"], k_t=c["k_t"][block], k_c=c["k_c"][block], var=c["var"][block], label=c["label"][block],
+            group_max=self.group_max[j][:, start : start + bc], aggregates=sums,
+        )  # fmt: skip
+
+    def block_done(self, j: int, start: int, block: slice) -> None:
+        c, spec = self.per_job[j], self.aggregates[j]
+        if spec is not None and block.stop == c["n"]:
+            if "sums" in c:  # the compiled loop's: the very sums of the two products below
+                corr, parts = c.pop("sums")
+                corr += parts**2
+            else:
+                squares, parts = c.pop("squares")
+                corr = spec.treated @ squares
+                corr += (spec.control @ parts) ** 2
+            kept = self.agg_corr[j][:, start : start + corr.shape[1]]
+            kept[:] = corr
+            kept *= c["unit2"]  # back to the outcome's units, in float64
+
+
+def _columns(spec: AggregateSpec | None):
+    """``spec``'s two sparse matrices (aggregates x cells) by cell, for the compiled loop: offsets, aggregate rows,
+    coefficients. Only where both have one pattern and each row lists its cells in ascending order (scipy's canonical
+    form), so that the loop, visiting cells in order, adds as scipy's products add; else None."""
+    if spec is None:
+        return None
+    t, c = spec.treated, spec.control
+    if not (t.has_canonical_format and c.has_canonical_format):
+        return None
+    t, c = t.tocsc(), c.tocsc()
+    if not (np.array_equal(t.indptr, c.indptr) and np.array_equal(t.indices, c.indices)):
+        return None
+    as_i64 = (np.ascontiguousarray(x, dtype=np.int64) for x in (t.indptr, t.indices))
+    return *as_i64, np.ascontiguousarray(t.data, np.float32), np.ascontiguousarray(c.data, np.float32)
+
+
 def studentized_bootstrap(
     lays: list[Layout],
     ests: list[did.CellEstimates],
@@ -325,29 +398,7 @@ def studentized_bootstrap(
     group_max = [np.zeros((len(c["groups"]), draws), dtype=f32) for c in per_job]
     agg_corr = [None if a is None else np.empty((len(a.members), draws), dtype=np.float64) for a in aggregates]
 
-    def studentise(j: int, start: int, block: slice, treated: np.ndarray, ctrl: np.ndarray, out: np.ndarray) -> None:
-        """One block of cells of a chunk of layout j's draws: each cell group's running studentised maximum, and after
-        the last block the aggregates' correction (one product over the chunk's cells, as a chunk without blocks)."""
-        c = per_job[j]
-        bc = out.shape[1]
-        spec = aggregates[j]
-        if spec is not None and block.start == 0:
-            c["squares"] = np.empty((c["n"], bc), dtype=f32), np.empty((c["n"], bc), dtype=f32)
-        if kernels.available():  # the same operations in one pass, bit for bit
-            squares = None if spec is None else (c["squares"][0][block], c["squares"][1][block])
-            kernels.studentise(
-                treated, ctrl, out, c["unit"], c["k_t"][block], c["k_c"][block], c["var"][block],
-                c["label"][block], group_max[j][:, start : start + bc], squares,
-            )  # fmt: skip
-        else:
-            _studentise_numpy(c, group_max[j][:, start : start + bc], block, treated, ctrl, out, spec is not None)
-        if spec is not None and block.stop == c["n"]:
-            squares, parts = c.pop("squares")
-            corr = spec.treated @ squares
-            corr += (spec.control @ parts) ** 2
-            kept = agg_corr[j][:, start : start + bc]
-            kept[:] = corr
-            kept *= c["unit2"]  # back to the outcome's units, in float64
+    studentise = _Studentiser(per_job, group_max, agg_corr, aggregates)
 
     boots = did.bootstrap_shared(
         lays,

@@ -350,13 +350,22 @@ class _Stack:
         cum_w = _prefix_sums(w, self.upto)
         r = r.reshape(-1, bc)
 
+        # a callback that offers the compiled loop its arguments (``bands._Studentiser.fused``) is run inside it
+        fused = getattr(on_chunk, "fused", None) if kernels.available() else None
+
         def one(i: int) -> None:
+            job = self.jobs[i]
             for lo in range(0, len(first.cell_group), _CELL_BLOCK):
                 block = slice(lo, min(lo + _CELL_BLOCK, len(first.cell_group)))
-                out = cells[self.jobs[i]][block, start : start + bc]
+                out = cells[job][block, start : start + bc]
+                studentise = fused(job, start, block, bc) if fused is not None else None
+                if studentise is not None:
+                    self.cell_draws(i, block, r, cum_r, w, cum_w, out, studentise)
+                    on_chunk.block_done(job, start, block)
+                    continue
                 treated, ctrl = self.cell_draws(i, block, r, cum_r, w, cum_w, out)
                 if on_chunk is not None:
-                    on_chunk(self.jobs[i], start, block, treated, ctrl, out)
+                    on_chunk(job, start, block, treated, ctrl, out)
 
         if len(self.jobs) == 1 or cores <= 1:
             for i in range(len(self.jobs)):
@@ -395,21 +404,21 @@ class _Stack:
             products[sig] = r[k].copy()
         return r
 
-    def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray):
-        """Layout i's draws of the cells ``block`` into ``out``; returns the cohort's and the control set's parts."""
+    def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray, studentise=None):
+        """Layout i's draws of the cells ``block`` into ``out``; returns the cohort's and the control set's parts, or
+        with ``studentise`` (``kernels.Studentise``: the compiled loop only) does that work on them instead."""
         first = self.first
         own = first.cell_own[block]
         col = i * self.width
         inv_nc, dm, dmu = (x[block] for x in self.consts[i])
         if kernels.available():  # the same operations in one pass, bit for bit
-            treated = np.empty(out.shape, dtype=np.float32)
-            ctrl = np.empty(out.shape, dtype=np.float32)
+            parts = None if studentise is not None else tuple(np.empty(out.shape, np.float32) for _ in range(2))
             kernels.cell_draws(
                 r, cum_r, w, cum_w, tuple(idx[block] for idx in self.index), col, self.group[block],
                 self.prefix[block], self.own[block], bool(own.any()), self.inv_nt[block], inv_nc, dm, dmu, out,
-                treated, ctrl,
+                *(parts or (None, None)), studentise=studentise,
             )  # fmt: skip
-            return treated, ctrl
+            return parts
         own_t, own_b, ctrl_t, ctrl_b = (idx[block] + col for idx in self.index)
         w_own = np.take(w, first.cell_group[block], axis=0)
         ctrl_w = np.take(cum_w, first.cell_prefix[block], axis=0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import importlib.machinery
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,14 @@ import numpy as np
 _I64 = ctypes.c_int64
 _PTR = ctypes.c_void_p
 _F32 = ctypes.c_float
+
+
+class _StudentiseC(ctypes.Structure):
+    _fields_ = [
+        ("unit", _F32), ("k_t", _PTR), ("k_c", _PTR), ("var", _PTR), ("label", _PTR), ("group_max", _PTR),
+        ("gm_stride", _I64), ("agg_ptr", _PTR), ("agg_row", _PTR), ("coef_t", _PTR), ("coef_c", _PTR),
+        ("acc_t", _PTR), ("acc_c", _PTR), ("acc_stride", _I64),
+    ]  # fmt: skip
 
 
 def _load() -> ctypes.CDLL | None:
@@ -38,13 +47,10 @@ def _load() -> ctypes.CDLL | None:
                 _I64, _I64, _PTR, _PTR, _PTR, _PTR,  # cells, draws, r, cum_r, w, cum_w
                 _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR, _PTR, ctypes.c_int,  # indices, col, group, prefix, own
                 _PTR, _PTR, _PTR, _PTR, _PTR, _I64, _PTR, _PTR,  # inv_nt, inv_nc, dm, dmu, out, stride, parts
-            ]
-            lib.studentise.argtypes = [
-                _I64, _I64, _PTR, _PTR, _PTR, _I64, _F32, _PTR, _PTR, _PTR,  # cells, draws, parts, out, unit, k, var
-                _PTR, _PTR, _I64, _PTR, _PTR,  # label, group_max, its stride, squares
+                ctypes.POINTER(_StudentiseC),
             ]
             # fmt: on
-            lib.cell_draws.restype = lib.studentise.restype = None
+            lib.cell_draws.restype = None
             return lib
     return None
 
@@ -53,8 +59,37 @@ _LIB = _load()
 
 
 def available() -> bool:
-    """Whether the compiled loops are built and in use (not switched off by ``MEMTUI_KERNELS=numpy``)."""
+    """Whether the compiled loop is built and in use (not switched off by ``MEMTUI_KERNELS=numpy``)."""
     return _LIB is not None
+
+
+@dataclass
+class Studentise:
+    """What the calibrated band does with a block's draws (``bands._Studentiser``), the block's slices: the unit
+    (1 / the outcome's sd), per cell k_t, k_c, the variance and its group of cells (``label``, -1: none), the running
+    maxima of the groups over the chunk's draws, and for the aggregates' re-centring (or None) ``AggregateSums``."""
+
+    unit: np.float32
+    k_t: np.ndarray
+    k_c: np.ndarray
+    var: np.ndarray
+    label: np.ndarray
+    group_max: np.ndarray
+    aggregates: AggregateSums | None = None
+
+
+@dataclass
+class AggregateSums:
+    """The aggregates' sums over a chunk's cells, sum_k a_k T*_k^2 and sum_k c_k C*_k (``bands.aggregate_spec``'s
+    sparse matrices, aggregates x cells, in compressed columns): ``ptr`` (the block's cells + 1 offsets into ``row``,
+    ``coef_t``, ``coef_c``) and the float32 sums (aggregates x the chunk's draws) they are added into."""
+
+    ptr: np.ndarray
+    row: np.ndarray
+    coef_t: np.ndarray
+    coef_c: np.ndarray
+    acc_t: np.ndarray
+    acc_c: np.ndarray
 
 
 def _ptr(a: np.ndarray | None, dtype, rows_only: bool = False) -> int | None:
@@ -65,18 +100,48 @@ def _ptr(a: np.ndarray | None, dtype, rows_only: bool = False) -> int | None:
     if a.dtype != dtype:
         raise TypeError(f"compiled loop: {a.dtype} where {np.dtype(dtype)} is needed")
     if rows_only:
-        if a.ndim != 2 or a.strides[1] != a.itemsize:
+        if a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != a.itemsize):
             raise ValueError("compiled loop: rows of the array must be contiguous")
     elif not a.flags.c_contiguous:
         raise ValueError("compiled loop: the array must be C-contiguous")
     return a.ctypes.data
 
 
+def _studentise_c(st: Studentise, n: int, bc: int) -> _StudentiseC:
+    f32 = np.float32
+    if any(len(x) != n for x in (st.k_t, st.k_c, st.var, st.label)):
+        raise ValueError("compiled loop: per-cell arrays of different lengths")
+    if st.group_max.shape[1] != bc or (len(st.label) and int(st.label.max()) >= st.group_max.shape[0]):
+        raise ValueError("compiled loop: running maxima of another shape")
+    agg = st.aggregates
+    if agg is None:
+        sums = (None, None, None, None, None, None, 0)
+    else:
+        rows = agg.acc_t.shape[0]
+        entries = int(agg.ptr[-1]) if len(agg.ptr) else 0
+        if len(agg.ptr) != n + 1 or len(agg.row) < entries or len(agg.coef_t) < entries or len(agg.coef_c) < entries:
+            raise ValueError("compiled loop: aggregates' columns that do not match the block")
+        if agg.acc_t.shape != (rows, bc) or agg.acc_c.shape != (rows, bc) or agg.acc_t.strides != agg.acc_c.strides:
+            raise ValueError("compiled loop: aggregates' sums of another shape")
+        if entries and (int(agg.row.max()) >= rows or int(agg.row.min()) < 0):
+            raise ValueError("compiled loop: an aggregate beyond the sums")
+        sums = (
+            _ptr(agg.ptr, np.int64), _ptr(agg.row, np.int64), _ptr(agg.coef_t, f32), _ptr(agg.coef_c, f32),
+            _ptr(agg.acc_t, f32, rows_only=True), _ptr(agg.acc_c, f32, rows_only=True), agg.acc_t.strides[0] // 4,
+        )  # fmt: skip
+    return _StudentiseC(
+        f32(st.unit), _ptr(st.k_t, f32), _ptr(st.k_c, f32), _ptr(st.var, f32), _ptr(st.label, np.int64),
+        _ptr(st.group_max, f32, rows_only=True), st.group_max.strides[0] // 4, *sums,
+    )  # fmt: skip
+
+
 def cell_draws(
-    r, cum_r, w, cum_w, index: tuple, col: int, group, prefix, own, any_own: bool, inv_nt, inv_nc, dm, dmu,
-    out, treated, ctrl,
+    r, cum_r, w, cum_w, index: tuple, col: int, group, prefix, own, any_own: bool, inv_nt, inv_nc, dm, dmu, out,
+    treated=None, ctrl=None, studentise: Studentise | None = None,
 ) -> None:  # fmt: skip
-    """``did._Stack.cell_draws`` of one block (its arrays already sliced to the block's cells) in one pass."""
+    """``did._Stack.cell_draws`` of one block (its per-cell arrays already sliced to the block) in one pass: the draws
+    into ``out`` and the parts into ``treated``, ``ctrl`` (where given), and with ``studentise`` the calibrated
+    band's work on the block (``bands._Studentiser``) in the same pass."""
     f32, i64 = np.float32, np.int64
     n, bc = out.shape
     own_t, own_b, ctrl_t, ctrl_b = index
@@ -84,36 +149,13 @@ def cell_draws(
         raise ValueError("compiled loop: per-cell arrays of different lengths")
     if r.shape[1] != bc or cum_r.shape[1] != bc or w.shape[1] != bc or cum_w.shape[1] != bc:
         raise ValueError("compiled loop: sums with another number of draws")
-    if treated.shape != (n, bc) or ctrl.shape != (n, bc):
+    if (treated is None) != (ctrl is None) or (treated is not None and (treated.shape, ctrl.shape) != ((n, bc),) * 2):
         raise ValueError("compiled loop: parts of another shape")
+    st = None if studentise is None else ctypes.byref(_studentise_c(studentise, n, bc))
     _LIB.cell_draws(
         n, bc, _ptr(r, f32), _ptr(cum_r, f32), _ptr(w, f32), _ptr(cum_w, f32),
         _ptr(own_t, i64), _ptr(own_b, i64), _ptr(ctrl_t, i64), _ptr(ctrl_b, i64), col,
         _ptr(group, i64), _ptr(prefix, i64), _ptr(own.view(np.uint8), np.uint8), int(any_own),
         _ptr(inv_nt, f32), _ptr(inv_nc, f32), _ptr(dm, f32), _ptr(dmu, f32),
-        _ptr(out, f32, rows_only=True), out.strides[0] // 4, _ptr(treated, f32), _ptr(ctrl, f32),
-    )  # fmt: skip
-
-
-def studentise(
-    treated, ctrl, out, unit: np.float32, k_t, k_c, var, label, group_max, squares: tuple | None
-) -> None:  # fmt: skip
-    """``bands.studentized_bootstrap``'s studentised squares of one block folded into ``group_max`` (a view of the
-    chunk's columns of every cell group's running maximum; ``label``: each cell's row in it, -1 for none), and with
-    ``squares`` the aggregates' unit-scaled T*^2 and C* of the block's cells, in one pass."""
-    f32 = np.float32
-    n, bc = out.shape
-    if treated.shape != (n, bc) or ctrl.shape != (n, bc) or group_max.shape[1] != bc:
-        raise ValueError("compiled loop: arrays of different shapes")
-    if any(len(x) != n for x in (k_t, k_c, var, label)):
-        raise ValueError("compiled loop: per-cell arrays of different lengths")
-    if len(label) and int(label.max()) >= group_max.shape[0]:
-        raise ValueError("compiled loop: a cell group beyond the running maxima")
-    sq_t, sq_c = squares if squares is not None else (None, None)
-    if squares is not None and (sq_t.shape != (n, bc) or sq_c.shape != (n, bc)):
-        raise ValueError("compiled loop: squares of another shape")
-    _LIB.studentise(
-        n, bc, _ptr(treated, f32), _ptr(ctrl, f32), _ptr(out, f32, rows_only=True), out.strides[0] // 4,
-        f32(unit), _ptr(k_t, f32), _ptr(k_c, f32), _ptr(var, f32), _ptr(label, np.int64),
-        _ptr(group_max, f32, rows_only=True), group_max.strides[0] // 4, _ptr(sq_t, f32), _ptr(sq_c, f32),
+        _ptr(out, f32, rows_only=True), out.strides[0] // 4, _ptr(treated, f32), _ptr(ctrl, f32), st,
     )  # fmt: skip
