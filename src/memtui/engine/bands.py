@@ -49,6 +49,7 @@ from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import _weights, analytic_se
 
 BANDS = ("calibrated", "classic")
+_QUANTILE_BYTES = 256 << 10  # the temporaries of pointwise_aggregate_crit's block of aggregates
 
 
 @dataclass
@@ -591,14 +592,20 @@ def pointwise_aggregate_crit(agg_draws: np.ndarray, agg_se: np.ndarray, correcti
     """Per aggregate, its own bootstrap-t two-sided critical value: the (1 - alpha) quantile (type-1) of |A* / se*|,
     se*^2 = agg_se^2 - correction (``aggregate_laws`` with one aggregate a mask, as the overall average's)."""
     out = np.full(len(agg_se), np.nan)
-    # one aggregate at a time: its temporaries are a row of draws, not the whole aggregates x draws block again
-    # (bootstrap_bytes' per-draw count holds without them)
-    for k in np.flatnonzero(np.isfinite(agg_se) & (agg_se > 0)):
-        sd = np.sqrt(np.maximum(agg_se[k] ** 2 - correction[k], 0))
+    # a few aggregates at a time: their temporaries stay under _QUANTILE_BYTES whatever the number of draws, so
+    # bootstrap_bytes' per-draw count holds without them (and one quantile per aggregate cost 70 us of numpy calls)
+    usable = np.flatnonzero(np.isfinite(agg_se) & (agg_se > 0))
+    per_block = max(1, _QUANTILE_BYTES // (16 * max(agg_draws.shape[1], 1)))
+    for lo in range(0, len(usable), per_block):
+        k = usable[lo : lo + per_block]
+        # each square as the scalar agg_se[k] ** 2 (libm's pow, which differs from x * x in the last bit now and
+        # then): the critical values stay those of one aggregate at a time, bit for bit
+        squared = np.array([agg_se[i] ** 2 for i in k])
+        sd = np.sqrt(np.maximum(squared[:, None] - correction[k], 0))
         with np.errstate(divide="ignore", invalid="ignore"):
             t = np.abs(agg_draws[k]) / sd
         t[np.isnan(t)] = 0
-        out[k] = np.quantile(t, 1 - alpha, method="inverted_cdf")
+        out[k] = np.quantile(t, 1 - alpha, axis=1, method="inverted_cdf")  # row by row: each row's own quantile
     return out
 
 
