@@ -21,6 +21,9 @@ from memtui.panel.samples import SAMPLES, default_panel, sample_path
 
 assert "site-packages" in memtui.__file__, memtui.__file__  # the wheel's copy, not the source tree
 assert all(sample_path(name).is_file() for name in SAMPLES)
+from memtui.engine import kernels
+# the wheel carries the bootstrap's compiled loop wherever the build had a C compiler (CI requires it)
+assert kernels.available() or os.environ.get("MEMTUI_REQUIRE_KERNELS") != "1", "the wheel has no compiled loop"
 
 async def main():
     app = open_app(None)

@@ -483,6 +483,21 @@ def calibrated_bootstrap(
     )[0]  # fmt: skip
 
 
+CalibratedParts = tuple[CellVariances, np.ndarray, "AggregateSpec | None"]
+
+
+def calibrated_parts(
+    lay: Layout, est: did.CellEstimates, floor: float, members: list[np.ndarray] | None = None,
+    source: JointMultipliers | None = None,
+) -> CalibratedParts:  # fmt: skip
+    """What one layout's calibrated bootstrap needs before its draws: the cells' variance parts, their floored HC1
+    standard errors and, with ``members``, the aggregates' standard errors and re-centring (``aggregate_spec``)."""
+    clusters = layout_clusters(lay, source)
+    var = cell_variances(lay, est, clusters=clusters)
+    spec = aggregate_spec(lay, est, members, var, clusters) if members is not None else None
+    return var, did.floored(var.se, floor), spec
+
+
 def calibrated_bootstraps(
     lays: list[Layout],
     ests: list[did.CellEstimates],
@@ -497,23 +512,23 @@ def calibrated_bootstraps(
     mapper: Callable | None = None,
     source: JointMultipliers | None = None,
     pool: did.DrawsPool | None = None,
+    prepared: list[CalibratedParts] | None = None,
 ) -> list[CalibratedBands]:
     """``calibrated_bootstrap`` of several layouts with the same groups and cells (a suite's models or metrics) from
     one set of multipliers (``did.bootstrap_shared``): each result is that layout's lone ``calibrated_bootstrap``,
     bit for bit, and the draws are joint. ``mapper(fn, items)``: how the per-layout preparation (variances, the
     aggregates' analytic standard errors) is spread over cores (default: one after another). ``source``: multipliers
-    keyed by panel instance or cluster and ``pool``, recycled draws arrays (``did.bootstrap_shared``)."""
+    keyed by panel instance or cluster and ``pool``, recycled draws arrays (``did.bootstrap_shared``). ``prepared``:
+    each layout's ``calibrated_parts``, made beforehand (a suite makes the next metric's while this one's bootstrap
+    runs), the same as made here."""
     members = members or [None] * len(lays)
 
     sources = source if isinstance(source, list | tuple) else [source] * len(lays)
 
-    def prepare(j: int) -> tuple[CellVariances, np.ndarray, AggregateSpec | None]:
-        clusters = layout_clusters(lays[j], sources[j])
-        var = cell_variances(lays[j], ests[j], clusters=clusters)
-        spec = aggregate_spec(lays[j], ests[j], members[j], var, clusters) if members[j] is not None else None
-        return var, did.floored(var.se, floors[j]), spec
+    def prepare(j: int) -> CalibratedParts:
+        return calibrated_parts(lays[j], ests[j], floors[j], members[j], sources[j])
 
-    parts = list((mapper or map)(prepare, range(len(lays))))
+    parts = prepared if prepared is not None else list((mapper or map)(prepare, range(len(lays))))
     laws = studentized_bootstrap(
         lays, ests, [p[0] for p in parts], [list(m.values()) for m in masks], draws=draws, seed=seed,
         multiplier=multiplier, aggregates=[p[2] for p in parts], usable=[np.isfinite(p[1]) for p in parts],

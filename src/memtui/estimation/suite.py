@@ -280,6 +280,7 @@ class _Job:
     lay: object = None
     est: object = None
     rows_key: bytes = b""  # which instances the estimate uses: jobs with the same key have joint draws
+    parts: object = None  # the calibrated band's ``bands.calibrated_parts``, made with the layout
 
 
 @dataclass
@@ -403,7 +404,7 @@ def _estimate_metric(metric: str, jobs: list[_Job], settings: Settings, keep: se
                 out.draws.setdefault(metric, {})[job.model] = boot.cells
             elif pool is not None:  # the frames are made and nothing refers to the draws any more
                 pool.give([boot.cells])
-            job.lay = job.est = None
+            job.lay = job.est = job.parts = None
         # the batch's draws (and the calibrated laws) go now, not when the next batch's replace them: held
         # through the next batch's bootstrap they were a whole batch of draws on top of its own (the peak)
         del cells, assembled, boot, res
@@ -441,6 +442,10 @@ def _prepare(job: _Job) -> None:
     job.lay = lay
     job.est = did.point_estimates(lay)
     job.rows_key = np.packbits(np.isfinite(y).all(axis=1)).tobytes()
+    if s.band == "calibrated" and s.draws > 0:
+        # the variances and the aggregates' standard errors depend on the layout alone: made here, on the thread
+        # that prepares the next metric while this one's bootstrap runs, they leave the bootstrap less to wait for
+        job.parts = bands.calibrated_parts(lay, job.est, did.se_floor(lay.scale), aggregate_members(lay)[2])
 
 
 def _batches(jobs: list[_Job]) -> list[list[_Job]]:
@@ -481,10 +486,11 @@ def _shared_draws(
               "pool": pool}  # fmt: skip
     if band != "calibrated":
         return [(boot, None) for boot in did.bootstrap_shared(lays, ests, **common)]
+    prepared = [j.parts for j in batch] if all(j.parts is not None for j in batch) else None
     cals = bands.calibrated_bootstraps(
         lays, ests, [cell_masks(j.lay, j.settings) for j in batch], floors=[did.se_floor(lay.scale) for lay in lays],
         members=[aggregate_members(lay)[2] for lay in lays], mapper=lambda fn, items: _threads(fn, list(items)),
-        **common,
+        prepared=prepared, **common,
     )  # fmt: skip
     return [(cal.boot, cal) for cal in cals]
 
