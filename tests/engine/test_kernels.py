@@ -198,20 +198,20 @@ def test_the_block_studentised_maxima_are_numpys_with_nil_and_zero_spreads():
     from scipy import sparse
 
     rows, cols = np.r_[np.zeros(20, int), np.ones(n, int)], np.r_[np.arange(0, 40, 2), np.arange(n)]
-    coef_t, coef_c = (rng.uniform(0, 1, len(rows)).astype(np.float32) for _ in range(2))
-    spec_t = sparse.csr_array((coef_t, (rows, cols)), shape=(2, n))
-    spec_c = sparse.csr_array((coef_c, (rows, cols)), shape=(2, n))
-    want_t, want_c = spec_t @ squares, spec_c @ parts
-    spec = bands.AggregateSpec(members=[None, None], ase=np.ones(2), treated=spec_t, control=spec_c)
-    ptr, row, ct, cc = bands._columns(spec)
+    spec_t, spec_c, spec_w = (
+        sparse.csr_array((rng.uniform(0, 1, len(rows)).astype(np.float32), (rows, cols)), shape=(2, n)) for _ in "tcw"
+    )
+    want_t, want_c, want_w = spec_t @ squares, spec_c @ parts, spec_w @ draws
+    spec = bands.AggregateSpec(members=[None, None], ase=np.ones(2), treated=spec_t, control=spec_c, weights=spec_w)
     got = np.zeros((3, bc + 5), np.float32)[:, 2 : 2 + bc]
-    sums = kernels.AggregateSums(ptr, row, ct, cc, np.zeros((2, bc), np.float32), np.zeros((2, bc), np.float32))
+    sums = kernels.AggregateSums(*bands._columns(spec), *(np.zeros((2, bc), np.float32) for _ in "tcw"))
     st = kernels.Studentise(unit=unit, k_t=k_t, k_c=k_c, var=var, label=label, group_max=got, aggregates=sums)
     out = np.empty((n, bc), np.float32)
     kernels.cell_draws(r, cum_r, w, cum_w, index, 0, g, p, own, False, *per_cell, out, studentise=st)
     assert np.array_equal(out, draws)
     assert np.array_equal(got, expected)
     assert np.array_equal(sums.acc_t, want_t) and np.array_equal(sums.acc_c, want_c)
+    assert np.array_equal(sums.acc_w, want_w)
     assert np.isinf(got).any()  # the zero spread made it through as numpy makes it
 
 

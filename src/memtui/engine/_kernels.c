@@ -18,8 +18,9 @@
    -1: a cell in no mask). With agg_ptr, the aggregates' re-centring sums too: cell k enters the aggregates
    agg_row[e], e in agg_ptr[k] .. agg_ptr[k + 1] - 1 (agg_ptr indexed by the block's cells), with coefficients
    coef_t[e] on its unit-scaled T*^2 and coef_c[e] on its unit-scaled C*, added into rows agg_row[e] of acc_t and acc_c
-   (rows acc_stride apart): as scipy's csr_matvecs adds y += a * x over a row's columns in ascending order, the
-   cells being visited in ascending order. */
+   (rows acc_stride apart), and coef_w[e] on its draw into acc_w (the aggregates' weighted draws, summaries.aggregate):
+   as scipy's csr_matvecs adds y += a * x over a row's columns in ascending order, the cells being visited in
+   ascending order. */
 typedef struct {
     float unit;
     const float *k_t, *k_c, *var;
@@ -27,8 +28,8 @@ typedef struct {
     float *group_max;
     int64_t gm_stride;
     const int64_t *agg_ptr, *agg_row; /* agg_ptr NULL: no aggregates */
-    const float *coef_t, *coef_c;
-    float *acc_t, *acc_c;
+    const float *coef_t, *coef_c, *coef_w;
+    float *acc_t, *acc_c, *acc_w;
     int64_t acc_stride;
 } studentise_t;
 
@@ -89,13 +90,15 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
             const float unit = st->unit;
             if (st->agg_ptr) {
                 for (int64_t e = st->agg_ptr[k]; e < st->agg_ptr[k + 1]; e++) {
-                    const float at = st->coef_t[e], ac = st->coef_c[e];
+                    const float at = st->coef_t[e], ac = st->coef_c[e], aw = st->coef_w[e];
                     float *yt = st->acc_t + st->agg_row[e] * st->acc_stride + d0;
                     float *yc = st->acc_c + st->agg_row[e] * st->acc_stride + d0;
+                    float *yw = st->acc_w + st->agg_row[e] * st->acc_stride + d0;
                     for (int64_t d = 0; d < n; d++) {
                         const float t = tr[d] * unit, x = cr[d] * unit;
                         yt[d] = yt[d] + at * (t * t);
                         yc[d] = yc[d] + ac * x;
+                        yw[d] = yw[d] + aw * o[d];
                     }
                 }
             }

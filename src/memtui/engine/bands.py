@@ -188,6 +188,7 @@ class AggregateSpec:
     ase: np.ndarray  # analytic standard errors (summaries.analytic_se), unfloored
     treated: object  # sparse (aggregates x cells): w_k^2 / n_T,k
     control: object  # sparse (aggregates x cells): w_k / sqrt(n_C,k)
+    weights: object = None  # sparse (aggregates x cells): w_k in float32, summaries.aggregate's weights of the draws
 
 
 def aggregate_spec(
@@ -211,7 +212,8 @@ def aggregate_spec(
     ctrl_coef = np.divide(w, np.sqrt(n_c), out=np.zeros_like(w), where=n_c > 0)
     control = sparse.csr_array((ctrl_coef.astype(np.float32), (rows, cols)), shape=shape)
     ase = analytic_se(lay, est, members, clusters=clusters, weights=weights)
-    return AggregateSpec(members=members, ase=ase, treated=treated, control=control)
+    plain = sparse.csr_array((w.astype(np.float32), (rows, cols)), shape=shape)  # as summaries.aggregate makes it
+    return AggregateSpec(members=members, ase=ase, treated=treated, control=control, weights=plain)
 
 
 @dataclass
@@ -222,6 +224,7 @@ class StudentLaws:
     boot: did.BootstrapDraws
     tmax: list[np.ndarray]  # per mask: (B,) max_k |D*_k / se*_k| over the mask's usable cells
     agg_correction: np.ndarray | None  # (aggregates, B): what re-centring takes off each aggregate's variance
+    agg_weighted: np.ndarray | None = None  # (aggregates, B) float32: sum_k w_k D*_k where the compiled loop made it
 
 
 def _labels(masks: list[np.ndarray], usable: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
@@ -280,6 +283,9 @@ class _Studentiser:
     def __init__(self, per_job: list[dict], group_max: list[np.ndarray], agg_corr: list, aggregates: list) -> None:
         self.per_job, self.group_max, self.agg_corr, self.aggregates = per_job, group_max, agg_corr, aggregates
         self.columns = [_columns(spec) for spec in aggregates]
+        # per layout, the aggregates' weighted draws sum_k w_k D*_k (float32, aggregates x draws) where the compiled
+        # loop made them (``summaries.aggregate`` then skips its product), else None
+        self.weighted: list[np.ndarray | None] = [None] * len(aggregates)
 
     def _squares(self, j: int, block: slice, bc: int) -> bool:
         c = self.per_job[j]
@@ -302,10 +308,9 @@ class _Studentiser:
         sums = None
         if spec is not None:
             if block.start == 0:
-                n_agg = len(spec.members)
-                c["sums"] = np.zeros((n_agg, bc), dtype=np.float32), np.zeros((n_agg, bc), dtype=np.float32)
-            ptr, row, coef_t, coef_c = cols
-            sums = kernels.AggregateSums(ptr[block.start : block.stop + 1], row, coef_t, coef_c, *c["sums"])
+                c["sums"] = tuple(np.zeros((len(spec.members), bc), dtype=np.float32) for _ in range(3))
+            ptr, row, *coefs = cols
+            sums = kernels.AggregateSums(ptr[block.start : block.stop + 1], row, *coefs, *c["sums"])
         return kernels.Studentise(
             unit=c["unit"], k_t=c["k_t"][block], k_c=c["k_c"][block], var=c["var"][block], label=c["label"][block],
             group_max=self.group_max[j][:, start : start + bc], aggregates=sums,
@@ -315,8 +320,11 @@ class _Studentiser:
         c, spec = self.per_job[j], self.aggregates[j]
         if spec is not None and block.stop == c["n"]:
             if "sums" in c:  # the compiled loop's: the very sums of the two products below
-                corr, parts = c.pop("sums")
+                corr, parts, weighted = c.pop("sums")
                 corr += parts**2
+                if start == 0:
+                    self.weighted[j] = np.empty((len(spec.members), self.group_max[j].shape[1]), dtype=np.float32)
+                self.weighted[j][:, start : start + corr.shape[1]] = weighted
             else:
                 squares, parts = c.pop("squares")
                 corr = spec.treated @ squares
@@ -332,14 +340,14 @@ def _columns(spec: AggregateSpec | None):
     form), so that the loop, visiting cells in order, adds as scipy's products add; else None."""
     if spec is None:
         return None
-    t, c = spec.treated, spec.control
-    if not (t.has_canonical_format and c.has_canonical_format):
+    matrices = (spec.treated, spec.control, spec.weights)
+    if spec.weights is None or not all(m.has_canonical_format for m in matrices):
         return None
-    t, c = t.tocsc(), c.tocsc()
-    if not (np.array_equal(t.indptr, c.indptr) and np.array_equal(t.indices, c.indices)):
+    t, c, w = (m.tocsc() for m in matrices)
+    if not all(np.array_equal(t.indptr, m.indptr) and np.array_equal(t.indices, m.indices) for m in (c, w)):
         return None
     as_i64 = (np.ascontiguousarray(x, dtype=np.int64) for x in (t.indptr, t.indices))
-    return *as_i64, np.ascontiguousarray(t.data, np.float32), np.ascontiguousarray(c.data, np.float32)
+    return *as_i64, *(np.ascontiguousarray(m.data, np.float32) for m in (t, c, w))
 
 
 def studentized_bootstrap(
@@ -423,7 +431,7 @@ def studentized_bootstrap(
                 laws.append(np.sqrt(group_max[j][rows].max(axis=0)).astype(np.float64))
             else:
                 laws.append(np.full(draws, np.nan))
-        out.append(StudentLaws(boot, laws, agg_corr[j]))
+        out.append(StudentLaws(boot, laws, agg_corr[j], studentise.weighted[j]))
     return out
 
 
@@ -460,6 +468,7 @@ class CalibratedBands:
     agg_se: np.ndarray | None  # per aggregate: analytic standard error, NaN at or below the floor
     agg_correction: np.ndarray | None  # (aggregates, B)
     var: CellVariances | None = None  # the cells' variance parts (the pointwise intervals' Welch degrees of freedom)
+    agg_weighted: np.ndarray | None = None  # the aggregates' weighted draws, float32 (``StudentLaws``), or None
 
 
 def calibrated_bootstrap(
@@ -542,6 +551,7 @@ def calibrated_bootstraps(
             agg_se=did.floored(spec.ase, floor) if spec is not None else None,
             agg_correction=law.agg_correction,
             var=var,
+            agg_weighted=law.agg_weighted,
         )
         for (var, se, spec), law, mask, floor in zip(parts, laws, masks, floors, strict=True)
     ]
@@ -565,7 +575,7 @@ def bootstrap_bytes(
     variance corrections; on top of them ``aggregate_laws``' two float64 temporaries per aggregate of a mask. No IQR
     partition of the draws: the calibrated band studentises by analytic standard errors. Per chunk of draws, what
     ``did.bootstrap_shared`` holds plus one cells x chunk temporary."""
-    held = 4 * n_cells + 8 * n_groups + 12 * n_masks + 16 * n_aggregates
+    held = 4 * n_cells + 8 * n_groups + 12 * n_masks + 20 * n_aggregates
     per_chunk = 4 * chunk * (n_units + 2 * (n_groups + 1) * width + 9 * n_cells)
     return int(draws) * (held + 16 * n_aggregates) + per_chunk + (32 << 20)
 

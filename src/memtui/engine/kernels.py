@@ -30,7 +30,7 @@ class _StudentiseC(ctypes.Structure):
     _fields_ = [
         ("unit", _F32), ("k_t", _PTR), ("k_c", _PTR), ("var", _PTR), ("label", _PTR), ("group_max", _PTR),
         ("gm_stride", _I64), ("agg_ptr", _PTR), ("agg_row", _PTR), ("coef_t", _PTR), ("coef_c", _PTR),
-        ("acc_t", _PTR), ("acc_c", _PTR), ("acc_stride", _I64),
+        ("coef_w", _PTR), ("acc_t", _PTR), ("acc_c", _PTR), ("acc_w", _PTR), ("acc_stride", _I64),
     ]  # fmt: skip
 
 
@@ -80,16 +80,19 @@ class Studentise:
 
 @dataclass
 class AggregateSums:
-    """The aggregates' sums over a chunk's cells, sum_k a_k T*_k^2 and sum_k c_k C*_k (``bands.aggregate_spec``'s
-    sparse matrices, aggregates x cells, in compressed columns): ``ptr`` (the block's cells + 1 offsets into ``row``,
-    ``coef_t``, ``coef_c``) and the float32 sums (aggregates x the chunk's draws) they are added into."""
+    """The aggregates' sums over a chunk's cells, sum_k a_k T*_k^2, sum_k c_k C*_k and the weighted draws
+    sum_k w_k D*_k (``bands.aggregate_spec``'s sparse matrices, aggregates x cells, in compressed columns): ``ptr``
+    (the block's cells + 1 offsets into ``row`` and the coefficients) and the float32 sums (aggregates x the chunk's
+    draws) they are added into."""
 
     ptr: np.ndarray
     row: np.ndarray
     coef_t: np.ndarray
     coef_c: np.ndarray
+    coef_w: np.ndarray
     acc_t: np.ndarray
     acc_c: np.ndarray
+    acc_w: np.ndarray
 
 
 def _ptr(a: np.ndarray | None, dtype, rows_only: bool = False) -> int | None:
@@ -115,19 +118,21 @@ def _studentise_c(st: Studentise, n: int, bc: int) -> _StudentiseC:
         raise ValueError("compiled loop: running maxima of another shape")
     agg = st.aggregates
     if agg is None:
-        sums = (None, None, None, None, None, None, 0)
+        sums = (None,) * 9 + (0,)
     else:
         rows = agg.acc_t.shape[0]
         entries = int(agg.ptr[-1]) if len(agg.ptr) else 0
-        if len(agg.ptr) != n + 1 or len(agg.row) < entries or len(agg.coef_t) < entries or len(agg.coef_c) < entries:
+        if len(agg.ptr) != n + 1 or min(len(x) for x in (agg.row, agg.coef_t, agg.coef_c, agg.coef_w)) < entries:
             raise ValueError("compiled loop: aggregates' columns that do not match the block")
-        if agg.acc_t.shape != (rows, bc) or agg.acc_c.shape != (rows, bc) or agg.acc_t.strides != agg.acc_c.strides:
+        accs = (agg.acc_t, agg.acc_c, agg.acc_w)
+        if any(a.shape != (rows, bc) or a.strides != agg.acc_t.strides for a in accs):
             raise ValueError("compiled loop: aggregates' sums of another shape")
         if entries and (int(agg.row.max()) >= rows or int(agg.row.min()) < 0):
             raise ValueError("compiled loop: an aggregate beyond the sums")
         sums = (
-            _ptr(agg.ptr, np.int64), _ptr(agg.row, np.int64), _ptr(agg.coef_t, f32), _ptr(agg.coef_c, f32),
-            _ptr(agg.acc_t, f32, rows_only=True), _ptr(agg.acc_c, f32, rows_only=True), agg.acc_t.strides[0] // 4,
+            _ptr(agg.ptr, np.int64), _ptr(agg.row, np.int64),
+            *(_ptr(x, f32) for x in (agg.coef_t, agg.coef_c, agg.coef_w)),
+            *(_ptr(a, f32, rows_only=True) for a in accs), agg.acc_t.strides[0] // 4,
         )  # fmt: skip
     return _StudentiseC(
         f32(st.unit), _ptr(st.k_t, f32), _ptr(st.k_c, f32), _ptr(st.var, f32), _ptr(st.label, np.int64),

@@ -38,9 +38,16 @@ def _weights(lay: Layout, att: np.ndarray, members: list[np.ndarray]):
 
 
 def aggregate(
-    lay: Layout, att: np.ndarray, draws: np.ndarray | None, group_w: np.ndarray | None, members: list[np.ndarray]
+    lay: Layout,
+    att: np.ndarray,
+    draws: np.ndarray | None,
+    group_w: np.ndarray | None,
+    members: list[np.ndarray],
+    weighted: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Point estimates and draws (aggs x B) of weighted averages of the cells listed in ``members``."""
+    """Point estimates and draws (aggs x B) of weighted averages of the cells listed in ``members``. ``weighted``:
+    the float32 product of the cells' weights and draws, where the bootstrap's compiled loop made it already
+    (``engine.bands``; the same sums in the same order, bit for bit)."""
     theta, w_vals, u_vals, pg = _weights(lay, att, members)
     if draws is None:
         return theta, None
@@ -60,7 +67,9 @@ def aggregate(
     # way: the products are column by column)
     w = group_w
     u = (w - pg[:, None] * w.sum(axis=0)) / lay.n_units  # (G, B)
-    out = weights @ np.ascontiguousarray(draws) + by_group @ u
+    if weighted is None:
+        weighted = weights @ np.ascontiguousarray(draws)
+    out = weighted + by_group @ u
     return theta, out
 
 

@@ -276,7 +276,10 @@ class _Cells:
         then point estimates, draws, analytic and bootstrap standard errors of each event time and, last, overall.
         Under the calibrated band the standard error is the analytic one (the band studentises by it)."""
         events, members, every = aggregate_members(self.lay)
-        theta, draws = aggregate(self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every)
+        weighted = self.cal.agg_weighted if self.cal is not None else None  # made by the compiled loop, or None
+        theta, draws = aggregate(
+            self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every, weighted
+        )
         if self.cal is not None:
             return events, members, theta, draws, self.cal.agg_se, self.cal.agg_se
         influence_se = drdid.analytic_se if isinstance(self.est, drdid.DrEstimates) else analytic_se
