@@ -247,3 +247,20 @@ def test_the_scale_that_overwrites_its_scratch_is_np_std_bit_for_bit():
     treatment = np.r_[np.repeat(np.arange(1, 6) * 10, 40), np.full(100, NEVER)]
     lay = build_layout(y, treatment, np.arange(12) * 10, never=NEVER)
     assert lay.scale == np.max(np.abs(y)) * float(np.std(y / np.max(np.abs(y))))
+
+
+@needs_kernels
+def test_a_block_with_no_cell_groups_and_no_aggregates_is_drawn_and_left_alone():
+    """A metric without noise has no usable cell: no group of cells (an empty running maximum, whatever strides
+    numpy gives it) and, without members, no aggregates."""
+    rng = np.random.default_rng(5)
+    n, bc = 12, 128
+    r, cum_r, w, cum_w, index, g, p, own, per_cell = _block(rng, n, bc, False)
+    _, _, draws = _numpy_block(r, cum_r, w, cum_w, index, g, p, own, per_cell)
+    ones = np.ones((n, 1), np.float32)
+    empty = np.zeros((0, 1000), np.float32)[:, 128 : 128 + bc]
+    st = kernels.Studentise(unit=np.float32(1), k_t=ones, k_c=ones, var=ones, label=np.full(n, -1, np.int64),
+                            group_max=empty, aggregates=None)  # fmt: skip
+    out = np.empty((n, bc), np.float32)
+    kernels.cell_draws(r, cum_r, w, cum_w, index, 0, g, p, own, False, *per_cell, out, studentise=st)
+    assert np.array_equal(out, draws)

@@ -179,10 +179,8 @@ def bootstrap_shared(
     source (subgroups: each group's subset of one source): the layouts then need not have the same cells, the
     multipliers are drawn once per chunk for all of them, and each layout's draws are those of its lone bootstrap
     with its source, bit for bit (layouts with the same cells and the same source share their group sums as above).
-    Without it (the default) the multipliers are drawn one per layout row, as they always were.
-
-    ``pool``: where the cells' draws arrays come from when a caller recycles them (``DrawsPool``); every element is
-    written, so the draws do not depend on it."""
+    Without it (the default) the multipliers are drawn one per layout row, as they always were. ``pool``: where the
+    cells' draws arrays come from when a caller recycles them (``DrawsPool``); every element is written."""
     stacks = _stacks(lays, ests, source)
     keys = {stack.source.n_keys for stack in stacks if stack.source is not None}
     if len(stacks) > 1 and (len(keys) != 1 or any(stack.source is None for stack in stacks)):
@@ -191,8 +189,7 @@ def bootstrap_shared(
     rows = keys.pop() if keys else lays[0].n_units
     rng = np.random.default_rng(seed)
     # float32: the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
-    shapes = [(len(lay.cell_group), draws) for lay in lays]
-    cells = pool.take(shapes) if pool is not None else _draws_arrays(shapes)
+    cells = (pool.take if pool is not None else _draws_arrays)([(len(lay.cell_group), draws) for lay in lays])
     group_w = [np.empty((stack.first.n_groups, draws)) for stack in stacks]
     cores = os.cpu_count() or 1
     for start in range(0, draws, chunk):

@@ -102,6 +102,8 @@ def _ptr(a: np.ndarray | None, dtype, rows_only: bool = False) -> int | None:
         return None
     if a.dtype != dtype:
         raise TypeError(f"compiled loop: {a.dtype} where {np.dtype(dtype)} is needed")
+    if a.size == 0:  # nothing is read or written through it (numpy gives empty arrays any strides)
+        return a.ctypes.data
     if rows_only:
         if a.ndim != 2 or (a.shape[1] > 1 and a.strides[1] != a.itemsize):
             raise ValueError("compiled loop: rows of the array must be contiguous")
@@ -118,7 +120,7 @@ def _studentise_c(st: Studentise, n: int, bc: int) -> _StudentiseC:
         raise ValueError("compiled loop: running maxima of another shape")
     agg = st.aggregates
     if agg is None:
-        sums = (None,) * 9 + (0,)
+        sums = (None,) * 8 + (0,)
     else:
         rows = agg.acc_t.shape[0]
         entries = int(agg.ptr[-1]) if len(agg.ptr) else 0
