@@ -10,7 +10,8 @@ nothing is cached, nothing was estimated before in the process (``estimate_suite
 first imports of scipy's sparse module). Peak memory is the process's peak RSS (``resource.getrusage``) after the
 suite estimate, and the part of it above the RSS with the panels loaded (with ``--band both`` the classic band runs
 second, so its peak is the larger of the two). The target (issue 9) is <= 5 s and <= 2 GB
-on 2 cores; the machine may be shared, so the load average is printed beside every figure.
+on 2 cores; the machine may be shared, so the load average is printed beside every figure, and which code ran the
+bootstrap's cell loop (the compiled one, or numpy's: ``MEMTUI_KERNELS=numpy``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memtui.engine import kernels
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import estimate_suite, load_suite
@@ -74,7 +76,8 @@ def main() -> None:
     ap.add_argument("--skip-loop", action="store_true", help="time only estimate_suite")
     ap.add_argument("--band", choices=["calibrated", "classic", "both"], default="calibrated")
     args = ap.parse_args()
-    print(f"{os.cpu_count()} CPUs seen; {_load()}")
+    loop = "compiled" if kernels.available() else "numpy (not built, or MEMTUI_KERNELS=numpy)"
+    print(f"{os.cpu_count()} CPUs seen; {_load()}; the bootstrap's cell loop: {loop}")
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         paths = write_models(Path(tmp), args.models)
