@@ -643,12 +643,20 @@ class LinearParts:
     var: np.ndarray  # per functional: the stratified HC1 variance, sum over groups of n_h/(n_h - 1) * ss_h
 
 
-def linear_parts(lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int) -> LinearParts:
+def linear_parts(
+    lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int,
+    clusters: np.ndarray | None = None,
+) -> LinearParts:  # fmt: skip
     """Each functional theta = sum_h a_h' (group h's column sums) as a sum of independent group parts. Group h's
     part is (1/n_h) sum_i u_i with u_i = n_h a_h' y_i; its HC1 (Welch) variance is n_h/(n_h - 1) sum_i (a_h' z_i)^2
     (z_i: i's outcomes less h's means), NaN for a group of one. In the bootstrap world i contributes v_i a_h' z_i and
     re-centring at the part's bootstrap value P*_h takes P*_h^2 / (n_h - 1) off that variance, whatever a_h's scale
-    (the cohort's 1/n_g, a not-yet-treated group's 1/n_C)."""
+    (the cohort's 1/n_g, a not-yet-treated group's 1/n_C).
+
+    With ``clusters`` (per layout row, each cluster inside one group: ``layout_clusters``) the shares are summed
+    within clusters first, S_c = sum_{i in c} a_h' z_i: the variance is G/(G - 1) sum_c S_c^2 and the re-centring
+    P*_h^2 / (G - 1), G = n_h^2 / sum_c m_c^2 the effective number of clusters (exact for clusters of equal size, as
+    ``clustered_variances`` for the cells)."""
     from scipy import sparse
 
     width = lay.y.shape[1]
@@ -663,28 +671,41 @@ def linear_parts(lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndar
         block = block[rows]
         z = lay.y[lay.rows(h)] - lay.means[h]
         ss = np.zeros(len(rows))
-        for start in range(0, len(z), 512):
-            c = block @ z[start : start + 512].T  # (functionals, rows)
-            ss += (c * c).sum(axis=1)
-        n_h = float(lay.group_n[h])
-        var[rows] += ss * n_h / (n_h - 1) if n_h > 1 else np.nan
-        blocks.append((h, rows, block, 1 / (n_h - 1) if n_h > 1 else 0.0))
+        if clusters is None:
+            for start in range(0, len(z), 512):
+                c = block @ z[start : start + 512].T  # (functionals, rows)
+                ss += (c * c).sum(axis=1)
+            n_h = float(lay.group_n[h])
+        else:
+            codes = clusters[lay.rows(h)]
+            order = np.argsort(codes, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+            sums = np.add.reduceat(z[order], starts, axis=0)  # each cluster's summed centred outcomes
+            c = block @ sums.T  # (functionals, clusters): S_c
+            ss = (c * c).sum(axis=1)
+            sizes = np.diff(np.r_[starts, len(order)]).astype(float)
+            n_h = float(lay.group_n[h]) ** 2 / float(sizes @ sizes)  # the effective number of clusters
+        var[rows] += ss * n_h / (n_h - 1) if n_h > 1 + 1e-9 else np.nan
+        blocks.append((h, rows, block, 1 / (n_h - 1) if n_h > 1 + 1e-9 else 0.0))
     return LinearParts(blocks=blocks, var=var)
 
 
 def linear_studentized(
     lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int, masks: list[np.ndarray], *,
     draws: int, seed: int, floor: float, multiplier: str = "rademacher", chunk: int = 128,
+    source: JointMultipliers | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[np.ndarray]]:  # fmt: skip
     """The calibrated band of linear functionals of group means (the ease of ``compare``): ``did.linear_bootstrap``'s
     draws (the same multipliers, the same draws as the classic band's) studentised draw by draw, as the cells'
     (``studentized_bootstrap``), by the re-estimated variance var - sum_h P*_h^2 / (n_h - 1) over the functional's
     group parts (``linear_parts``; the groups are strata, each re-centred at its own bootstrap mean). Returns the
     plain analytic standard errors, the HC1 ones the band studentises by (both floored), the draws and, per mask,
-    the studentised sup law max |D* / se*| over the mask's functionals with a standard error."""
+    the studentised sup law max |D* / se*| over the mask's functionals with a standard error. ``source``: multipliers
+    keyed by cluster (``did.linear_bootstrap``); the variances are then the cluster-robust ones (``linear_parts``),
+    each cluster inside one group (``layout_clusters`` refuses others)."""
     if multiplier != "rademacher":
         raise ValueError("the calibrated band needs Rademacher multipliers")
-    parts = linear_parts(lay, cells, cols, coef, n_cells)
+    parts = linear_parts(lay, cells, cols, coef, n_cells, layout_clusters(lay, source))
     se_hc = did.floored(np.sqrt(parts.var), floor)
     usable = np.isfinite(se_hc)
     fams = [np.flatnonzero(np.asarray(m, bool) & usable) for m in masks]
@@ -710,6 +731,6 @@ def linear_studentized(
 
     ase, out = did.linear_bootstrap(
         lay, cells, cols, coef, n_cells, draws=draws, seed=seed, multiplier=multiplier, chunk=chunk,
-        on_chunk=studentise,
+        on_chunk=studentise, source=source,
     )  # fmt: skip
     return did.floored(ase, floor), se_hc, out, laws

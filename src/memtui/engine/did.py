@@ -580,12 +580,14 @@ def ease_terms(lay: Layout, ref: Layout) -> tuple[np.ndarray, np.ndarray, np.nda
 def linear_bootstrap(
     lay: Layout, cells: np.ndarray, cols: np.ndarray, coef: np.ndarray, n_cells: int, *, draws: int, seed: int,
     multiplier: str = "rademacher", chunk: int = 128, on_chunk: Callable | None = None,
+    source: JointMultipliers | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """Analytic standard errors and multiplier-bootstrap draws (n_cells x B, float32) of linear functionals of the
     group means, theta = sum coef * (sum of group h's column): a draw is sum coef * (R_h[col] - W_h * mean_h[col]).
     ``on_chunk(start, d, drawn)``: called per chunk with the groups' centred multiplier sums d ((groups x columns) x
     chunk) and the chunk's draws (``bands.linear_studentized`` studentises them); the draws are the same with or
-    without it."""
+    without it. ``source``: multipliers keyed by cluster (``engine.multipliers``; the layout's ``source_rows`` look
+    them up), as the cells' bootstrap draws them; the analytic standard errors stay the instance-level ones."""
     from scipy import sparse
 
     width = lay.y.shape[1]
@@ -608,7 +610,10 @@ def linear_bootstrap(
     group_of = np.repeat(np.arange(lay.n_groups), width)
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        v = multipliers(rng, (lay.n_units, bc), multiplier, np.float32)
+        if source is None:
+            v = multipliers(rng, (lay.n_units, bc), multiplier, np.float32)
+        else:
+            v = source.take(multipliers(rng, (source.n_keys, bc), multiplier, np.float32), lay.source_rows)
         r = np.empty((lay.n_groups, width, bc), dtype=np.float32)
         for k in range(lay.n_groups):
             rows = lay.rows(k)

@@ -535,19 +535,26 @@ def _ease(panel: Panel, settings: Settings) -> tuple[pl.DataFrame, np.ndarray, n
     pre = ref.cell_pre
     families = [np.ones(n, bool)] if settings.family == "all" else [~pre, pre]
     crit = np.full(n, z_value(settings.alpha))
+    # --cluster: one multiplier per cluster, as the estimators' bands (the analytic column stays instance-level)
+    source = None
+    if settings.cluster and settings.draws:
+        from memtui.estimation.clusters import cluster_source
+
+        source = cluster_source(panel, settings.cluster)
     if settings.draws and settings.band == "calibrated":
         # bootstrap-t: each draw studentised by its re-estimated (stratified HC1) variance, as the cells' band
         ase, se, draws, laws = bands.linear_studentized(
             lay, cells, cols, coef, n, families, draws=settings.draws, seed=settings.seed, floor=floor,
-            multiplier=settings.multiplier,
+            multiplier=settings.multiplier, source=source,
         )  # fmt: skip
         for fam, law in zip(families, laws, strict=True):
             if fam.any():
                 crit[fam] = did.critical_value(law, settings.alpha)
     else:
         se, draws = did.linear_bootstrap(
-            lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier
-        )
+            lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier,
+            source=source,
+        )  # fmt: skip
         se = ase = did.floored(se, floor)
         if settings.draws:
             se = did.bootstrap_se(draws, floor)
