@@ -288,6 +288,8 @@ class _Studentiser:
         self.weighted: list[np.ndarray | None] = [None] * len(aggregates)
 
     def _squares(self, j: int, block: slice, bc: int) -> bool:
+        """Whether layout j has aggregates; at a chunk's first block, the numpy path's arrays of the chunk's T*^2 and
+        C* (cells x chunk) that ``block_done`` multiplies by the aggregates' matrices."""
         c = self.per_job[j]
         if self.aggregates[j] is not None and block.start == 0:
             c["squares"] = np.empty((c["n"], bc), dtype=np.float32), np.empty((c["n"], bc), dtype=np.float32)
@@ -335,9 +337,10 @@ class _Studentiser:
 
 
 def _columns(spec: AggregateSpec | None):
-    """``spec``'s two sparse matrices (aggregates x cells) by cell, for the compiled loop: offsets, aggregate rows,
-    coefficients. Only where both have one pattern and each row lists its cells in ascending order (scipy's canonical
-    form), so that the loop, visiting cells in order, adds as scipy's products add; else None."""
+    """``spec``'s three sparse matrices (aggregates x cells: re-centring of T*^2 and of C*, weights of the draws) by
+    cell, for the compiled loop: offsets, aggregate rows, the three coefficients. Only where all three have one pattern
+    and each row lists its cells in ascending order (scipy's canonical form), so that the loop, visiting cells in
+    order, adds as scipy's products add; else None."""
     if spec is None:
         return None
     matrices = (spec.treated, spec.control, spec.weights)
