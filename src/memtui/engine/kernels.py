@@ -1,10 +1,11 @@
-"""Compiled loops for the bootstrap's two hottest steps (``_kernels.c``), with the numpy code as the fallback.
+"""The bootstrap's compiled loop (``_kernels.c``), with the numpy code as the fallback.
 
-A block of the bootstrap's cell draws (``did._Stack.cell_draws``) and the calibrated band's studentised maxima over it
-(``bands.studentized_bootstrap``) are each some fifteen numpy passes over a cells x draws block; the compiled loops
-make the same float32 operations, element by element in the same order, in one pass, so every result is the numpy
-code's bit for bit (tests/engine/test_kernels.py holds the two equal). They are 40 % of a suite estimate's CPU in
-numpy (benchmarks/suite.py; docs/calibration-study.md).
+A block of the bootstrap's cell draws (``did._Stack.cell_draws``), the calibrated band's studentised maxima over it
+and the aggregates' sums of it (``bands._Studentiser``: re-centring terms, weighted draws) were some thirty numpy
+passes and two scipy sparse products over a cells x draws block; the compiled loop makes the same float32 operations,
+element by element in the same order, in one pass, so every result is the numpy code's bit for bit
+(tests/engine/test_kernels.py holds the two equal). Those passes were about 40 % of the suite benchmark's CPU
+(benchmarks/suite.py; docs/calibration-study.md).
 
 The library is built by ``pip install`` (setup.py, an optional extension: where no C compiler is found the install
 goes on without it) and loaded with ctypes, which releases the GIL for each call. Without it, or with
