@@ -46,7 +46,7 @@ from memtui.core.errors import MemtuiError
 from memtui.engine import did, kernels
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
-from memtui.engine.summaries import _weights, analytic_se
+from memtui.engine.summaries import _runs, _weights, analytic_se
 
 BANDS = ("calibrated", "classic")
 _QUANTILE_BYTES = 256 << 10  # the temporaries of pointwise_aggregate_crit's block of aggregates
@@ -249,8 +249,9 @@ def _in_block(c: dict, block: slice) -> list[tuple[int, np.ndarray]]:
 
 
 def _studentise_numpy(c: dict, running: np.ndarray, block: slice, treated, ctrl, out, squares: bool) -> None:
-    """``kernels.studentise`` in numpy passes (the fallback): one block's studentised squares folded into each cell
-    group's ``running`` maximum (the chunk's columns), and with ``squares`` the aggregates' T*^2 and C*."""
+    """The studentising part of the compiled loop (``kernels.cell_draws`` with ``studentise``) in numpy passes, the
+    fallback: one block's studentised squares folded into each cell group's ``running`` maximum (the chunk's
+    columns), and with ``squares`` the aggregates' T*^2 and C*."""
     treated *= c["unit"]
     ctrl *= c["unit"]
     if squares:
@@ -680,9 +681,7 @@ def linear_parts(
                 ss += (c * c).sum(axis=1)
             n_h = float(lay.group_n[h])
         else:
-            codes = clusters[lay.rows(h)]
-            order = np.argsort(codes, kind="stable")
-            starts = np.flatnonzero(np.r_[True, np.diff(codes[order]) != 0])
+            order, starts = _runs(clusters[lay.rows(h)])
             sums = np.add.reduceat(z[order], starts, axis=0)  # each cluster's summed centred outcomes
             c = block @ sums.T  # (functionals, clusters): S_c
             ss = (c * c).sum(axis=1)

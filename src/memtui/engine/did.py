@@ -357,12 +357,12 @@ class _Stack:
                 out = cells[job][block, start : start + bc]
                 studentise = fused(job, start, block, bc) if fused is not None else None
                 if studentise is not None:
-                    self.cell_draws(i, block, r, cum_r, w, cum_w, out, studentise)
+                    self.cell_draws(i, block, r, cum_r, w, cum_w, out, studentise=studentise)
                     on_chunk.block_done(job, start, block)
-                    continue
-                treated, ctrl = self.cell_draws(i, block, r, cum_r, w, cum_w, out)
-                if on_chunk is not None:
-                    on_chunk(job, start, block, treated, ctrl, out)
+                elif on_chunk is not None:
+                    on_chunk(job, start, block, *self.cell_draws(i, block, r, cum_r, w, cum_w, out), out)
+                else:  # nothing reads the parts: the compiled loop does not write them
+                    self.cell_draws(i, block, r, cum_r, w, cum_w, out, parts=False)
 
         if len(self.jobs) == 1 or cores <= 1:
             for i in range(len(self.jobs)):
@@ -401,21 +401,23 @@ class _Stack:
             products[sig] = r[k].copy()
         return r
 
-    def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray, studentise=None):
+    def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray, studentise=None, parts=True):
         """Layout i's draws of the cells ``block`` into ``out``; returns the cohort's and the control set's parts, or
-        with ``studentise`` (``kernels.Studentise``: the compiled loop only) does that work on them instead."""
+        with ``studentise`` (``kernels.Studentise``: the compiled loop only) does that work on them instead. Without
+        ``parts`` the compiled loop keeps them to itself (None)."""
         first = self.first
         own = first.cell_own[block]
         col = i * self.width
         inv_nc, dm, dmu = (x[block] for x in self.consts[i])
         if kernels.available():  # the same operations in one pass, bit for bit
-            parts = None if studentise is not None else tuple(np.empty(out.shape, np.float32) for _ in range(2))
+            kept = (np.empty(out.shape, np.float32), np.empty(out.shape, np.float32))
+            kept = kept if parts and studentise is None else (None, None)
             kernels.cell_draws(
                 r, cum_r, w, cum_w, tuple(idx[block] for idx in self.index), col, self.group[block],
                 self.prefix[block], self.own[block], bool(own.any()), self.inv_nt[block], inv_nc, dm, dmu, out,
-                *(parts or (None, None)), studentise=studentise,
+                *kept, studentise=studentise,
             )  # fmt: skip
-            return parts
+            return kept if kept[0] is not None else None
         own_t, own_b, ctrl_t, ctrl_b = (idx[block] + col for idx in self.index)
         w_own = np.take(w, first.cell_group[block], axis=0)
         ctrl_w = np.take(cum_w, first.cell_prefix[block], axis=0)

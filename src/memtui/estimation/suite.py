@@ -502,10 +502,10 @@ def _shared_draws(
     if band != "calibrated":
         return [(boot, None) for boot in did.bootstrap_shared(lays, ests, **common)]
     prepared = [j.parts for j in batch] if all(j.parts is not None for j in batch) else None
+    members = None if prepared else [aggregate_members(lay)[2] for lay in lays]  # made with the parts already
     cals = bands.calibrated_bootstraps(
         lays, ests, [cell_masks(j.lay, j.settings) for j in batch], floors=[did.se_floor(lay.scale) for lay in lays],
-        members=[aggregate_members(lay)[2] for lay in lays], mapper=lambda fn, items: _threads(fn, list(items)),
-        prepared=prepared, **common,
+        members=members, mapper=lambda fn, items: _threads(fn, list(items)), prepared=prepared, **common,
     )  # fmt: skip
     return [(cal.boot, cal) for cal in cals]
 
