@@ -7,6 +7,7 @@
    fused operation and without fast-math: setup.py compiles this file with -ffp-contract=off. Plain C, no Python
    API: loaded with ctypes, which releases the GIL for the call. */
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -32,6 +33,35 @@ typedef struct {
     float *acc_t, *acc_c, *acc_w;
     int64_t acc_stride;
 } studentise_t;
+
+/* The interface's version and studentise_t's layout, which memtui.engine.kernels compares with its ctypes mirror when
+   it loads this library: a struct or a signature that drifted from the Python side would corrupt memory silently, so a
+   build that does not match (a stale .so beside newer Python, or the reverse) is not called. Bump KERNELS_ABI with any
+   change of cell_draws' arguments or of studentise_t. */
+#ifndef KERNELS_ABI
+#define KERNELS_ABI 1
+#endif
+
+int64_t kernels_abi(void) { return KERNELS_ABI; }
+
+/* studentise_t's size in out[0] and its fields' offsets in out[1..], at most n values in all; returns how many fields
+   it has. */
+int64_t studentise_layout(int64_t *out, int64_t n)
+{
+    const int64_t layout[] = {
+        sizeof(studentise_t),
+        offsetof(studentise_t, unit), offsetof(studentise_t, k_t), offsetof(studentise_t, k_c),
+        offsetof(studentise_t, var), offsetof(studentise_t, label), offsetof(studentise_t, group_max),
+        offsetof(studentise_t, gm_stride), offsetof(studentise_t, agg_ptr), offsetof(studentise_t, agg_row),
+        offsetof(studentise_t, coef_t), offsetof(studentise_t, coef_c), offsetof(studentise_t, coef_w),
+        offsetof(studentise_t, acc_t), offsetof(studentise_t, acc_c), offsetof(studentise_t, acc_w),
+        offsetof(studentise_t, acc_stride),
+    };
+    const int64_t total = (int64_t)(sizeof(layout) / sizeof(layout[0]));
+    for (int64_t i = 0; i < n && i < total; i++)
+        out[i] = layout[i];
+    return total - 1;
+}
 
 /* One block of cells of one layout, as _Stack.cell_draws: its draws into out (rows out_stride apart: a view into the
    draws of every chunk) and, where treated is not NULL, the cohort's and the control set's parts into treated and

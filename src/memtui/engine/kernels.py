@@ -9,7 +9,8 @@ element by element in the same order, in one pass, so every result is the numpy 
 
 The library is built by ``pip install`` (setup.py, an optional extension: where no C compiler is found the install
 goes on without it) and loaded with ctypes, which releases the GIL for each call. Without it, or with
-``MEMTUI_KERNELS=numpy`` in the environment, memtui runs the numpy code: the same results, more slowly.
+``MEMTUI_KERNELS=numpy`` in the environment, memtui runs the numpy code: the same results, more slowly. A library whose
+interface version or struct layout differs from this module's mirror of them is not called (``mismatch``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import importlib.machinery
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,6 +37,11 @@ class _StudentiseC(ctypes.Structure):
     ]  # fmt: skip
 
 
+# _kernels.c's KERNELS_ABI: the version of cell_draws' arguments and of studentise_t that this module's ctypes mirror
+# (_StudentiseC and the argtypes below) is written for. Bump both together.
+ABI = 1
+
+
 def _load() -> ctypes.CDLL | None:
     if os.environ.get("MEMTUI_KERNELS", "").lower() == "numpy":
         return None
@@ -43,6 +50,10 @@ def _load() -> ctypes.CDLL | None:
         path = here / f"_kernels{suffix}"
         if path.is_file():
             lib = ctypes.CDLL(str(path))
+            problem = mismatch(lib)
+            if problem is not None:
+                _not_used(path, problem)
+                return None
             # fmt: off
             lib.cell_draws.argtypes = [
                 _I64, _I64, _PTR, _PTR, _PTR, _PTR,  # cells, draws, r, cum_r, w, cum_w
@@ -54,6 +65,44 @@ def _load() -> ctypes.CDLL | None:
             lib.cell_draws.restype = None
             return lib
     return None
+
+
+def mirror_layout() -> list[int]:
+    """The ctypes mirror's size of studentise_t and its fields' offsets, as _kernels.c's ``studentise_layout`` gives
+    the C compiler's."""
+    return [ctypes.sizeof(_StudentiseC), *(getattr(_StudentiseC, name).offset for name, _ in _StudentiseC._fields_)]
+
+
+def mismatch(lib) -> str | None:
+    """Why the library ``lib`` must not be called from this module (None: it matches): a library built from another
+    version of _kernels.c, or whose struct the compiler laid out otherwise than ctypes did. A drifted struct or
+    signature would not fail: it would read and write the wrong memory."""
+    try:
+        abi, layout = lib.kernels_abi, lib.studentise_layout
+    except AttributeError:
+        return "it has no interface version (built from an older _kernels.c)"
+    abi.argtypes, abi.restype = [], _I64
+    if (version := abi()) != ABI:
+        return f"its interface is version {version}, this memtui's is {ABI}"
+    expected = mirror_layout()
+    got = (_I64 * len(expected))()
+    layout.argtypes, layout.restype = [_PTR, _I64], _I64
+    fields = layout(ctypes.cast(got, _PTR), len(expected))
+    if fields != len(expected) - 1 or list(got) != expected:
+        return f"its studentise_t is laid out as {list(got)[: fields + 1]}, the ctypes mirror as {expected}"
+    return None
+
+
+def _not_used(path: Path, problem: str) -> None:
+    """A library that does not match is not called: the numpy code runs, with a warning, or, where the compiled loop
+    is required (``MEMTUI_REQUIRE_KERNELS=1``, as CI sets), an error."""
+    message = (
+        f"the compiled loop {path.name} is not used: {problem}; reinstall memtui (pip install -e .) to rebuild it. "
+        "The numpy code runs instead: the same results, more slowly."
+    )
+    if os.environ.get("MEMTUI_REQUIRE_KERNELS") == "1":
+        raise ImportError(message)
+    warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 _LIB = _load()
