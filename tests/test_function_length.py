@@ -1,4 +1,5 @@
-"""No function in src/memtui longer than MAX_LINES without a reason written down here (docs/17 §5).
+"""No function in src/memtui longer than MAX_LINES without a reason written down here (the house rule: small
+functions with one job, docs/architecture.md).
 
 A function's length is its ``def`` line (decorators excluded) through its last line, docstring and signature
 included, as ``ast`` reports them. A new long function fails this test: split it into named steps, or add it to
