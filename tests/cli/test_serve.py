@@ -1,30 +1,30 @@
-"""`memtui serve`: the workbench in a browser through textual-serve. A real server on a free loopback port is fetched
-over HTTP (the textual-serve page) and driven over its websocket as the page's script does (the app starts and paints
-the panel); then it is stopped, with every workbench it started, within a bound. The options' checks run in-process
-against a stand-in server, so no test listens anywhere but on 127.0.0.1."""
+"""`memtui serve`: the workbench in a browser through textual-serve. A real server on a free loopback port is opened
+at the address it prints (with its token) over HTTP (the textual-serve page) and driven over the page's websocket as
+the page's script does (the app starts and paints the panel); then it is stopped, with every workbench it started,
+within a bound. The options' checks run in-process against a stand-in server, so no test listens anywhere but on
+127.0.0.1. What the server refuses is in tests/adversarial/test_round4_serve.py."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
-import os
+import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from serve_process import START_S, STOP_S, apps_on, entry_url, free_port, start, stop, wait_for_no_apps
 
-SRC = Path(__file__).parents[2] / "src"
-START_S = 120  # bounds on a loaded 2-core machine (measured here under load ~10: page 9 s, first paint 29 s)
 PAINT_S = 120
-STOP_S = 30
 
 
 class FakeServer:
-    """Stands in for textual_serve.server.Server: records what `memtui serve` asked for and serves nothing."""
+    """Stands in for memtui's GatedServer (textual-serve's behind the gate): records what `memtui serve` asked for and
+    serves nothing."""
 
     made: list[dict] = []
 
@@ -37,16 +37,12 @@ class FakeServer:
 
 @pytest.fixture
 def fake_server(monkeypatch):
-    server = pytest.importorskip("textual_serve.server")
+    pytest.importorskip("textual_serve.server")
+    from memtui.cli import serve_guard
+
     FakeServer.made = []
-    monkeypatch.setattr(server, "Server", FakeServer)
+    monkeypatch.setattr(serve_guard, "GatedServer", FakeServer)
     return FakeServer.made
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_serves_on_loopback_by_default_without_a_warning(cli, small_panel, fake_server):
@@ -61,11 +57,29 @@ def test_serves_on_loopback_by_default_without_a_warning(cli, small_panel, fake_
 def test_a_host_other_than_loopback_is_served_with_a_warning_line(cli, small_panel, fake_server):
     code, _, err = cli("serve", small_panel, "--host", "0.0.0.0", "--port", free_port())
     assert code == 0
-    assert len(err.splitlines()) == 1 and "warning" in err and "0.0.0.0" in err and "no login" in err
+    assert len(err.splitlines()) == 1 and "warning" in err and "0.0.0.0" in err and "token" in err
     assert fake_server[0]["host"] == "0.0.0.0"
     assert "0.0.0.0" not in fake_server[0]["public_url"]  # a browser elsewhere cannot connect to the wildcard
     code, _, err = cli("serve", small_panel, "--host", "localhost", "--port", free_port())
     assert code == 0 and err == ""  # a name that resolves to loopback only
+
+
+def test_each_launch_has_its_own_token_of_256_bits(cli, small_panel, fake_server):
+    for _ in range(2):
+        assert cli("serve", small_panel, "--port", free_port())[0] == 0
+    first, second = (made["gate"].token for made in fake_server)
+    assert first != second and len(base64.urlsafe_b64decode(first + "=")) == 32
+
+
+def test_public_url_is_the_page_s_address_and_a_name_the_server_answers_to(cli, small_panel, fake_server):
+    code, _, err = cli("serve", small_panel, "--port", free_port(), "--public-url", "https://Example.org/memtui/")
+    assert code == 0 and err == ""
+    (made,) = fake_server
+    assert made["public_url"] == "https://Example.org/memtui"  # textual-serve appends /ws, /static/...
+    gate = made["gate"]
+    assert gate.names_us("example.org") and gate.from_us("https://example.org")  # the proxy's name and page
+    assert gate.names_us(f"127.0.0.1:{made['port']}")  # and the address it listens on (a proxy may pass that)
+    assert not gate.from_us("http://example.org")  # not the same origin: another scheme
 
 
 def test_takes_the_same_panel_arguments_as_memtui(cli, tmp_path, fake_server):
@@ -91,19 +105,6 @@ def test_a_taken_port_is_one_line(cli, small_panel, fake_server):
     assert fake_server == []
 
 
-def _apps_on(path: Path, server: int) -> list[int]:
-    """Pids of the processes other than ``server`` whose command line names ``path``: the workbenches (and their
-    shells) the server started on it."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and str(path).encode() in (proc / "cmdline").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return [pid for pid in pids if pid != server]
-
-
 def _listening_addresses(port: int) -> set[str]:
     """The local addresses of the TCP sockets listening on ``port`` (from /proc/net/tcp and tcp6, hex as there)."""
     found = set()
@@ -120,20 +121,12 @@ def _listening_addresses(port: int) -> set[str]:
     return found
 
 
-async def _page(session, server: subprocess.Popen, port: int) -> str:
-    """The index page, once the server answers."""
-    import aiohttp
-
-    deadline = time.monotonic() + START_S
-    while True:
-        try:
-            async with session.get(f"http://127.0.0.1:{port}/") as response:
-                assert response.status == 200
-                return await response.text()
-        except aiohttp.ClientConnectorError:
-            assert server.poll() is None, f"the server ended: {server.communicate()[0].decode()[-500:]}"
-            assert time.monotonic() < deadline, f"the server did not answer within {START_S} s"
-            await asyncio.sleep(0.2)
+async def _page(session, url: str) -> str:
+    """The page at the address the server printed (it is listening once it has printed it)."""
+    async with session.get(url) as response:
+        assert response.status == 200
+        assert response.headers["Referrer-Policy"] == "no-referrer"  # the address's token goes to no font server
+        return await response.text()
 
 
 async def _first_screen(ws, panel: Path) -> bytes:
@@ -157,56 +150,47 @@ async def _first_screen(ws, panel: Path) -> bytes:
     return screen
 
 
-def _wait_for_no_apps(panel: Path, server: int) -> list[int]:
-    deadline = time.monotonic() + STOP_S
-    while (left := _apps_on(panel, server)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
-
-
-async def _drive(server: subprocess.Popen, port: int, panel: Path) -> None:
+async def _drive(server: subprocess.Popen, url: str, port: int, panel: Path) -> None:
     import aiohttp
 
+    token = url.split("?token=")[1]
+    origin = f"http://127.0.0.1:{port}"  # what a browser sends from the page: its own origin
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=START_S)) as session:
-        page = await _page(session, server, port)
+        page = await _page(session, url)
         assert "static/js/textual.js" in page  # textual-serve's page: its terminal client ...
-        assert f'data-session-websocket-url="ws://127.0.0.1:{port}/ws"' in page  # ... pointed at this server
+        websocket = re.search(r'data-session-websocket-url="([^"]+)"', page).group(1)
+        assert websocket == f"ws://127.0.0.1:{port}/ws/{token}"  # ... pointed at this server, the token in the path
         assert "memtui" in page  # the title shown while the app starts
         assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only
 
-        async with session.ws_connect(f"ws://127.0.0.1:{port}/ws?width=100&height=30") as ws:
+        # as the page's script does: the URL + ?width=&height=
+        async with session.ws_connect(f"{websocket}?width=100&height=30", origin=origin) as ws:
             screen = await _first_screen(ws, panel)
             assert b"\x1b[?1049h" in screen  # the app took the (browser's) terminal over: alternate screen
-            assert _apps_on(panel, server.pid), "no workbench process ran while the websocket was open"
+            assert apps_on(panel, server.pid), "no workbench process ran while the websocket was open"
         # the tab closed: the server ends its workbench
-        assert _wait_for_no_apps(panel, server.pid) == [], "closing the tab left its workbench running"
+        assert wait_for_no_apps(panel, server.pid) == [], "closing the tab left its workbench running"
 
-        async with session.ws_connect(f"ws://127.0.0.1:{port}/ws?width=80&height=24") as ws:
+        async with session.ws_connect(f"{websocket}?width=80&height=24", origin=origin) as ws:
             await _first_screen(ws, panel)
             server.send_signal(signal.SIGINT)  # ctrl-c with a tab open: the server ends, and the tab's workbench
             assert await asyncio.to_thread(server.wait, STOP_S) == 0
-        assert _wait_for_no_apps(panel, server.pid) == [], "stopping the server left a workbench running"
+        assert wait_for_no_apps(panel, server.pid) == [], "stopping the server left a workbench running"
 
 
-def test_serve_answers_over_http_and_its_websocket_runs_the_workbench(small_panel):
+def test_serve_answers_over_http_and_its_websocket_runs_the_workbench(small_panel, tmp_path):
     pytest.importorskip("textual_serve")
     pytest.importorskip("aiohttp")
     panel = small_panel  # its path is this test's own, so the processes naming it are this server's workbenches
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "memtui.cli", "serve", str(panel), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # its own process group, so a failed test can end it and its apps together
-    )
+    log = tmp_path / "serve.log"
+    server = start(panel, port, log)
     try:
-        asyncio.run(_drive(server, port, panel))
-        assert "Serving" in server.stdout.read().decode()
+        url = entry_url(server, log)
+        assert re.fullmatch(rf"http://127\.0\.0\.1:{port}/\?token=[A-Za-z0-9_-]{{43}}", url)  # 256 bits
+        asyncio.run(_drive(server, url, port, panel))
+        log_text = log.read_text()
+        assert log_text.count(url.split("?token=")[1]) == 1  # the banner shows it; the access log's lines do not
+        assert "GET /?token=TOKEN" in log_text and "/ws/TOKEN" in log_text
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(STOP_S)
-        for pid in _apps_on(panel, server.pid):  # a workbench the server left behind
-            os.kill(pid, signal.SIGKILL)
+        stop(server, panel)
