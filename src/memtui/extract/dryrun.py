@@ -27,9 +27,10 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     steps = plan_steps(panel.steps, panel.done, parse_checkpoints(options.checkpoints), source)
     units = plan_units(steps, panel.steps, panel.n_instances, options.split)
     n = options.n_workers
-    lines = [f"dry run: nothing was started and nothing was written. `memtui extract` with these options would:"]
+    lines = ["dry run: nothing was started and nothing was written. `memtui extract` with these options would:"]
     lines.append(f"  workers:     {_workers(options, mode)}")
-    lines.append(f"  model:       {options.model} ({'local checkpoint folders' if source.local else 'Hugging Face hub'})")
+    kind = "local checkpoint folders" if source.local else "Hugging Face hub"
+    lines.append(f"  model:       {options.model} ({kind})")
     done = int(panel.done.sum())
     shown = _steps(steps)
     lines.append(f"  checkpoints: {len(steps)} to score ({shown}); {done} of {panel.n_checkpoints} already extracted")
@@ -46,10 +47,11 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     if not steps:
         lines.append("  nothing to score: every requested checkpoint is already extracted (a run would only commit "
                      "scored parts left in the work folder)")  # fmt: skip
+    work, log = work_dir(panel_path), log_path(panel_path)
     lines.append(f"  would write: the {len(steps)} checkpoint column(s) into {panel_path} (in place: it never grows); "
-                 f"claims, parts and worker records in {work_dir(panel_path)}/; the log {log_path(panel_path)}")  # fmt: skip
+                 f"claims, parts and worker records in {work}/; the log {log}")  # fmt: skip
     if mode == "slurm":
-        lines.append(f"  SLURM:       submitit's files in {work_dir(panel_path)}/slurm/; the job script follows")
+        lines.append(f"  SLURM:       submitit's files in {work}/slurm/; the job script follows")
     return lines
 
 

@@ -264,8 +264,9 @@ class ExtractOptions:
         s.add_argument("--mem", default=None, help="memory per task, e.g. 64G")
         s.add_argument("--slurm-extra", default=None, help='further sbatch options, e.g. "--qos=high --exclusive"')
         p.add_argument("--dry-run", action="store_true",
-                       help="check everything and print the plan (workers, units, devices, what would be written "
-                            "where; with --slurm, the job script for sbatch); start nothing, write nothing")  # fmt: skip
+                       help="check everything and print the plan (workers, units, devices, what would be "
+                            "written where; with --slurm, the job script for sbatch); start and write "
+                            "nothing")  # fmt: skip
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, visible_gpus=None) -> ExtractOptions:
