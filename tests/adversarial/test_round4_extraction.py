@@ -289,3 +289,36 @@ def test_a_live_committers_lease_is_kept_though_its_heartbeat_is_old(tmp_path, m
     assert holder.still_ours()
     holder.release()
     assert not (work.root / "commit.lease").exists()
+
+
+# --- 4: a work folder swapped for a link mid-run: nothing is written through it -----------------------------------
+
+
+@pytest.mark.parametrize("when", ["at the start", "inside the first unit"])
+def test_nothing_at_all_is_written_through_a_work_folder_swapped_for_a_link(tmp_path, checkpoints, when):
+    """Swapped before the weight files are hashed, the hash cache (PANEL.work/hashes) used to be written through the
+    link while memtui said nothing was; so could worker records, shard records and parts. Every write into the
+    work folder goes through the folder memtui opened (openat), never through its name."""
+    from memtui.extract.worker import run
+
+    panel = make_panel(tmp_path / "panel.h5")
+    elsewhere = tmp_path / "elsewhere"
+    for sub in ("parts", "claims", "workers", "hashes", "shards", "duplicates", "rejected"):
+        (elsewhere / sub).mkdir(parents=True)
+    swapped: list[bool] = []
+
+    def on_update(record):
+        if not swapped and (when == "at the start" or record.get("unit")):
+            work_dir(panel).rename(tmp_path / "moved.work")
+            work_dir(panel).symlink_to(elsewhere)
+            swapped.append(True)
+
+    with pytest.raises(MemtuiError) as raised:
+        run(panel, model=str(checkpoints), checkpoints="0,10", batch_size=7, handle_signals=False,
+            log=lambda m: None, on_update=on_update)  # fmt: skip
+    assert swapped
+    message = str(raised.value)
+    assert "symbolic link" in message and "nothing was written through it" in message, message
+    written = [p for p in elsewhere.rglob("*") if not p.is_dir()]
+    assert written == [], written
+    assert (tmp_path / "moved.work" / "workers").is_dir()  # what was written went to the folder memtui opened
