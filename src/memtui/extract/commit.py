@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.extract.locking import create_with_content
+from memtui.extract.locking import create_held, lock_state
 from memtui.extract.units import (
     UNREADABLE_GRACE_S,
     Owner,
@@ -45,22 +45,32 @@ Expect = Callable[[int], dict]  # step -> {"model": ..., "revision": ...} this r
 @dataclass(frozen=True)
 class Seen:
     """One observation of the lease file: which file it is (device, inode and a digest of its content, so that a new
-    lease on a reused inode is another lease), when it was last touched, and its holder (None: empty or garbled)."""
+    lease on a reused inode is another lease), when it was last touched, its holder (None: empty or garbled), and
+    whether a process holds its flock (None: the filesystem has no flock, or the file is not a regular file)."""
 
     key: str
     mtime: float
     holder: Owner | None
+    held: bool | None = None
 
 
 class Lease:
     """The committer's lease: ``PANEL.work/commit.lease``.
 
-    It is created whole (:func:`create_with_content`: a full disk never leaves an empty lease) and is taken over
-    only by compare-and-swap: a taker that judged the lease it observed stale must first create that lease's own
-    takeover marker (``commit.lease.takeover.KEY``, O_EXCL), so of any number of racing takers exactly one proceeds,
-    and it removes the lease only after checking that the file there is still the one observed (only the marker's
-    holder may remove it). The holder releases its lease through the same marker, so a release never removes a
-    successor's lease either. An empty or garbled lease is no lease.
+    It is created whole (:func:`create_held`: a full disk never leaves an empty lease) and is taken over only by
+    compare-and-swap: a taker that judged the lease it observed stale must first create that lease's own takeover
+    marker (``commit.lease.takeover.KEY``, created with ``link``, which only one creator wins), so of any number of
+    racing takers exactly one proceeds, and it removes the lease only after checking that the file there is still
+    the one observed (only the marker's holder may remove it). The holder releases its lease through the same
+    marker, so a release never removes a successor's lease either. An empty or garbled lease is no lease.
+
+    Which lease is stale: the lease and every marker are created with an exclusive flock already on them, held by
+    their creator until it lets go (the kernel drops it when the process dies, however it dies). A locked file's
+    holder lives, whatever its pid or host say, so it is never taken over — before, a live committer that held no
+    worker lock (``memtui covariates``) or whose lock /proc/locks named differently, or a marker's holder slower
+    than the stale limit, was judged gone, and two committers wrote at once. Only where the filesystem has no flock
+    (some Lustre mounts; NFSv4 shares flock between hosts) does the holder's pid and heartbeat decide, as before:
+    creation by ``link`` stays the one primitive correctness rests on, flock only tells the living from the dead.
     """
 
     def __init__(self, work: WorkDir, me: Owner):
@@ -68,12 +78,18 @@ class Lease:
         self.path = work.root / "commit.lease"
         self.me = me
         self._mine: Seen | None = None
+        self._fd: int | None = None  # the lease file, flocked while it is ours
 
     def acquire(self) -> bool:
         for _ in range(3):
-            if create_with_content(self.path, self.me.to_json().encode(), self.me.token):
+            fd = create_held(self.path, self.me.to_json().encode(), self.me.token)
+            if fd is not None:
+                self._fd = fd
                 self._mine = self.observe()
-                return self._mine is not None and self._mine.holder is not None
+                if self._mine is not None and self._mine.holder is not None:
+                    return True
+                self._let_go()
+                return False
             seen = self.observe()
             if seen is None:
                 continue  # released between our try and our look: try again
@@ -93,17 +109,11 @@ class Lease:
             except FileNotFoundError:
                 return None
             return Seen(f"{st.st_dev}:{st.st_ino}:odd", st.st_mtime, None)
-        with open(fd, "rb") as f:
-            st = os.fstat(fd)
-            data = f.read(4096) if stat.S_ISREG(st.st_mode) else b""
-        digest = hashlib.blake2b(data, digest_size=8).hexdigest()
-        try:
-            holder = Owner.from_json(data.decode())
-        except UnicodeDecodeError:
-            holder = None
-        return Seen(f"{st.st_dev}:{st.st_ino}:{digest}", st.st_mtime, holder)
+        return _seen(fd)
 
     def is_stale(self, seen: Seen) -> bool:
+        if seen.held:  # the kernel says its creator still holds it: a live committer, never taken over
+            return False
         age = age_s(seen.mtime)
         if seen.holder is None:  # empty or garbled (a full disk, a crash of an older memtui): nobody's lease
             return age > min(stale_s(), UNREADABLE_GRACE_S)
@@ -113,30 +123,44 @@ class Lease:
         digest = hashlib.blake2b(seen.key.encode(), digest_size=8).hexdigest()
         return self.path.with_name(f"commit.lease.takeover.{digest}")
 
-    def _hold_marker(self, seen: Seen) -> Path | None:
-        """Create the takeover marker of the lease ``seen`` (O_EXCL: one winner); a marker left by a taker that died
-        before finishing is removed once stale, and the creation tried again."""
+    def _hold_marker(self, seen: Seen) -> tuple[Path, int] | None:
+        """Create the takeover marker of the lease ``seen`` (one winner), flocked; a marker left by a taker that died
+        before finishing (no process holds it, or, without flock, it is older than the stale limit) is removed and
+        the creation tried again. A marker whose taker lives is never removed: only it may move the lease."""
         marker = self._marker(seen)
         for _ in range(2):
-            if create_with_content(marker, self.me.to_json().encode(), self.me.token):
-                return marker
+            fd = create_held(marker, self.me.to_json().encode(), self.me.token)
+            if fd is not None:
+                return marker, fd
             try:
-                age = age_s(os.stat(marker, follow_symlinks=False).st_mtime)
+                other = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 continue
-            if age <= stale_s():
+            except OSError:
                 return None
+            try:
+                held, st = lock_state(other), os.fstat(other)
+            finally:
+                os.close(other)
+            if held or (held is None and age_s(st.st_mtime) <= stale_s()):
+                return None
+            tomb = marker.with_name(f"{marker.name}.gone.{self.me.token}")
             with contextlib.suppress(OSError):
-                tomb = marker.with_name(f"{marker.name}.gone.{self.me.token}")
                 os.rename(marker, tomb)
-                os.unlink(tomb)
+                if _identity(tomb) == (st.st_dev, st.st_ino):
+                    os.unlink(tomb)
+                else:  # a new taker's marker replaced the abandoned one meanwhile: give it back (link: never over
+                    os.link(tomb, marker, follow_symlinks=False)  # a third's), and leave this lease to it
+                    os.unlink(tomb)
+                    return None
         return None
 
     def _remove(self, seen: Seen) -> bool:
         """Remove exactly the lease ``seen``, never another (compare-and-swap); True if the name is free now."""
-        marker = self._hold_marker(seen)
-        if marker is None:
+        held = self._hold_marker(seen)
+        if held is None:
             return False  # another taker (or its holder's release) is at it
+        marker, marker_fd = held
         try:
             now = self.observe()
             if now is None:
@@ -153,6 +177,7 @@ class Lease:
         finally:
             with contextlib.suppress(OSError):
                 os.unlink(marker)
+            os.close(marker_fd)
 
     def still_ours(self) -> bool:
         """Refresh the lease; False if another committer took it (we were too slow: stop writing at once)."""
@@ -160,14 +185,47 @@ class Lease:
         mine = self._mine
         if mine is None or now is None or now.key != mine.key or self._marker(mine).exists():
             return False
-        with contextlib.suppress(OSError):
-            os.utime(self.path, follow_symlinks=False)
+        with contextlib.suppress(OSError):  # through our descriptor: never the mtime of a file put there since
+            os.utime(self._fd if self._fd is not None else self.path)
         return True
 
     def release(self) -> None:
-        if self._mine is not None and self.still_ours():
-            self._remove(self._mine)
-        self._mine = None
+        try:
+            if self._mine is not None and self.still_ours():
+                self._remove(self._mine)
+        finally:
+            self._mine = None
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Close the lease file, which drops its flock (after it is gone from its name: nobody sees it unlocked)."""
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = None
+
+
+def _seen(fd: int) -> Seen:
+    """The observation of the lease file open at ``fd`` (closed here)."""
+    with open(fd, "rb") as f:
+        st = os.fstat(fd)
+        regular = stat.S_ISREG(st.st_mode)
+        data = f.read(4096) if regular else b""
+        held = lock_state(fd) if regular else None
+    digest = hashlib.blake2b(data, digest_size=8).hexdigest()
+    try:
+        holder = Owner.from_json(data.decode())
+    except UnicodeDecodeError:
+        holder = None
+    return Seen(f"{st.st_dev}:{st.st_ino}:{digest}", st.st_mtime, holder, held)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def describe_lease(work: WorkDir, me: Owner) -> str:

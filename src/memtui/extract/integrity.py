@@ -15,8 +15,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from memtui.core.files import atomic_write
-from memtui.extract.units import work_dir
+from memtui.extract.units import work_dir, write_in_work
 
 
 def duplicates_dir(panel: str | os.PathLike) -> Path:
@@ -28,10 +27,8 @@ def record_duplicate(panel: str | os.PathLike, step: int, same_as: int, revision
     folder = duplicates_dir(panel)
     body = json.dumps({"step": int(step), "same_as": int(same_as), "revision": revision, "weights_hash": weights_hash})
     # informative only (the log has the same line): a full disk or a planted link must not stop the extraction
-    with contextlib.suppress(OSError):
-        folder.mkdir(exist_ok=True)
-        if not folder.is_symlink():
-            atomic_write(folder / f"{int(step)}.json", lambda tmp: tmp.write_text(body))
+    with contextlib.suppress(OSError):  # through the work folder itself: never through a link swapped in for it
+        write_in_work(folder.parent, folder.name, f"{int(step)}.json", body.encode())
 
 
 def clear_duplicate(panel: str | os.PathLike, step: int) -> None:

@@ -148,40 +148,106 @@ def create_with_content(path: Path, data: bytes, tag: str) -> bool:
     the name exists, atomically, on local filesystems and NFS alike). So a full disk never leaves an empty file that
     others would obey. Where hard links are not supported, falls back to O_EXCL and a write (and removes the file
     again if the write fails). OSError for anything but "exists"."""
+    fd = create_held(path, data, tag, hold=False)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+def create_held(path: Path, data: bytes, tag: str, *, hold: bool = True) -> int | None:
+    """:func:`create_with_content`, and (``hold``) the new file's descriptor with an exclusive ``flock`` on it, taken
+    *before* the file appears under ``path``: while its creator lives, the file is never seen unlocked, so a process
+    of this host (or of any host where the filesystem shares flock, as NFSv4 does) can tell a live holder from a dead
+    one by the lock alone (:func:`lock_state`). None if ``path`` exists. Where the filesystem has no flock (some
+    Lustre mounts), the file is created unlocked and the caller's other evidence (pid, heartbeat) decides."""
     tmp = path.with_name(f".{path.name}.{tag}.{os.getpid()}.new")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     fd = os.open(tmp, flags, 0o644)
+    keep = False
     try:
+        if hold:
+            _try_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         try:
             _write_all(fd, data)
+            try:
+                os.link(tmp, path, follow_symlinks=False)
+                keep = True
+                return fd
+            except FileExistsError:
+                # over NFS a retransmitted link can answer "exists" although it was this call that made the name
+                if os.stat(tmp, follow_symlinks=False).st_nlink == 2 and _same_file(fd, path):
+                    keep = True
+                    return fd
+                return None
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+                    raise
         finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path, follow_symlinks=False)
-            return True
-        except FileExistsError:
-            return False
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
-                raise
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    try:  # no hard links here
+        if not keep:
+            os.close(fd)
+    return _create_in_place(path, data, flags, hold)
+
+
+def _create_in_place(path: Path, data: bytes, flags: int, hold: bool) -> int | None:
+    """No hard links here: O_EXCL and a write (the file is briefly empty; readers give it a moment's grace)."""
+    try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError:
-        return False
+        return None
     try:
+        if hold:
+            _try_flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         _write_all(fd, data)
     except OSError:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(path)
         raise
-    os.close(fd)
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        a, b = os.fstat(fd), os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+_NO_FLOCK = (errno.EINVAL, errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EBADF)
+
+
+def _try_flock(fd: int, how: int) -> bool:
+    """flock where the filesystem has it; False where it has none (the file is then simply not locked)."""
+    try:
+        fcntl.flock(fd, how)
+    except OSError as exc:
+        if exc.errno in _NO_FLOCK:
+            return False
+        raise
     return True
+
+
+def lock_state(fd: int) -> bool | None:
+    """Whether some process holds an exclusive flock on the file open at ``fd``: True (the kernel says so), False
+    (nobody does), None (this filesystem has no flock). Tested with a *shared*, non-blocking lock that is dropped at
+    once, so any number of processes may look at the same time without making one another look held."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+            return True
+        return None
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

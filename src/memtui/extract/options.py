@@ -257,13 +257,16 @@ class ExtractOptions:
         s = p.add_argument_group("SLURM (a job array, one worker per task, submitted with submitit)")
         s.add_argument("--slurm", action="store_true", help="submit the workers as a SLURM job array")
         s.add_argument("--partition", help="SLURM partition")
-        s.add_argument("--time", default="4:00:00", help="time limit per task [4:00:00]")
+        s.add_argument("--time", default=None, help="time limit per task [4:00:00]")
         s.add_argument("--account", help="SLURM account")
         s.add_argument("--gpus-per-task", type=int, default=None, help="GPUs per task [1; none with --device cpu]")
         s.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per task")
         s.add_argument("--mem", default=None, help="memory per task, e.g. 64G")
-        s.add_argument("--slurm-extra", default="", help='further sbatch options, e.g. "--qos=high --exclusive"')
-        s.add_argument("--dry-run", action="store_true", help="print the job script (for sbatch) instead of submitting")
+        s.add_argument("--slurm-extra", default=None, help='further sbatch options, e.g. "--qos=high --exclusive"')
+        p.add_argument("--dry-run", action="store_true",
+                       help="check everything and print the plan (workers, units, devices, what would be "
+                            "written where; with --slurm, the job script for sbatch); start and write "
+                            "nothing")  # fmt: skip
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, *, visible_gpus=None) -> ExtractOptions:
@@ -271,7 +274,7 @@ class ExtractOptions:
         if getattr(args, "slurm", False):
             slurm = SlurmOptions(
                 partition=args.partition,
-                time=args.time,
+                time=args.time if args.time is not None else SlurmOptions.time,
                 account=args.account,
                 gpus_per_task=args.gpus_per_task,
                 cpus_per_task=args.cpus_per_task,

@@ -30,9 +30,8 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from memtui.core.files import atomic_write
 from memtui.extract.fetch import BIN, SAFETENSORS, cache_location, cached_hashes, choose_files, missing_revisions
-from memtui.extract.units import work_dir
+from memtui.extract.units import work_dir, write_in_work
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 _CHUNK = 1 << 22
@@ -97,10 +96,8 @@ def file_sha256(path: Path, cache: Path | None, compute: bool = True) -> str | N
         return None
     digest = h.hexdigest()
     if entry is not None:  # a cache only: a full disk or a read-only work folder costs a second read next time
-        with contextlib.suppress(OSError):
-            cache.mkdir(exist_ok=True)
-            if not cache.is_symlink():
-                atomic_write(entry, lambda tmp: tmp.write_text(json.dumps({**stamp, "sha256": digest})))
+        with contextlib.suppress(OSError):  # through the work folder itself: never through a link swapped in for it
+            write_in_work(cache.parent, cache.name, entry.name, json.dumps({**stamp, "sha256": digest}).encode())
     return digest
 
 
@@ -137,9 +134,7 @@ def record_shards(panel: str | os.PathLike, step: int, revision: str, files: Map
     folder = shards_dir(panel)
     body = json.dumps({"step": int(step), "revision": revision, "files": dict(sorted(files.items()))})
     with contextlib.suppress(OSError):
-        folder.mkdir(exist_ok=True)
-        if not folder.is_symlink():
-            atomic_write(folder / f"{int(step)}.json", lambda tmp: tmp.write_text(body))
+        write_in_work(folder.parent, folder.name, f"{int(step)}.json", body.encode())
 
 
 def read_shards(panel: str | os.PathLike, steps: Iterable[int] | None = None) -> dict[int, dict[str, str]]:

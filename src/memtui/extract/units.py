@@ -24,13 +24,16 @@ a single worker uses (bitwise identical); split units differ only by batch compo
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
+import io
 import json
 import math
 import os
 import shutil
 import socket
 import stat
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -39,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.core.files import atomic_write
+from memtui.core.files import WriteError
 from memtui.extract.locking import create_with_content, holder_of, process_alive
 
 # Every metric extraction can compute, in part-file order. A panel holds some of them (panels made before
@@ -231,7 +234,7 @@ class WorkDir:
                 raise MemtuiError(f"cannot create {folder}: {exc.strerror or exc}.") from None
             if not folder.is_dir():
                 raise MemtuiError(f"{folder} is not a folder; remove it and rerun.")
-        self._identity = self._lstat_identity()
+        self._identity = _remember_root(self.root)
         return self
 
     def _lstat_identity(self) -> tuple[int, int] | None:
@@ -362,13 +365,14 @@ class WorkDir:
         names = panel_metrics(columns)
         meta = {**meta, "metrics": list(names)}
 
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as f:
-                np.savez(f, meta=np.array(json.dumps(meta)), **{m: np.asarray(columns[m], np.float64) for m in names})
-                f.flush()
-                os.fsync(f.fileno())
-
-        atomic_write(self.part_path(unit), write)
+        buffer = io.BytesIO()
+        np.savez(buffer, meta=np.array(json.dumps(meta)), **{m: np.asarray(columns[m], np.float64) for m in names})
+        path = self.part_path(unit)
+        try:
+            write_in_work(self.root, "parts", path.name, buffer.getvalue(), durable=True)
+        except OSError as exc:
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise WriteError(f"cannot write {path}: {reason}.") from None
 
     def read_part(self, unit: Unit, metrics, expect: dict | None = None) -> tuple[dict[str, np.ndarray], dict]:
         """The part's columns of ``metrics`` (it may carry more, which are left out) and its meta, checked: a regular
@@ -455,6 +459,75 @@ class WorkDir:
 
     def worker_lock(self, owner: Owner) -> Path:
         return self.workers / f"{owner.id}.lock"
+
+
+# --- writing inside PANEL.work through the folder itself, never through its name -------------------------------------
+
+# work folder path -> (descriptor, device, inode) of the folder WorkDir.ensure() created or found in this process
+_ROOTS: dict[str, tuple[int, int, int]] = {}
+_DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _remember_root(root: Path) -> tuple[int, int] | None:
+    """Open ``root`` (never through a link: O_NOFOLLOW) and keep its descriptor for every later write of this process
+    into it (:func:`write_in_work`); its (device, inode), or None where it cannot be opened."""
+    try:
+        fd = os.open(root, _DIR)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    old = _ROOTS.pop(str(root), None)
+    if old is not None:
+        with contextlib.suppress(OSError):
+            os.close(old[0])
+    _ROOTS[str(root)] = (fd, st.st_dev, st.st_ino)
+    return st.st_dev, st.st_ino
+
+
+def _root_fd(root: Path) -> int:
+    """The descriptor of the work folder as this process first opened it; opened now (without following a link)
+    where this process has not."""
+    known = _ROOTS.get(str(root))
+    if known is None:
+        if _remember_root(root) is None:
+            raise OSError(errno.ELOOP if root.is_symlink() else errno.ENOENT, f"cannot open {root}")
+        known = _ROOTS[str(root)]
+    return known[0]
+
+
+def write_in_work(root: Path, sub: str | None, name: str, data: bytes, *, durable: bool = False) -> None:
+    """Write ``root/sub/name`` whole (a temporary name, then rename) relative to the work folder's descriptor
+    (``openat``): if ``PANEL.work`` or ``sub`` has been swapped for a symbolic link since the folder was opened,
+    nothing is written through the link — the write lands in the folder memtui opened, or (a link at ``sub``)
+    fails. ``sub`` is created when missing. OSError on failure (the caller decides whether it matters)."""
+    root_fd = _root_fd(Path(root))
+    folder = root_fd
+    if sub is not None:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(sub, 0o755, dir_fd=root_fd)
+        folder = os.open(sub, _DIR, dir_fd=root_fd)  # ELOOP on a link: never followed
+    tmp = f".{name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644,
+                     dir_fd=folder)  # fmt: skip
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder)
+        raise
+    finally:
+        if folder != root_fd:
+            os.close(folder)
 
 
 def parse_unit_name(name: str, panel_steps: np.ndarray) -> Unit | None:

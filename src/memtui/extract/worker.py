@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -58,6 +59,7 @@ from memtui.extract.units import (
     heartbeat_s,
     plan_units,
     stale_s,
+    write_in_work,
 )
 from memtui.panel.hdf5 import read_done, read_panel, read_tokens
 
@@ -71,6 +73,7 @@ class WorkerProgress:
     """What this worker publishes (``workers/ID.json``); the file is throttled, in-process listeners see all."""
 
     def __init__(self, work: WorkDir, me: Owner, on_update: Callable[[dict], None] | None, interval: float = 1.0):
+        self.work = work
         self.path = work.worker_record(me)
         self.on_update = on_update
         self.interval = interval
@@ -92,7 +95,8 @@ class WorkerProgress:
                 return
             self._last = now
             with contextlib.suppress(OSError):  # progress is informative; a full disk must not stop the scoring
-                records.publish_to(self.path, self.data)
+                body = json.dumps(self.data, indent=1).encode()  # through the folder, never a link swapped in
+                write_in_work(self.work.root, self.path.parent.name, self.path.name, body)
 
 
 class Heartbeat:
