@@ -117,3 +117,70 @@ def test_a_difference_with_a_group_without_variance_has_no_band(cli, small_panel
     assert "[n/a, n/a], p = n/a" in diff, result[1]
     assert "exceeds" not in result[1] and "no band at any of the" in result[1]
     assert "grp=tiny has no sampling variation (se n/a), so no verdict" in result[1]
+
+
+# -- --cluster: a clustering with no variation to draw from is refused ----------------------------------------------
+
+
+def _panel_with_batches(path, batch_of) -> None:
+    """The small panel rewritten with each trained instance's optimizer step from ``batch_of(treatment, index)``."""
+    from memtui.panel.hdf5 import create_panel
+
+    panel = read_panel(path)
+    path.unlink()
+    trained = panel.treatment != NEVER
+    step = np.where(trained, batch_of(panel.treatment, np.arange(panel.n_instances)), -1).astype(np.int64)
+    create_panel(path, ids=panel.ids, treatment=panel.treatment, steps=panel.steps, metrics=["loglik"],
+                 values={"loglik": panel.metrics["loglik"]}, signs={"loglik": 1},
+                 provenance={"step": step})  # fmt: skip
+
+
+@pytest.mark.parametrize("band", ["calibrated", "classic"])
+def test_cluster_batch_with_one_batch_per_cohort_is_refused(cli, small_panel, band):
+    """The `-k 1` design: every cohort one batch. The calibrated band called every cell "no sampling variation", the
+    classic one reported "pre-trends detected" on a panel with none (the treated part vanishes within a cohort)."""
+    _panel_with_batches(small_panel, lambda treatment, i: treatment - 1)
+    assert_refused(
+        cli("estimate", small_panel, "--cluster", "batch", "--band", band, *FAST),
+        "--cluster batch: each cohort is one cluster, so the clustered bootstrap has no variation within them",
+    )
+
+
+def test_cluster_batch_with_one_cohort_in_one_batch_names_it(cli, small_panel):
+    treatment = read_panel(small_panel).treatment
+    first = int(treatment[treatment != NEVER].min())
+    _panel_with_batches(small_panel, lambda treatment, i: np.where(treatment == first, 7, 1000 + i))
+    assert_refused(
+        cli("estimate", small_panel, "--cluster", "batch", "--band", "classic", *FAST),
+        f"1 cohort(s) are each one cluster, step (n): {first} (15)",
+    )
+
+
+def test_cluster_batch_with_several_batches_per_cohort_is_estimated(cli, small_panel):
+    _panel_with_batches(small_panel, lambda treatment, i: 1000 + i // 3)
+    result = cli("estimate", small_panel, "--cluster", "batch", "--band", "classic", *FAST)
+    assert_clean_exit(result)
+
+
+@pytest.mark.parametrize(
+    "values, expect",
+    [
+        (lambda tr: np.full(len(tr), "one", dtype=object), "--cluster site has one level"),
+        (lambda tr: tr.astype(str).astype(object), "--cluster site: each cohort is one cluster"),
+        (lambda tr: np.where(tr == NEVER, "ctl", np.arange(len(tr)).astype(str)).astype(object),
+         "--cluster site: the 40 never-treated controls are one cluster"),
+    ],
+)  # fmt: skip
+def test_a_covariate_cluster_without_variation_is_refused(cli, small_panel, values, expect):
+    """A one-level cluster variable gave "se n/a" and "no sampling variation", not a refusal."""
+    write_covariates(small_panel, {"site": values(read_panel(small_panel).treatment)})
+    for band in ("calibrated", "classic"):
+        assert_refused(cli("estimate", small_panel, "--cluster", "site", "--band", band, *FAST), expect)
+
+
+def test_clusters_spanning_cohorts_are_honoured_by_the_classic_band(cli, small_panel):
+    """Clusters that hold instances of several cohorts share a multiplier across their cells (R did's clustervars):
+    the classic band takes them, the calibrated one refuses them (its variance parts are per cohort)."""
+    write_covariates(small_panel, {"site": (np.arange(read_panel(small_panel).n_instances) % 9).astype(str)})
+    assert_clean_exit(cli("estimate", small_panel, "--cluster", "site", "--band", "classic", *FAST))
+    assert_refused(cli("estimate", small_panel, "--cluster", "site", *FAST), "some cluster spans several")
