@@ -184,3 +184,28 @@ def test_clusters_spanning_cohorts_are_honoured_by_the_classic_band(cli, small_p
     write_covariates(small_panel, {"site": (np.arange(read_panel(small_panel).n_instances) % 9).astype(str)})
     assert_clean_exit(cli("estimate", small_panel, "--cluster", "site", "--band", "classic", *FAST))
     assert_refused(cli("estimate", small_panel, "--cluster", "site", *FAST), "some cluster spans several")
+
+
+# -- calibrate: no verdict from too few null panels -----------------------------------------------------------------
+
+
+def test_calibrate_on_two_null_panels_gives_no_verdict(cli, small_panel):
+    """2 panels once read "classic band: post 50.0 ± 35.4 % ... holds its level at this design"."""
+    result = cli("calibrate", small_panel, "--panels", "2", "-B", "100", "--no-cache")
+    assert_clean_exit(result)
+    out = result[1]
+    assert "holds its level" not in out and "over-rejects" not in out and "!" not in out.split("(! :")[0]
+    verdicts = [line for line in out.splitlines() if "band: post" in line]
+    assert len(verdicts) == 2 and all("no verdict from 2 null panel(s)" in v and "takes 76" in v for v in verdicts)
+
+
+def test_the_workbench_line_of_a_two_panel_calibration_gives_no_verdict(small_panel):
+    from memtui.app.summary_lines import calibration_line
+    from memtui.estimation import calibration as cb
+    from memtui.estimation.estimate import estimate
+    from memtui.estimation.settings import Settings
+
+    panel = read_panel(small_panel)
+    settings = Settings(draws=100)
+    line = calibration_line(estimate(panel, settings), cb.calibrate(panel, settings, panels=2))
+    assert "holds its level" not in line and "no verdict (2 null panel(s); 76 needed to tell 5 % from 10 %)" in line
