@@ -275,7 +275,7 @@ def test_calibration_line(tmp_path):
 
 @pytest.mark.parametrize("alpha, needed", [(0.05, 76), (0.01, 396), (0.1, 36)])
 def test_a_verdict_needs_the_panels_that_tell_alpha_from_twice_alpha(alpha, needed):
-    """At R = panels_needed, 2 alpha lies two Monte-Carlo errors (at alpha) above alpha; one panel fewer, it does not."""
+    """At R = panels_needed, 2 alpha lies two Monte-Carlo errors (at alpha) above alpha; one panel fewer, not."""
     assert cb.panels_needed(alpha) == needed
     for r, tells in ((needed, True), (needed - 1, False)):
         assert (alpha >= cb.EXCESS_SIGMAS * math.sqrt(alpha * (1 - alpha) / r) - 1e-12) == tells

@@ -348,8 +348,8 @@ def run_calibration(
     """Simulate null panels of ``model`` and count each band family's false positives.
 
     ``panels=None``: as many as fit in ``budget_s`` (timed on the first panels), between ``MIN_PANELS`` (or
-    ``panels_needed(alpha)``, if more) and ``MAX_PANELS``. Panel i's noise and bootstrap come from seeds derived from (``seed``, i): the same call gives the
-    same table, and a longer run extends a shorter one."""
+    ``panels_needed(alpha)``, if more) and ``MAX_PANELS``. Panel i's noise and bootstrap come from seeds derived
+    from (``seed``, i): the same call gives the same table, and a longer run extends a shorter one."""
     if draws < 20:
         raise MemtuiError(f"calibration needs a bootstrap: at least 20 draws, not {draws}.")
     if panels is not None and panels < 1:
