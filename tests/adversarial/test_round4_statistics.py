@@ -209,3 +209,41 @@ def test_the_workbench_line_of_a_two_panel_calibration_gives_no_verdict(small_pa
     settings = Settings(draws=100)
     line = calibration_line(estimate(panel, settings), cb.calibrate(panel, settings, panels=2))
     assert "holds its level" not in line and "no verdict (2 null panel(s); 76 needed to tell 5 % from 10 %)" in line
+
+
+# -- compare: panels that share one checkpoint are told so -----------------------------------------------------------
+
+
+def _panels_sharing_step_0(folder, b_steps=(0, 50, 150, 250, 350, 450)):
+    """Two panels of the same instances, six completed checkpoints each, that share only step 0 (or ``b_steps``)."""
+    from memtui.panel.hdf5 import create_panel
+
+    rng = np.random.default_rng(0)
+    treatment = np.r_[np.repeat([100, 200, 300], 10), np.full(20, NEVER)]
+    paths = []
+    for name, steps in (("a", (0, 100, 200, 300, 400, 500)), ("b", b_steps)):
+        path = folder / f"{name}.h5"
+        values = rng.normal(size=(len(treatment), len(steps)))
+        create_panel(path, ids=np.arange(len(treatment)), treatment=treatment, steps=np.array(steps),
+                     metrics=["loglik"], values={"loglik": values}, signs={"loglik": 1})  # fmt: skip
+        paths.append(path)
+    return paths
+
+
+def test_compare_says_the_panels_share_one_checkpoint(cli, tmp_path):
+    """Two panels with 6 completed checkpoints each that shared only step 0 were told "only 1 completed
+    checkpoint(s) ... extract more checkpoints"."""
+    a, b = _panels_sharing_step_0(tmp_path)
+    err = assert_refused(cli("compare", a, b, *FAST), "the panels share only one completed checkpoint, step 0")
+    assert "a has steps 0, 100, 200, 300, 400, 500 (6); b has steps 0, 50, 150, 250, 350, 450 (6)" in err
+    assert "extract more checkpoints" not in err
+
+
+def test_compare_says_the_panels_share_no_checkpoint(cli, tmp_path):
+    a, b = _panels_sharing_step_0(tmp_path, b_steps=(50, 150, 250, 350, 450, 550))
+    assert_refused(cli("compare", a, b, *FAST), "the panels share no completed checkpoint (a has steps 0,")
+
+
+def test_compare_with_two_shared_checkpoints_is_estimated(cli, tmp_path):
+    a, b = _panels_sharing_step_0(tmp_path, b_steps=(0, 100, 150, 250, 350, 450))
+    assert_clean_exit(cli("compare", a, b, *FAST))
