@@ -118,7 +118,7 @@ def test_same_seed_same_table_and_auto_panel_count():
     b = cb.calibrate(panel, Settings(draws=100), panels=12)
     assert a.hits == b.hits and a.crit == b.crit
     auto = cb.calibrate(panel, Settings(draws=100), budget_s=0.0)
-    assert auto.panels == cb.MIN_PANELS
+    assert auto.panels == max(cb.MIN_PANELS, cb.panels_needed(0.05)) == 76  # the fewest that support a verdict
 
 
 def test_refusals_are_one_line_errors():
@@ -271,3 +271,23 @@ def test_calibration_line(tmp_path):
     line = calibration_line(res, got)
     assert "5 null panels of this design" in line and "the calibrated band" in line and "classic band" in line
     assert "pointwise" in calibration_line(estimate(panel, Settings(draws=0)))
+
+
+@pytest.mark.parametrize("alpha, needed", [(0.05, 76), (0.01, 396), (0.1, 36)])
+def test_a_verdict_needs_the_panels_that_tell_alpha_from_twice_alpha(alpha, needed):
+    """At R = panels_needed, 2 alpha lies two Monte-Carlo errors (at alpha) above alpha; one panel fewer, not."""
+    assert cb.panels_needed(alpha) == needed
+    for r, tells in ((needed, True), (needed - 1, False)):
+        assert (alpha >= cb.EXCESS_SIGMAS * math.sqrt(alpha * (1 - alpha) / r) - 1e-12) == tells
+
+
+def test_too_few_null_panels_give_no_verdict():
+    """2 null panels once read "classic band: post 50.0 +- 35.4 % ... holds its level at this design"."""
+    panel = null_panel(cohorts=3, per_cohort=20, never=60, checkpoints=5)
+    got = cb.calibrate(panel, Settings(draws=100), panels=2)
+    for band in cb.BAND_NAMES:
+        line = got.verdict(band)
+        assert "holds its level" not in line and "over-rejects" not in line
+        assert "no verdict from 2 null panel(s)" in line and "takes 76" in line
+        assert got.level(band).startswith("no verdict") and not any(got.over(band, f) for f in cb.FAMILIES)
+    assert got.as_dict()["panels_needed"] == 76 and got.as_dict()["over_nominal"] == {"calibrated": [], "classic": []}

@@ -193,3 +193,90 @@ def test_bad_settings_and_targets_are_refused_in_one_line():
         sv.sensitivity(study, "instantaneous", "xx")
     with pytest.raises(MemtuiError, match="0 or more"):
         sv.sensitivity(study, "instantaneous", "sd", grid=[-1.0])
+
+
+# -- each Mbar's theta grid, the grids that cannot be honoured, and the event-time counts (issue 33) --------------
+
+
+def test_rm_interval_at_mbar_0_is_the_ordinary_interval():
+    """At Mbar = 0 the post-treatment violation is exactly 0, so the robust CI is the ordinary CI up to the test's
+    small loss of power (HonestDiD's hybrid): same centre, each end within a tenth of an sd."""
+    es = bc()
+    iv, (lo, hi) = honest.rm_interval(es, 0.0), honest.original_ci(es)
+    assert iv.low < es.theta < iv.high and not iv.open_end
+    assert (iv.low, iv.high) == pytest.approx((lo, hi), abs=0.1 * es.sd_theta)
+
+
+def test_rm_interval_covers_the_identified_set_inside_its_own_grid():
+    """A robust CI contains the identified set (betahat taken as the truth is accepted) and, with each Mbar's grid
+    chosen from its own identified set, ends inside the grid even where the set is 4,000 sd wide (one grid of +-20
+    sd around theta-hat cut this interval short)."""
+    es = bc()
+    for mbar in (1.0, 1000.0):
+        iv, (lo, hi) = honest.rm_interval(es, mbar), honest.rm_identified_set(es, mbar)
+        assert iv.low <= lo and hi <= iv.high and not iv.open_end, mbar
+
+
+def test_a_large_mbar_in_the_grid_leaves_mbar_0_its_interval():
+    """The grid 0, 1, 10000 once gave Mbar = 0 the theta grid of Mbar = 10000 (points 100 sd apart): no point was
+    accepted and the row read [n/a, n/a], "not significant even under exact parallel trends"."""
+    study = sv.event_study(sim_panel(), SETTINGS, pre=2, post=2)
+    res = sv.sensitivity(study, "instantaneous", "rm", grid=[0, 1, 10000], grid_points=300, lf_sims=300)
+    zero = res.intervals[0]
+    sd = (res.original[1] - res.original[0]) / (2 * 1.959964)
+    step = 40 * sd / 299  # the grid's resolution (theta-hat +- 20 sd in 300 points): the hull lies inside by < 1
+    assert (zero.low, zero.high) == pytest.approx(res.original, abs=0.1 * sd + step)
+    assert res.breakdown is not None and res.breakdown >= 1  # Mbar = 1 excludes 0 in the table
+    assert res.intervals[1].excludes_zero() and not res.intervals[2].excludes_zero()
+    assert res.resolution <= sv.BREAKDOWN_TOL * 2 * res.breakdown  # to 1 % of itself, not of 10000
+
+
+@pytest.mark.parametrize(
+    "method, grid, message",
+    [
+        ("rm", [], "is empty"),
+        ("rm", [float("nan")], "finite numbers of 0 or more, not nan"),
+        ("sd", [float("inf")], "finite numbers of 0 or more, not inf"),
+        ("rm", [0.0, -1.0], "not -1"),
+        ("sd", [0.5, 1.0, 0.5], "lists 0.5 more than once"),
+        ("rm", [0.0, 1e20], r"Mbar = 1e\+20 is past what"),
+        ("rm", [1e300], r"Mbar = 1e\+300 is past what"),
+        ("rm", ["x"], "must be numbers"),
+    ],
+)
+def test_grids_that_cannot_be_honoured_are_refused_in_one_line(method, grid, message):
+    study = sv.event_study(sim_panel(), SETTINGS, pre=2, post=2)
+    with pytest.raises(MemtuiError, match=message) as err:
+        sv.sensitivity(study, "instantaneous", method, grid=grid)
+    assert "\n" not in str(err.value)
+
+
+def test_a_huge_m_gives_a_finite_interval_or_a_refusal():
+    """M is in the metric's units: 1e20 and 1e300 are honoured (the folded-normal quantile is mu + z once mu swamps
+    it, where brentq could not bracket it); where the interval itself overflows, a refusal."""
+    for mu in (39.0, 41.0, 1e20, 1e300):
+        cv = honest.folded_normal_quantile(0.95, mu)
+        assert np.isfinite(cv) and cv == pytest.approx(mu + 1.6448536269514722, rel=1e-12, abs=1e-9)
+    es = bc()
+    small, huge = honest.flci(es, 1.0)[0], honest.flci(es, 1e300)[0]
+    assert np.isfinite(huge.low) and np.isfinite(huge.high) and huge.low < small.low and small.high < huge.high
+    study = sv.event_study(sim_panel(), SETTINGS, pre=2, post=2)
+    for top in (1e300, 1.7e308):
+        try:
+            res = sv.sensitivity(study, "instantaneous", "sd", grid=[0.0, top])
+        except MemtuiError as err:
+            assert "overflows double precision" in str(err)
+            continue
+        assert all(np.isfinite([iv.low, iv.high]).all() for iv in res.intervals)
+        assert res.breakdown is not None and res.resolution < 0.1  # near 0, the resolution is the M scale's
+
+
+@pytest.mark.parametrize("pre, post", [(0, None), (-1, None), (None, -1), (None, 0), (5, None), (None, 7)])
+def test_event_time_counts_below_1_or_above_the_panel_are_refused(pre, post):
+    """0 kept every placebo period and -1 dropped the earliest (Python's slices): counts are 1 to what the panel has."""
+    option = "--pre" if pre is not None else "--post"
+    with pytest.raises(MemtuiError, match=f"{option} -?[0-9]+: the panel has [46] ") as err:
+        sv.event_study(sim_panel(), SETTINGS, pre=pre, post=post)
+    assert "\n" not in str(err.value)
+    full = sv.event_study(sim_panel(), SETTINGS, pre=4, post=6)
+    assert (full.n_pre, full.n_post) == (4, 6)

@@ -174,3 +174,22 @@ def test_one_pass_gives_each_group_the_draws_of_its_own_keyed_estimate(band):
         np.testing.assert_allclose(got.aggregates[3], cells[name].aggregates[3], rtol=1e-6, atol=1e-7)
     for scope, crit in _joint_crits(cells, settings.alpha).items():
         assert by.joint_crit[scope] == pytest.approx(crit, rel=1e-6)
+
+
+def test_a_difference_with_a_group_without_variance_has_no_band():
+    """One treated and one control instance: the group's draws are all 0 (se n/a), so A - B's draws would be B's
+    alone: no se, band, interval or p-value, never significant, and the sentence gives no verdict."""
+    panel = _panel(per=20, n_never=40)
+    grp = np.array(["big"] * len(panel.ids), dtype=object)
+    grp[np.flatnonzero(panel.treatment != NEVER)[0]] = "tiny"
+    grp[np.flatnonzero(panel.treatment == NEVER)[0]] = "tiny"
+    panel.covariates["grp"] = grp
+    for band in ("calibrated", "classic"):
+        by = estimate_by(panel, Settings(draws=DRAWS, band=band), "grp")
+        (diff,) = by.differences
+        assert np.isnan([diff.overall[k] for k in ("std_error", "ci_low", "ci_high", "p_value")]).all()
+        assert np.isfinite(diff.overall["estimate"])
+        for frame in (diff.persistent, diff.cells):
+            assert frame["std_error"].is_nan().all() and not frame["significant"].any()
+        assert diff.count() == (0, 0, diff.unbanded()) and diff.no_variance == ("grp=tiny",)
+        assert "no verdict" in diff.sentence() and "exceeds" not in diff.sentence()

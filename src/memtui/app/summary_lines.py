@@ -119,8 +119,7 @@ def calibration_line(result: EstimateResult, measured=None) -> str:
     if measured is not None:
         p, se = measured.rate(band, "post")
         q, _ = measured.rate(other, "post")
-        bad = [f for f in ("post", "all", "pretrend", "instantaneous", "persistent") if measured.over(band, f)]
-        verdict = "holds its level" if not bad else f"over-rejects ({', '.join(bad)})"
+        verdict = measured.level(band)  # "no verdict (...)" from too few null panels
         return (
             f"Calibration (`memtui calibrate`, {measured.panels} null panels of this design): the {band} band "
             f"{verdict}, {num(100 * p, 2)} ± {num(100 * se, 2)} % family-wise error (post; nominal "

@@ -70,9 +70,15 @@ def by_lines(res, suite_lines) -> list[str]:
             o = diff.overall
             lines.append(
                 f"{clean(model, 40)}: {clean(diff.a, 40)} - {clean(diff.b, 40)}: overall {o['estimate']:.4g} "
-                f"[{o['ci_low']:.4g}, {o['ci_high']:.4g}], p = {o['p_value']:.3g}; {clean(diff.sentence(), None)}"
+                f"[{_num(o['ci_low'])}, {_num(o['ci_high'])}], p = {_num(o['p_value'], '.3g')}; "
+                f"{clean(diff.sentence(), None)}"
             )
         if by.trend is not None:
             lines.append(f"{clean(model, 40)}: dose-response {clean(by.trend.sentence(), limit=None)}")
     lines += [f"note   {clean(note, limit=None)}" for note in res.notes]
     return lines
+
+
+def _num(value: float, spec: str = ".4g") -> str:
+    """A number, or "n/a" where there is none (a difference with a group that has no variance has no band)."""
+    return format(value, spec) if value == value and abs(value) != float("inf") else "n/a"

@@ -6,6 +6,11 @@ of group A's cell minus group B's cell are draws of the difference: its standard
 the groups share (the never-treated controls under ``shared_controls``, whose part cancels in the difference, or the
 clusters that span groups). The difference's band is the classic one (R did's: robust bootstrap standard error, sup-t
 critical value over the family) whatever band the groups' own profiles use.
+
+A difference has a band only where both groups have a standard error of their own. A group with no sampling
+variation at a cell (one treated instance against one control: its influence function is 0, its draws all 0, its se
+n/a) would lend the difference the other group's spread alone, a band that leaves out half the uncertainty: there the
+difference has its estimate and nothing else (no se, no band, no p-value, never significant).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ class Difference:
     persistent: pl.DataFrame
     overall: dict
     _cells: Callable[[], pl.DataFrame] = field(repr=False, default=None)
+    no_variance: tuple[str, ...] = ()  # the groups with no standard error at some compared cell or event time
 
     @functools.cached_property
     def cells(self) -> pl.DataFrame:
@@ -48,13 +54,25 @@ class Difference:
         est = frame["estimate"].to_numpy()
         return int((sig & (est > 0)).sum()), int((sig & (est < 0)).sum()), frame.height
 
+    def unbanded(self, scope: str = "persistent") -> int:
+        """Of the rows ``count`` counts, how many have no band (a group without sampling variation there)."""
+        frame = self.cells.filter(~pl.col("pre_treatment")) if scope == "cells" else self.persistent
+        if scope != "cells":
+            frame = frame.filter(pl.col("event_time") > 0)
+        return int((~np.isfinite(frame["std_error"].to_numpy())).sum())
+
     def sentence(self, scope: str = "persistent") -> str:
         above, below, n = self.count(scope)
         where = "post-treatment cells" if scope == "cells" else "checkpoints after training (event times c - g > 0)"
-        return (
+        missing = self.unbanded(scope)
+        why = f"{' and '.join(self.no_variance) or 'a group'} has no sampling variation (se n/a)"
+        if n and missing == n:
+            return f"{self.a} - {self.b} has no band at any of the {n} {where}: {why}, so no verdict"
+        text = (
             f"memorisation of {self.a} exceeds that of {self.b} at {above} of {n} {where}, falls short of it at "
             f"{below} (simultaneous band)"
         )
+        return f"{text}; no band at {missing} ({why} there)" if missing else text
 
 
 def _matched(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,9 +80,13 @@ def _matched(keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray, np.nda
     return ia, ib
 
 
-def _band(theta: np.ndarray, draws: np.ndarray, floor: float, families: list[np.ndarray], alpha: float) -> dict:
-    """Robust bootstrap se and a simultaneous critical value per family (classic band) of estimates ``theta``."""
+def _band(theta: np.ndarray, draws: np.ndarray, floor: float, families: list[np.ndarray], alpha: float,
+          defined: np.ndarray | None = None) -> dict:  # fmt: skip
+    """Robust bootstrap se and a simultaneous critical value per family (classic band) of estimates ``theta``; no se
+    (so no band) where ``defined`` is False (a member without a standard error of its own)."""
     se = did.bootstrap_se(draws, floor)
+    if defined is not None:
+        se = np.where(defined, se, np.nan)
     crit = np.full(len(theta), np.nan)
     for fam in families:
         if fam.any():
@@ -89,6 +111,7 @@ def difference(a: str, b: str, ca, cb, alpha: float) -> Difference:
     sign = ca.sign
     theta = sign * (ca.est.att[ia] - cb.est.att[ib])
     pre = ca.pre[ia]
+    cell_ok = np.isfinite(ca.se[ia]) & np.isfinite(cb.se[ib])
 
     def cells() -> pl.DataFrame:
         draws = np.subtract(ca.draws[ia], cb.draws[ib]) * np.float32(sign)
@@ -98,33 +121,44 @@ def difference(a: str, b: str, ca, cb, alpha: float) -> Difference:
                 "checkpoint": pl.Series(ca.cell_step[ia], dtype=pl.Int64),
                 "event_time": pl.Series(ca.event[ia], dtype=pl.Int64),
                 "pre_treatment": pre,
-                **_band(theta, draws, floor, [~pre, pre], alpha),
+                **_band(theta, draws, floor, [~pre, pre], alpha, cell_ok),
             }
         )
 
-    ev_a, _, th_a, dr_a, *_ = ca.aggregates
-    ev_b, _, th_b, dr_b, *_ = cb.aggregates
+    ev_a, _, th_a, dr_a, _, se_a = ca.aggregates
+    ev_b, _, th_b, dr_b, _, se_b = cb.aggregates
     ja, jb = _matched(ev_a, ev_b)
     post = ev_a[ja] >= 0
     keep = post  # the event-study curve after training: instantaneous (0) and persistent (> 0)
     ja, jb = ja[keep], jb[keep]
     e_theta = sign * (th_a[ja] - th_b[jb])
     e_draws = sign * (dr_a[ja] - dr_b[jb])
+    e_ok = np.isfinite(se_a[ja]) & np.isfinite(se_b[jb])
     persistent = pl.DataFrame(
-        {"event_time": pl.Series(ev_a[ja], dtype=pl.Int64), **_band(e_theta, e_draws, floor, [ev_a[ja] > 0], alpha)}
+        {
+            "event_time": pl.Series(ev_a[ja], dtype=pl.Int64),
+            **_band(e_theta, e_draws, floor, [ev_a[ja] > 0], alpha, e_ok),
+        }
     )
     o_theta = float(sign * (th_a[-1] - th_b[-1]))
     o_draws = sign * (dr_a[-1] - dr_b[-1])
-    o_se = float(did.bootstrap_se(o_draws[None], floor)[0])
+    o_ok = bool(np.isfinite(se_a[-1]) and np.isfinite(se_b[-1]))
+    o_se = float(did.bootstrap_se(o_draws[None], floor)[0]) if o_ok else float("nan")
     z = z_value(alpha)
     overall = {
         "estimate": o_theta,
         "std_error": o_se,
         "ci_low": o_theta - z * o_se,
         "ci_high": o_theta + z * o_se,
-        "p_value": float(np.mean(np.abs(o_draws) >= abs(o_theta))),
+        "p_value": float(np.mean(np.abs(o_draws) >= abs(o_theta))) if np.isfinite(o_se) else float("nan"),
     }
-    return Difference(a=a, b=b, persistent=persistent, overall=overall, _cells=cells)
+    lacking = tuple(
+        name
+        for name, ok in ((a, np.isfinite(ca.se[ia]).all() and np.isfinite(se_a[ja]).all() and np.isfinite(se_a[-1])),
+                         (b, np.isfinite(cb.se[ib]).all() and np.isfinite(se_b[jb]).all() and np.isfinite(se_b[-1])))
+        if not ok
+    )  # fmt: skip
+    return Difference(a=a, b=b, persistent=persistent, overall=overall, _cells=cells, no_variance=lacking)
 
 
 @dataclass

@@ -125,8 +125,11 @@ def rm_identified_set(es: EventStudyInput, mbar: float) -> tuple[float, float]:
             if ends[0] is not None and ends[1] is not None:
                 lows.append(es.theta - ends[0])
                 highs.append(es.theta - ends[1])
-    if not lows:
-        return es.theta, es.theta
+    if not lows:  # the piece of the largest placebo change is always feasible: only failed arithmetic lands here
+        raise MemtuiError(
+            f"the identified set under Mbar = {mbar:g} could not be computed (its linear programmes failed); "
+            "try a smaller Mbar."
+        )
     return float(min(lows)), float(max(highs))
 
 
@@ -459,11 +462,24 @@ class Interval:
         return bool(np.isfinite(self.low) and (self.low > 0 or self.high < 0))
 
 
-def default_grid(es: EventStudyInput) -> tuple[float, float]:
-    """HonestDiD's theta grid, +- 20 sd(theta-hat) around 0, widened to keep theta-hat 20 sd inside when the effect
-    is larger than that (a memorisation effect can be many standard errors)."""
-    half = 20 * es.sd_theta
-    return min(-half, es.theta - half), max(half, es.theta + half)
+def rm_grid(es: EventStudyInput, mbar: float) -> tuple[float, float]:
+    """The theta grid of one Mbar, chosen from its own identified set as HonestDiD's computeConditionalCS_DeltaRM
+    does (the set's bounds +- 20 se), so that every Mbar gets the same resolution relative to its interval: one grid
+    for every Mbar puts the 1000 points of Mbar = 0 (an interval a few sd long) 100 sd apart when the largest Mbar is
+    large, and none is accepted. HonestDiD's se is sd(theta-hat), which is the bounds' se only at Mbar = 0: a bound
+    moves by up to Mbar sum_t t |l_t| times the largest placebo change, so that change's sd, scaled so, is added (in
+    quadrature): otherwise a large Mbar's interval runs past its grid."""
+    lo, hi = rm_identified_set(es, mbar)
+    return lo - 20 * _rm_bound_se(es, mbar), hi + 20 * _rm_bound_se(es, mbar)
+
+
+def _rm_bound_se(es: EventStudyInput, mbar: float) -> float:
+    """An approximate se of the identified set's bounds under Delta^RM(mbar) (see rm_grid)."""
+    k = es.n_pre
+    to_changes = np.eye(k + 1, k)[1:] - np.eye(k + 1, k)[:-1]  # beta_pre, then the reference 0: its k changes
+    change_sd = float(np.sqrt(np.max(np.diag(to_changes @ es.sigma[:k, :k] @ to_changes.T))))
+    reach = float(np.arange(1, es.n_post + 1) @ np.abs(es.l_vec))
+    return float(np.hypot(es.sd_theta, mbar * reach * change_sd))
 
 
 def _accepted_span(accept, n: int) -> tuple[int, int] | None:
@@ -525,7 +541,7 @@ def rm_interval(
     ``cache_lps=False`` solves every LP by linprog instead of reusing optimal bases (same answers, slower)."""
     if not (np.isfinite(mbar) and mbar >= 0):
         raise MemtuiError(f"Mbar must be 0 or more, not {mbar:g}.")
-    lo, hi = grid if grid is not None else default_grid(es)
+    lo, hi = grid if grid is not None else rm_grid(es, mbar)
     thetas = np.linspace(lo, hi, grid_points)
     kappa = alpha / 10
     spans = [
@@ -546,6 +562,8 @@ def rm_interval(
 def folded_normal_quantile(p: float, mu: float) -> float:
     """cv such that P(|N(mu, 1)| <= cv) = p (HonestDiD simulates it with 10^6 draws; here it is solved exactly)."""
     mu = abs(mu)
+    if mu > 40:  # P(N(mu, 1) < -cv) < Phi(-40) ~ 1e-350: nothing in double precision, so cv is mu's normal quantile
+        return mu + float(stats.norm.ppf(p))  # (brentq cannot bracket it once mu swamps the quantile: 1e20 + 11)
 
     def cdf(x: float) -> float:
         return stats.norm.cdf(x - mu) - stats.norm.cdf(-x - mu) - p

@@ -22,6 +22,10 @@ from memtui.panel.model import NEVER, Panel
 METHODS = ("rm", "sd")  # relative magnitudes (Delta^RM(Mbar)), smoothness (Delta^SD(M))
 DEFAULT_MBAR = (0.0, 0.5, 1.0, 1.5, 2.0)
 BREAKDOWN_TOL = 0.01  # relative tolerance of the breakdown value (of the largest parameter tried)
+# Delta^RM(Mbar)'s rows hold 1 and Mbar side by side; the LP solver (HiGHS) keeps about 1e-7 of a row's largest
+# coefficient, so past 1e6 the unit coefficients drown (at 1e10 the LPs stall, at 1e15 the identified set comes back
+# as a point). Mbar counts multiples of the largest placebo change: 1e6 is far past any violation worth asking about.
+MBAR_MAX = 1e6
 
 
 @dataclass(frozen=True)
@@ -108,13 +112,14 @@ def event_study(panel: Panel, settings: Settings, pre: int | None = None, post: 
 def _windowed(events, beta, sigma, pre, post) -> EventStudy:
     """The event study cut to the last ``pre`` placebo and first ``post`` post event times, with notes."""
     is_pre = events < 0
-    keep_pre = np.flatnonzero(is_pre)[-pre:] if pre else np.flatnonzero(is_pre)
-    keep_post = np.flatnonzero(~is_pre)[:post] if post else np.flatnonzero(~is_pre)
-    if not len(keep_pre) or not len(keep_post):
+    all_pre, all_post = np.flatnonzero(is_pre), np.flatnonzero(~is_pre)
+    if not len(all_pre) or not len(all_post):
         raise MemtuiError(
             "the event study needs at least one placebo event time (a cohort with a checkpoint two before it is "
             "trained) and one post-treatment event time."
         )
+    keep_pre = all_pre[len(all_pre) - _count("pre", pre, len(all_pre), "placebo") :]
+    keep_post = all_post[: _count("post", post, len(all_post), "post-treatment")]
     keep = np.r_[keep_pre, keep_post]
     ev = events[keep]
     notes = []
@@ -129,6 +134,19 @@ def _windowed(events, beta, sigma, pre, post) -> EventStudy:
             "whatever their spacing"
         )
     return EventStudy(ev, beta[keep], sigma[np.ix_(keep, keep)], len(keep_pre), len(keep_post), notes)
+
+
+def _count(option: str, value: int | None, available: int, kind: str) -> int:
+    """How many event times of a kind to keep: all when ``value`` is None, else a count from 1 to what the panel has
+    (0 is not "all" and -1 is not "all but one": Python's slices would read them so)."""
+    if value is None:
+        return available
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= available:
+        raise MemtuiError(
+            f"--{option} {value}: the panel has {available} {kind} event time(s); keep from 1 to {available}, or "
+            f"leave --{option} out to keep them all."
+        )
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -181,18 +199,17 @@ def interval(es: honest.EventStudyInput, method: str, value: float, alpha: float
 
 
 def relative_magnitudes(betahat, sigma, n_pre, n_post, l_vec=None, mbars=DEFAULT_MBAR, alpha=0.05, **kw):
-    """Robust CIs under Delta^RM(Mbar) for each Mbar in ``mbars`` (HonestDiD's C-LF defaults)."""
+    """Robust CIs under Delta^RM(Mbar) for each Mbar in ``mbars`` (HonestDiD's C-LF defaults; each Mbar's theta grid
+    from its own identified set unless ``grid`` is given)."""
     es = honest.EventStudyInput.of(betahat, sigma, n_pre, n_post, l_vec)
-    return [
-        honest.rm_interval(es, m, alpha=alpha, grid=kw.get("grid") or rm_grid(es, max(mbars)), **_rm_kw(kw))
-        for m in mbars
-    ]
+    mbars = check_grid(mbars, "rm")
+    return [honest.rm_interval(es, m, alpha=alpha, grid=kw.get("grid"), **_rm_kw(kw)) for m in mbars]
 
 
 def smoothness(betahat, sigma, n_pre, n_post, l_vec=None, ms=None, alpha=0.05):
     """Robust FLCIs under Delta^SD(M) for each M in ``ms`` (default: 5 values up to default_m_max)."""
     es = honest.EventStudyInput.of(betahat, sigma, n_pre, n_post, l_vec)
-    ms = default_sd_grid(es, alpha) if ms is None else ms
+    ms = default_sd_grid(es, alpha) if ms is None else check_grid(ms, "sd")
     return [honest.flci(es, m, alpha=alpha)[0] for m in ms]
 
 
@@ -200,11 +217,29 @@ def _rm_kw(kw: dict) -> dict:
     return {k: v for k, v in kw.items() if k in ("hybrid", "grid_points", "lf_sims", "seed", "cache_lps")}
 
 
-def rm_grid(es: honest.EventStudyInput, mbar_max: float) -> tuple[float, float]:
-    """One theta grid for every Mbar up to ``mbar_max``: the identified set at ``mbar_max`` +- 20 sd(theta-hat)
-    (moderndid's default per Mbar; one grid for all keeps the intervals comparable and the breakdown monotone)."""
-    lo, hi = honest.rm_identified_set(es, mbar_max)
-    return lo - 20 * es.sd_theta, hi + 20 * es.sd_theta
+def check_grid(grid, method: str) -> list[float]:
+    """The values of Mbar (rm) or M (sd) to compute, or a one-line refusal of a grid that cannot be honoured: empty,
+    not a number, negative, infinite, listed twice, or (Mbar) past what the arithmetic holds (MBAR_MAX). M is in
+    the metric's units, so its ceiling is where the interval itself overflows (sensitivity checks that)."""
+    name = "Mbar" if method == "rm" else "M"
+    try:
+        values = [float(v) for v in grid]
+    except (TypeError, ValueError):
+        raise MemtuiError(f"the grid of {name} must be numbers, not {grid!r}.") from None
+    if not values:
+        raise MemtuiError(f"the grid of {name} is empty: give at least one value, e.g. 0,0.5,1.")
+    bad = [v for v in values if not (np.isfinite(v) and v >= 0)]
+    if bad:
+        raise MemtuiError(f"the grid of {name} must be finite numbers of 0 or more, not {bad[0]:g}.")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise MemtuiError(f"the grid of {name} lists {twice[0]:g} more than once: give each value once.")
+    if method == "rm" and max(values) > MBAR_MAX:
+        raise MemtuiError(
+            f"Mbar = {max(values):g} is past what the linear programmes can hold (at most {MBAR_MAX:g} times the "
+            "largest placebo change): use a smaller Mbar."
+        )
+    return values
 
 
 def default_sd_grid(es: honest.EventStudyInput, alpha: float = 0.05, n: int = 5) -> list[float]:
@@ -214,26 +249,44 @@ def default_sd_grid(es: honest.EventStudyInput, alpha: float = 0.05, n: int = 5)
 
 
 def breakdown(es: honest.EventStudyInput, method: str, alpha: float = 0.05, upper: float | None = None,
-              tol: float = BREAKDOWN_TOL, **kw) -> tuple[float | None, bool]:  # fmt: skip
-    """The largest parameter (Mbar or M) at which the robust CI still excludes 0, to ``tol`` times ``upper``, by
-    bisection (the CIs are nested: a larger parameter allows more violations). None when the CI includes 0 already at
-    0; (upper, True) when it still excludes 0 at ``upper``."""
+              tol: float = BREAKDOWN_TOL, known: dict[float, bool] | None = None,
+              **kw) -> tuple[float | None, bool, float]:  # fmt: skip
+    """The largest parameter (Mbar or M) at which the robust CI still excludes 0, by bisection (the CIs are nested: a
+    larger parameter allows more violations), and the width of the bracket it ends in: at most ``tol`` times its
+    upper end (``tol`` squared times the parameter's scale near 0). ``known``: parameters already computed -> whether
+    their CI excludes 0 (the grid's rows), which narrow the first bracket. None when the CI includes 0 already at 0;
+    (upper, True) when it still excludes 0 at ``upper``."""
     upper = upper if upper is not None else (2.0 if method == "rm" else max(default_sd_grid(es, alpha)[-1], 1e-12))
     if method == "rm":
-        kw = {**_rm_kw(kw), "grid": kw.get("grid") or rm_grid(es, upper)}
+        kw = {**_rm_kw(kw), "grid": kw.get("grid")}  # None: each Mbar's own grid (honest.rm_grid)
+    known = dict(known or {})
 
     def holds(v: float) -> bool:
-        return interval(es, method, v, alpha, **kw).excludes_zero()
+        if v not in known:
+            known[v] = interval(es, method, v, alpha, **kw).excludes_zero()
+        return known[v]
 
     if not holds(0.0):
-        return None, False
-    if holds(upper):
-        return upper, True
+        return None, False, 0.0
     lo, hi = 0.0, upper
-    while hi - lo > tol * upper:
-        mid = (lo + hi) / 2
+    for v in sorted(known):  # the largest value held by every smaller one, and the first that fails after it
+        if v > upper:
+            break
+        if not known[v]:
+            hi = v
+            break
+        lo = v
+    if hi == upper and holds(upper):
+        return upper, True, 0.0
+    # the parameter's own scale (Mbar: multiples of the largest placebo change; M: the default grid's top) sets the
+    # resolution near 0, where a tolerance relative to the value would never end a breakdown at 0 itself
+    small = tol * (1.0 if method == "rm" else max(honest.sd_upper_bound_m(es, alpha), 1e-12))
+    while hi - lo > tol * max(hi, small):
+        # a bracket spanning decades (a grid of 0, 1, 10000) is halved in log scale first, then in steps
+        base = max(lo, small)
+        mid = np.sqrt(base * hi) if hi > 4 * base else (lo + hi) / 2
         lo, hi = (mid, hi) if holds(mid) else (lo, mid)
-    return lo, False
+    return lo, False, hi - lo
 
 
 def sensitivity(
@@ -250,19 +303,27 @@ def sensitivity(
         raise MemtuiError(f"method must be one of {', '.join(METHODS)}, not '{method}'.")
     l_vec, words = study.target(target)
     es = study.honest_input(l_vec)
+    grid = check_grid(grid, method) if grid is not None else None
     if grid is None:
         grid = list(DEFAULT_MBAR) if method == "rm" else default_sd_grid(es, alpha)
-    if any(not np.isfinite(v) or v < 0 for v in grid):
-        raise MemtuiError(f"the grid of {'Mbar' if method == 'rm' else 'M'} must be numbers of 0 or more.")
     upper = max(grid) if max(grid) > 0 else None
     if method == "rm":
-        kw = {**_rm_kw(kw), "grid": rm_grid(es, upper if upper is not None else 2.0)}
-    intervals = [interval(es, method, v, alpha, **kw) for v in grid]
-    value, capped = breakdown(es, method, alpha, upper, tol, **kw)
+        kw = _rm_kw(kw)  # each Mbar's theta grid from its own identified set (honest.rm_grid)
+    with np.errstate(over="ignore", invalid="ignore"):  # an M near 1e308 overflows (inf - inf): refused below
+        intervals = [interval(es, method, v, alpha, **kw) for v in grid]
+    # an rm interval is NaN where no theta is accepted (an empty set); an FLCI always has finite ends
+    overflow = [iv.parameter for iv in intervals if np.isinf([iv.low, iv.high]).any() or method == "sd"
+                and not np.isfinite([iv.low, iv.high]).all()]  # fmt: skip
+    if overflow:
+        raise MemtuiError(
+            f"the interval at {'Mbar' if method == 'rm' else 'M'} = {overflow[0]:g} overflows double precision: "
+            "use a smaller value."
+        )
+    known = {iv.parameter: iv.excludes_zero() for iv in intervals}
+    value, capped, resolution = breakdown(es, method, alpha, upper, tol, known, **kw)
     notes = list(study.notes)
     if any(iv.open_end for iv in intervals):
         notes.append("an interval reaches the end of the theta grid it was inverted over: it may be longer")
-    resolution = tol * (upper if upper is not None else 2.0)
     original = honest.original_ci(es, alpha)
     return Sensitivity(method, words, es.theta, original, intervals, value, capped, notes, resolution)
 

@@ -53,6 +53,7 @@ class Suite:
     parameters: list[int | None] = field(default_factory=list)
     paths: list[Path] = field(default_factory=list)
     originals: list[Panel] = field(default_factory=list)
+    few_shared: str = ""  # which steps each panel has, where they share fewer than two (``refuse_too_few_shared``)
 
     def panel(self, name: str) -> Panel:
         return self.panels[self.names.index(name)]
@@ -179,7 +180,7 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
         )
 
     keep_ids = _shared_instances(panels, seeds, notes)
-    steps = _shared_steps(panels)
+    steps, few = _shared_steps(panels, names)
     restricted = _restricted(names, panels, keep_ids, steps, notes)
 
     params = [_parameters(p) for p in panels]
@@ -193,6 +194,7 @@ def load_suite(paths: Sequence[str | os.PathLike]) -> Suite:
         parameters=[params[i] for i in order],
         paths=[paths[i] for i in order],
         originals=[panels[i] for i in order],
+        few_shared=few,
     )
 
 
@@ -221,18 +223,45 @@ def _shared_instances(panels: list[Panel], seeds: bool, notes: list[str]) -> np.
     return keep_ids
 
 
-def _shared_steps(panels: list[Panel]) -> np.ndarray:
-    """The checkpoint steps every panel has completed."""
+def _shared_steps(panels: list[Panel], names: list[str]) -> tuple[np.ndarray, str]:
+    """The checkpoint steps every panel has completed, and where they share fewer than the two a
+    difference-in-differences needs while some panel has more, which steps each has (``Suite.few_shared``); a
+    one-line MemtuiError, naming them, where they share none."""
     first = panels[0]
     steps = first.done_steps
     for p in panels[1:]:
         steps = np.intersect1d(steps, p.done_steps)
+    few = ""
+    if len(steps) < 2 and len(panels) > 1 and max(len(p.done_steps) for p in panels) > len(steps):
+        shared = f"only one completed checkpoint, step {int(steps[0])}" if len(steps) else "no completed checkpoint"
+        each = "; ".join(f"{clean(n, 40)} has {_step_list(p.done_steps)}" for n, p in zip(names, panels, strict=True))
+        few = f"the panels share {shared} ({each})"
     if not len(steps):
         raise MemtuiError(
-            "the panels share no completed checkpoint: a suite needs the same checkpoint steps in every panel; "
-            "finish extraction or compare panels of the same run."
+            f"{few or 'the panels share no completed checkpoint'}: a suite needs the same checkpoint steps in every "
+            "panel; finish extraction or compare panels of the same run."
         )
-    return steps
+    return steps, few
+
+
+def refuse_too_few_shared(suite: Suite, settings: Settings) -> None:
+    """A one-line MemtuiError where the did estimator meets panels that share one completed checkpoint while some
+    has more: the estimate's own "only 1 completed checkpoint ... extract more checkpoints" would misdirect (each
+    panel has plenty); say that they share one, and which steps each has."""
+    if suite.few_shared and settings.estimator == "did" and len(suite.panels[0].done_steps) < 2:
+        raise MemtuiError(
+            f"{suite.few_shared}; difference-in-differences needs at least two shared: compare panels extracted at "
+            "the same checkpoint steps, or finish their extraction."
+        )
+
+
+def _step_list(steps: np.ndarray, limit: int = 6) -> str:
+    """``steps 0, 100, 200 (3)``, cut after ``limit``: a note stays one short line on any panel."""
+    if not len(steps):
+        return "no completed checkpoint"
+    shown = ", ".join(str(int(s)) for s in steps[:limit])
+    more = f", ... {int(steps[-1])}" if len(steps) > limit else ""
+    return f"steps {shown}{more} ({len(steps)})"
 
 
 def _restricted(names: list[str], panels: list[Panel], keep_ids, steps, notes: list[str]) -> list[Panel]:
@@ -323,6 +352,7 @@ def estimate_suite(
     settings = settings.validate()
     if settings.covariates:  # its shared draws are the difference-of-means engine's (engine.drdid is per estimate)
         raise MemtuiError("covariates are estimated one model at a time (memtui estimate), not yet in a suite.")
+    refuse_too_few_shared(suite, settings)
     metrics = list(dict.fromkeys(metrics or [settings.metric]))
     keep = set(metrics[:1] if keep_draws is None else keep_draws)
     report = progress or (lambda fraction, message: None)

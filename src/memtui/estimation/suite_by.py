@@ -32,7 +32,14 @@ from memtui.estimation.group_spec import resolve
 from memtui.estimation.results import Progress
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import ByResult, estimate_by, subset_panel
-from memtui.estimation.suite import Correlations, Suite, SuiteResult, correlations, headline
+from memtui.estimation.suite import (
+    Correlations,
+    Suite,
+    SuiteResult,
+    correlations,
+    headline,
+    refuse_too_few_shared,
+)
 from memtui.panel.model import Panel
 
 __all__ = ["SuiteByResult", "compare_by", "group_rows", "suite_panels_by"]
@@ -163,6 +170,7 @@ def compare_by(
     if settings.covariates:  # as estimate_suite: a suite's shared draws are the difference-of-means engine's
         raise MemtuiError("covariates are estimated one model at a time (memtui estimate), not yet in a suite.")
     settings = settings.validate()
+    refuse_too_few_shared(suite, settings)
     panels, covariate = suite_panels_by(suite, spec, shared_controls)
     report = progress or (lambda fraction, message: None)
     by_model: dict[str, ByResult] = {}
