@@ -205,19 +205,25 @@ def y_axis(values: list[np.ndarray], rows: int, bands: list[np.ndarray] = ()) ->
 
 
 def _fewest_rows(low: float, high: float, usable: int) -> list[float]:
-    """The ticks for ``usable`` rows: the tightest round steps with a blank row between labels, unless labels on
-    every row cover a range less than two thirds as wide (on a plot a few rows high, two rows per step can force a
-    step so coarse that the lines sit flat on zero)."""
+    """The ticks for ``usable`` rows whose axis (the ticks, stretched to whole rows per step) is the narrowest, with a
+    blank row between labels unless labels on every row make the axis a third narrower (on a plot a few rows high,
+    two rows per step can force a step so coarse that the lines sit flat on zero)."""
     candidates = [nice_ticks(low, high, target) for target in (4, 3, 2, 1)]
 
-    def tightest(spacing: int) -> list[float] | None:
-        fit = [t for t in candidates if (len(t) - 1) * spacing <= usable]
-        return min(fit, key=lambda t: (t[-1] - t[0], -len(t))) if fit else None
+    def drawn(ticks: list[float], spacing: int) -> float | None:
+        """The span of the axis drawn with ``ticks``, at least ``spacing`` rows per step; None: they do not fit."""
+        n = max(len(ticks) - 1, 1)
+        per = usable // n
+        return None if per < spacing else usable * (ticks[-1] - ticks[0]) / n / per
 
-    spaced, dense = tightest(2), tightest(1)
-    if spaced is not None and (dense is None or (dense[-1] - dense[0]) * 1.5 >= spaced[-1] - spaced[0]):
-        return spaced
-    return dense or candidates[-1]
+    def narrowest(spacing: int) -> tuple[float, list[float]] | None:
+        fit = [(span, ticks) for ticks in candidates if (span := drawn(ticks, spacing)) is not None]
+        return min(fit, key=lambda f: (f[0], -len(f[1]))) if fit else None
+
+    spaced, dense = narrowest(2), narrowest(1)
+    if spaced is not None and (dense is None or dense[0] * 1.5 >= spaced[0]):
+        return spaced[1]
+    return dense[1] if dense is not None else candidates[-1]
 
 
 def _row(value: float, limits: tuple[float, float], rows: int) -> int:
