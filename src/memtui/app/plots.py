@@ -3,8 +3,8 @@
 A plot is drawn when it is rendered, at its size, so that what depends on the size is right at every size:
 - the title: the fullest of its wordings that fits above the plot (plotext drops a title that does not fit, and every
   title vanished below ~110 columns);
-- the y axis: scaled to the estimates, as a reader would draw it, with the bands up to a margin of half the
-  estimates' range beyond them; a band that reaches further is clipped at the edge and the title says so (a band of
+- the y axis: scaled to the estimates, as a reader would draw it, with the bands up to a margin of the estimates'
+  range beyond them; a band that reaches further is clipped at the edge and the title says so (a band of
   ±500 around estimates near 1 otherwise flattens every line onto zero);
 - the y ticks: even steps that include 0, on whole rows the same number of rows apart (the axis is stretched by less
   than a step so that each tick lands on a row; plotext otherwise rounds ticks to rows unevenly, or two onto one);
@@ -148,7 +148,7 @@ def tick_label(value: float, ticks: list[float]) -> str:
     return "0" if float(text) == 0 else minus(text)
 
 
-BAND_MARGIN = 0.5  # how far past the estimates' range (in that range) the y axis follows a band before clipping it
+BAND_MARGIN = 1.0  # how far past the estimates' range (in that range) the y axis follows a band before clipping it
 
 
 @dataclass(frozen=True)
@@ -260,15 +260,17 @@ def x_ticks(x: list[float], steps: bool = True, width: int = 10_000) -> tuple[li
 
 
 def _round_steps(low: float, high: float, target: int) -> list[float]:
-    """The multiples of a 1, 2 or 5 x 10^k step, about ``target`` steps apart over [low, high], inside it."""
+    """The multiples of a 1, 2 or 5 x 10^k step inside [low, high], about ``target`` steps of it."""
     span = high - low
     if not np.isfinite(span) or span <= 0:
         return []
-    raw = span / target
-    power = 10.0 ** np.floor(np.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw * (1 - 1e-9))
-    first, last = np.ceil(low / step - 1e-9), np.floor(high / step + 1e-9)
-    return [round(float(k * step), 9) for k in np.arange(first, last + 1)]
+    power = 10.0 ** np.floor(np.log10(span / target))
+    options = []
+    for step in (m * power for m in (1, 2, 5, 10)):
+        first, last = np.ceil(low / step - 1e-9), np.floor(high / step + 1e-9)
+        options.append([round(float(k * step), 9) for k in np.arange(first, last + 1)])
+    # the step whose ticks come nearest ``target`` intervals (fewer on a tie)
+    return min(options, key=lambda t: (abs(len(t) - 1 - target), len(t)))
 
 
 def fit_title(titles: tuple[str, ...], width: int, label_width: int) -> str:
