@@ -60,9 +60,7 @@ def writable_folder(path: str | os.PathLike, what: str, move: str | None = None)
     if not parent.is_dir():
         raise MemtuiError(f"cannot make {clean(path, 200)} ({what}): {clean(parent, 200)} is a file, not a folder.")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise MemtuiError(
-            f"cannot make {clean(path, 200)} ({what}): {_why_not(parent)} ({clean(parent, 200)}){hint}."
-        )
+        raise MemtuiError(f"cannot make {clean(path, 200)} ({what}): {_why_not(parent)} ({clean(parent, 200)}){hint}.")
     return Path(path)
 
 
