@@ -146,8 +146,7 @@ def sample_amber(
     vocab: int | None = AMBER_VOCAB,
 ) -> SampledOrder:
     """Per cohort of chunks (c_prev, c], k chunks x m lines; controls from chunks after the last panel checkpoint
-    ("beyond") or from held-out files (``valid/*.jsonl``). A record whose token ids are not integers in
-    [0, ``vocab``) is refused, naming its file and line."""
+    ("beyond") or held-out files (``valid/*.jsonl``). Token ids outside [0, ``vocab``) refuse their record."""
     found = find_chunks(chunks) if not isinstance(chunks, dict) else dict(chunks)
     steps = sorted({int(s) for s in steps})
     if not steps or steps[0] < 0 or steps[-1] >= N_CHUNKS:
