@@ -38,3 +38,12 @@ def test_whole_numbers_and_json_that_python_would_bend():
     for text in ('{"a": NaN}', '{"a": Infinity}', "{", b"\xff"):
         with pytest.raises(MemtuiError, match="^f: not a JSON record"):
             load_json(text, "f")
+
+
+def test_a_shuffle_cache_whose_record_is_nested_too_deeply_is_rebuilt_not_a_traceback(tmp_path):
+    from memtui.orders.globalindices import PartnerCache
+
+    cache = PartnerCache(tmp_path)
+    data, meta = cache.paths(10, 1)
+    meta.write_text("[" * 100_000)
+    assert cache.load(10, 1) is None
