@@ -56,6 +56,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from memtui.demo.workdir import check_keep
+
+    check_keep(args.keep)  # at launch, before any output folder, log or background job exists
     if args.seeds:
         from memtui.demo.seeds import SeedsConfig, make_seeds
 
