@@ -749,7 +749,7 @@ def _corrected_record(true: dict, names: list[str], notes: list[str]) -> dict:
         notes.append(
             f"the true profiles' correlation of {pairs} is not determined by these data (interval [-1, 1]): their "
             "estimation noise, shared by the cells of a cohort or checkpoint, is as large as the profiles' own "
-            "variation; only the raw correlation is informative there (docs/estimation.md)"
+            "variation; only the raw correlation is informative there (docs/methods.md)"
         )
     return {"pearson_corrected": value, "pearson_corrected_low": low, "pearson_corrected_high": high,
             "pearson_clipped": clipped}  # fmt: skip
