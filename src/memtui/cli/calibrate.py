@@ -1,5 +1,5 @@
 """`memtui calibrate`: the family-wise error of each band family at a panel's own design, on simulated null panels
-matched to it (memtui.estimation.calibration; the method is in docs/estimation.md, "Calibrating a panel's bands")."""
+matched to it (memtui.estimation.calibration; the method is in docs/methods.md, "Calibrating a panel's bands")."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from memtui.estimation.settings import Settings
 
 SCOPES = ("profile", "instantaneous", "persistent", "residual")
-SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/estimation.md ("Small cohorts")
+SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/methods.md ("Small cohorts")
 Progress = Callable[[float, str], None]
 
 

@@ -16,7 +16,7 @@ from memtui.estimation.results import persistent_cells
 if TYPE_CHECKING:
     from memtui.estimation.subgroups import ByResult
 
-# what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Export columns")
+# what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Result columns")
 COLUMNS = [
     "metric", "estimator", "scope", "cohort", "checkpoint", "event_time", "estimate", "std_error", "analytic_se",
     "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control",
