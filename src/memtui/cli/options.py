@@ -52,70 +52,56 @@ NOT_HONOURED = {
 def add_settings_args(p: argparse.ArgumentParser, verb: str) -> None:
     """The estimation group: every option ``verb`` honours, and a one-line refusal of those it does not
     (``NOT_HONOURED``)."""
-    from memtui.estimation.choices import SETTING_CHOICES as CHOICES
-    from memtui.estimation.settings import ALPHA_RANGE
-
     refused = NOT_HONOURED.get(verb, {})
     g = p.add_argument_group("estimation")
-
-    def add(*flags: str, **kwargs) -> None:
-        dest = kwargs.get("dest") or flags[-1].lstrip("-").replace("-", "_")
+    for flags, kwargs in _settings_options():
+        dest = flags[-1].lstrip("-").replace("-", "_")
         if dest in refused:
-            kwargs = {"default": kwargs.get("default"), "nargs": 0 if kwargs.get("action") == "store_true" else None}
-            g.add_argument(*flags, action=_Refused, why=f"{verb} does not take {flags[-1]}: {refused[dest]}", **kwargs)
+            nargs = 0 if kwargs.get("action") == "store_true" else None
+            why = f"{verb} does not take {flags[-1]}: {refused[dest]}"
+            g.add_argument(*flags, action=_Refused, why=why, default=kwargs.get("default"), nargs=nargs)
         else:
             g.add_argument(*flags, **kwargs)
 
-    add("-m", "--metric", help="metric to estimate [default: loglik, else the first metric with values]")
-    add(
-        "--estimator",
-        default="did",
-        choices=list(CHOICES["estimator"]),
-        help="did: difference-in-differences (causal); difference: trained - never-trained at c; extractable: the "
-        "cohort's level at c, counterfactual taken as 0",
-    )
-    add(
-        "--base-period",
-        default="varying",
-        choices=list(CHOICES["base_period"]),
-        help="pre-treatment cells against the checkpoint before c (varying) or before g (universal)",
-    )
-    add(
-        "--control-group",
-        default="never_treated",
-        choices=list(CHOICES["control_group"]),
-        help="controls: validation instances only, or also instances not trained on yet",
-    )
-    add("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only)")
-    add("--multiplier", default="rademacher", choices=list(CHOICES["multiplier"]), help="bootstrap weights")
-    add("--seed", type=int, default=0, help="seed of the bootstrap draws")
-    add("--alpha", type=float, default=0.05, help=f"1 - alpha: the bands' simultaneous coverage; {ALPHA_RANGE} [0.05]")
-    add(
-        "--family",
-        default="post",
-        choices=list(CHOICES["family"]),
-        help="cells sharing one simultaneous band: post-treatment ones (placebo cells their own) or all",
-    )
-    add(
-        "--final-step",
-        type=int,
-        help="checkpoint for residual memorisation: the last completed one at or before it [default: last completed]",
-    )
-    add(
-        "--engine",
-        default="memtui",
-        choices=list(CHOICES["engine"]),
-        help="memtui's engine, or the differences library (the paper's pipeline; slow, a cross-check)",
-    )
-    add("--band", default="calibrated", action=_ChosenBand, choices=list(CHOICES["band"]), help=BAND_HELP)
-    add(
-        "--cluster",
-        default="",
-        metavar="batch|NAME",
-        help="clustered bootstrap: one multiplier per training batch (the optimizer step the build recorded) or per "
-        "level of a categorical covariate (inside one cohort for --band calibrated); controls each their own cluster",
-    )
-    add("--no-cache", action="store_true", help="recompute even if cached")
+
+def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
+    """The estimation group's options: flags and argparse keywords (the choices read the settings' registries)."""
+    from memtui.estimation.choices import SETTING_CHOICES as CHOICES
+    from memtui.estimation.settings import ALPHA_RANGE
+
+    return [
+        (("-m", "--metric"), {"help": "metric to estimate [default: loglik, else the first metric with values]"}),
+        (("--estimator",), {"default": "did", "choices": list(CHOICES["estimator"]),
+                            "help": "did: difference-in-differences (causal); difference: trained - never-trained "
+                                    "at c; extractable: the cohort's level at c, counterfactual taken as 0"}),
+        (("--base-period",), {"default": "varying", "choices": list(CHOICES["base_period"]),
+                              "help": "pre-treatment cells against the checkpoint before c (varying) or before g "
+                                      "(universal)"}),
+        (("--control-group",), {"default": "never_treated", "choices": list(CHOICES["control_group"]),
+                                "help": "controls: validation instances only, or also instances not trained on yet"}),
+        (("-B", "--draws"), {"type": int, "default": 1000, "help": "bootstrap draws (0: analytic only)"}),
+        (("--multiplier",), {"default": "rademacher", "choices": list(CHOICES["multiplier"]),
+                             "help": "bootstrap weights"}),
+        (("--seed",), {"type": int, "default": 0, "help": "seed of the bootstrap draws"}),
+        (("--alpha",), {"type": float, "default": 0.05,
+                        "help": f"1 - alpha is the bands' simultaneous coverage; {ALPHA_RANGE} [0.05]"}),
+        (("--family",), {"default": "post", "choices": list(CHOICES["family"]),
+                         "help": "cells sharing one simultaneous band: post-treatment ones (placebo cells their own) "
+                                 "or all"}),
+        (("--final-step",), {"type": int,
+                             "help": "checkpoint for residual memorisation: the last completed one at or before it "
+                                     "[default: last completed]"}),
+        (("--engine",), {"default": "memtui", "choices": list(CHOICES["engine"]),
+                         "help": "memtui's engine, or the differences library (the paper's pipeline; slow, a "
+                                 "cross-check)"}),
+        (("--band",), {"default": "calibrated", "action": _ChosenBand, "choices": list(CHOICES["band"]),
+                       "help": BAND_HELP}),
+        (("--cluster",), {"default": "", "metavar": "batch|NAME",
+                          "help": "clustered bootstrap: one multiplier per training batch (the optimizer step the "
+                                  "build recorded) or per level of a categorical covariate (inside one cohort for "
+                                  "--band calibrated); controls each their own cluster"}),
+        (("--no-cache",), {"action": "store_true", "help": "recompute even if cached"}),
+    ]  # fmt: skip
 
 
 class _Refused(argparse.Action):
