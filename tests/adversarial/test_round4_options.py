@@ -49,7 +49,6 @@ def one_line(code, out, err, *expect) -> None:
         ("sensitivity", ["--family", "all"], "HonestDiD's"),
         ("sensitivity", ["--final-step", "3000"], "event times"),
         ("sensitivity", ["--engine", "differences"], "memtui's engine"),
-        ("sensitivity", ["--no-cache"], "never cached"),
         ("calibrate", ["--cluster", "grp"], "per instance, not per cluster"),
         ("calibrate", ["--family", "all"], "every family"),
         ("calibrate", ["--final-step", "3000"], "every checkpoint"),
@@ -85,7 +84,6 @@ def test_compare_refuses_what_its_mode_cannot_honour(capsys, panel, tmp_path):
     one_line(*run(capsys, "compare", panel, other, "-B", "20", "--by", "x>=0", "--cluster", "grp"), "--cluster")
     one_line(*run(capsys, "compare", panel, "-B", "20", "--estimator", "difference"), "drop --estimator")
     one_line(*run(capsys, "compare", panel, "-B", "20", "--final-step", "3000"), "drop --final-step")
-    one_line(*run(capsys, "compare", panel, "-B", "20", "--no-cache"), "compare does not take --no-cache")
     code, out, err = run(capsys, "compare", panel, "-B", "20", "--cluster", "grp", "--band", "classic")
     assert code == 0 and "clustered by grp" in out, err  # one panel: its estimators' bootstrap is clustered
 

@@ -90,6 +90,9 @@ SILENT = {
     ("estimate", "--no-cache"): "the same numbers, recomputed",
     ("export", "--no-cache"): "the same numbers, recomputed",
     ("calibrate", "--no-cache"): "the same seeded simulation, rerun",
+    # these cache nothing: they recompute every time, which is all --no-cache asks (scripts pass it to every verb)
+    ("compare", "--no-cache"): "recomputed, as always",
+    ("sensitivity", "--no-cache"): "recomputed, as always",
 }
 
 SIM = Simulation(n_cohorts=4, per_cohort=12, n_never=30, n_checkpoints=6, seed=5)

@@ -29,7 +29,8 @@ def count(text: str) -> int:
 
 # The shared estimation options a verb does not honour, and why. Such a verb refuses the option in one line with the
 # reason (``_Refused``, hidden from its --help): accepted and ignored, it would print numbers the user did not ask for.
-# Keyed by the option's dest; a verb not listed honours every option of the group.
+# Keyed by the option's dest; a verb not listed honours every option of the group. (--no-cache is honoured by every
+# verb: one that caches nothing, compare and sensitivity, recomputes every time, which is all it asks.)
 NOT_HONOURED = {
     "calibrate": {
         "family": "it reports the family-wise error of every family",
@@ -43,9 +44,7 @@ NOT_HONOURED = {
         "engine": "its event study is estimated by memtui's engine",
         "band": "its robust intervals are HonestDiD's, not a simultaneous band",
         "cluster": "its event study's covariance is bootstrapped per instance, not per cluster",
-        "no_cache": "its event study is never cached",
     },
-    "compare": {"no_cache": "it recomputes every estimate (nothing is cached)"},
 }
 
 
