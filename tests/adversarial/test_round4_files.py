@@ -290,7 +290,9 @@ def test_a_table_with_a_repeated_column_is_refused(tmp_path, cli, small_panel):
 
 
 @pytest.mark.parametrize("name", ["café", "a/b", "..", "x" * 300, "a b", "a>=b", "a.b", "grp-2"])
-def test_one_naming_rule_refuses_the_same_names_in_a_table_and_in_by(tmp_path, cli, small_panel, name):
+def test_one_naming_rule_refuses_the_same_names_in_a_table_in_by_covariates_and_cluster(
+    tmp_path, cli, capsys, small_panel, name
+):
     table = tmp_path / "t.csv"
     table.write_text(f'id,"{name}"\n0,1.0\n1,2.0\n', encoding="utf-8")
     assert_refused(cli("covariates", small_panel, "--from", table), "is not a covariate name")
@@ -298,6 +300,12 @@ def test_one_naming_rule_refuses_the_same_names_in_a_table_and_in_by(tmp_path, c
     if not any(c in name for c in " <>=!"):
         assert_refused(cli("estimate", small_panel, "--by", name, "-B", "0"), "is not a covariate name")
         assert_refused(cli("estimate", small_panel, "--by", f"{name}:quartiles", "-B", "0"), "is not a covariate name")
+    for option in ("--covariates", "--cluster"):  # the same rule where a name is given on the command line
+        try:
+            result = cli("estimate", small_panel, option, name, "-B", "0")
+        except SystemExit as exc:  # argparse refuses it while parsing: its one line is on stderr
+            result = (exc.code, "", capsys.readouterr().err)
+        assert_refused(result, "is not a covariate name")
 
 
 def test_a_name_that_starts_with_a_digit_works_with_by_covariates_and_cluster(tmp_path, cli, small_panel):

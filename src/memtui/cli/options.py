@@ -95,7 +95,7 @@ def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
                                  "cross-check)"}),
         (("--band",), {"default": "calibrated", "action": _ChosenBand, "choices": list(CHOICES["band"]),
                        "help": BAND_HELP}),
-        (("--cluster",), {"default": "", "metavar": "batch|NAME",
+        (("--cluster",), {"default": "", "metavar": "batch|NAME", "type": cluster_name,
                           "help": "clustered bootstrap: one multiplier per training batch (the optimizer step the "
                                   "build recorded) or per level of a categorical covariate (inside one cohort for "
                                   "--band calibrated); controls each their own cluster"}),
@@ -120,7 +120,23 @@ def covariate_names(text: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in text.split(","))
     if not all(names):
         raise argparse.ArgumentTypeError(f"'{text}' is not a comma-separated list of covariate names")
-    return names
+    return tuple(_named(name) for name in names)
+
+
+def cluster_name(text: str) -> str:
+    """``--cluster``: ``batch`` or a covariate's name, by the one naming rule (panel.names)."""
+    return text if text in ("", "batch") else _named(text.strip())
+
+
+def _named(name: str) -> str:
+    """``name`` where it follows the covariates' naming rule; argparse's one-line refusal otherwise, which names the
+    option itself (parsing runs before the CLI's handler of memtui's own errors)."""
+    from memtui.panel.names import check_covariate_name
+
+    try:
+        return check_covariate_name(name)
+    except MemtuiError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_covariates_arg(p) -> None:
