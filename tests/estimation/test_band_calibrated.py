@@ -11,10 +11,10 @@ import pytest
 
 from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did
+from memtui.engine.band_registry import BANDS
 from memtui.engine.layout import build_layout
 from memtui.engine.summaries import aggregate
 from memtui.estimation import cache
-from memtui.engine.band_registry import BANDS
 from memtui.estimation.choices import SETTING_CHOICES
 from memtui.estimation.estimate import aggregate_members, cell_masks, estimate
 from memtui.estimation.settings import Settings
