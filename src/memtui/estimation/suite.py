@@ -24,7 +24,8 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.engine import did
-from memtui.engine.band import BandDraws
+from memtui.engine.band import Band, BandDraws
+from memtui.engine.band_classic import CLASSIC
 from memtui.engine.band_registry import get_band
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import build_layout
@@ -524,16 +525,17 @@ def _threads(fn, items: list) -> list:
 
 
 def _shared_draws(
-    batch: list[_Job], settings: Settings, progress=None, pool: did.DrawsPool | None = None
+    batch: list[_Job], settings: Settings, progress=None, pool: did.DrawsPool | None = None, band: Band | None = None
 ) -> list[BandDraws]:
-    """The bootstrap of every job of ``batch`` from one set of multipliers (the band's ``bootstraps``), so each
-    job's draws, and what the band reads from them, are bit for bit those ``estimate`` makes for it alone."""
+    """The bootstrap of every job of ``batch`` from one set of multipliers (``band``'s ``bootstraps``; default the
+    settings' band), so each job's draws, and what the band reads from them, are bit for bit those ``estimate``
+    makes for it alone."""
     lays, ests = [j.lay for j in batch], [j.est for j in batch]
     common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier, "progress": progress,
               "pool": pool}  # fmt: skip
     prepared = [j.parts for j in batch] if all(j.parts is not None for j in batch) else None
     members = None if prepared else [aggregate_members(lay)[2] for lay in lays]  # made with the parts already
-    return get_band(settings.band).bootstraps(
+    return (band or get_band(settings.band)).bootstraps(
         lays, ests, [cell_masks(j.lay, j.settings) for j in batch], members,
         floors=[did.se_floor(lay.scale) for lay in lays], mapper=lambda fn, items: _threads(fn, list(items)),
         prepared=prepared, **common,
@@ -984,10 +986,8 @@ def _joint_draws(sr: SuiteResult, metric: str) -> dict[str, np.ndarray]:
     jobs = [_Job(model=n, metric=metric, panel=p, settings=s) for n, p in zip(sr.names, sr.suite.panels, strict=True)]
     with one_blas_thread():
         _threads(_prepare, jobs)
-        boots = _shared_draws(jobs, s)  # the draws alone: the same under either band
-    sr.draws = {
-        metric: {j.model: b.cells for j, (b, _) in zip(jobs, boots, strict=True)}
-    }  # one metric's draws at a time
+        boots = _shared_draws(jobs, s, band=CLASSIC)  # the draws alone: the classic band reads nothing else
+    sr.draws = {metric: {j.model: b.boot.cells for j, b in zip(jobs, boots, strict=True)}}  # one metric at a time
     return sr.draws[metric]
 
 
