@@ -1,4 +1,4 @@
-"""Coverage of the correlation between models' TRUE profiles: the measurement behind docs/estimation.md, "Correlations
+"""Coverage of the correlation between models' TRUE profiles: the measurement behind docs/methods.md, "Correlations
 of true profiles".
 
     python benchmarks/correlations.py            # 24 designs x 200 simulated suites, B = 1000 (~6 min on one core)

@@ -1,4 +1,4 @@
-"""How inference degrades with tiny cohorts: the measurement behind docs/estimation.md, "Small cohorts".
+"""How inference degrades with tiny cohorts: the measurement behind docs/methods.md, "Small cohorts".
 
     python benchmarks/small_cohorts.py                   # cohorts of 1, 3, 5, 10, 30 instances, 1000 panels each
     python benchmarks/small_cohorts.py --sizes 1,5 --reps 200

@@ -19,7 +19,7 @@ from memtui.app import open_app, palette, run_app
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.estimates import EstimatesPane, EstimatesTable, table_frame
 from memtui.app.extraction import ExtractionPane, job_indicator, progress_text
-from memtui.app.fmt import short_step
+from memtui.app.fmt import nums, short_step
 from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
 from memtui.app.main import MemtuiApp, PanelReloaded, key_sections
 from memtui.app.palette import DARK, LIGHT, levels, robust_scale, xterm_rgb
@@ -113,10 +113,11 @@ async def test_open_move_cursor_and_read_status_line(panel_path):
         cells = result.cells.filter((pl.col("cohort") == 2000) & (pl.col("checkpoint") == 2000)).row(0, named=True)
         line = status(app)
         assert "g 2000  c 2000  c−g 0" in line
-        assert f"SE {cells['std_error']:.4g}" in line
+        # the estimate, its SE and its band on one number of decimals
+        tau, se, low, high = nums([cells[k] for k in ("estimate", "std_error", "band_low", "band_high")], signed=True)
+        assert f"τ {tau}  SE {se.lstrip('+')}" in line and f"band [{low}, {high}]" in line
         assert f"n {cells['n_treated']} treated / {cells['n_control']} control" in line
         assert ("not significant" in line) != cells["significant"]
-        assert f"{abs(cells['band_low']):.4g}" in line and f"{abs(cells['band_high']):.4g}" in line
         await pilot.press("h", "k", "down", "right", "up", "left")
         assert (heatmap.row, heatmap.column) == (0, 1)
         await pilot.press("G")

@@ -16,7 +16,7 @@ from textual.app import App
 from memtui.app.by_view import View, by_lines, by_options, view_result, views
 from memtui.app.compare import ComparePane
 from memtui.app.dialogs import SettingsDialog
-from memtui.app.fmt import num
+from memtui.app.fmt import minus_signs, num, nums
 from memtui.app.heatmap import Heatmap
 from memtui.app.main import MemtuiApp
 from memtui.app.plots import BandPlot
@@ -119,7 +119,9 @@ async def test_b_splits_profile_and_summaries_as_estimate_by_does(panel):
             assert f"Group {name} " in text and f"overall {num(res.overall.estimate, signed=True)}" in text
             inst = res.instantaneous["estimate"].mean()
             assert f"mean {num(inst, signed=True)} over {res.instantaneous.height} cohorts" in text
-        assert diff.sentence() in text and f"overall {num(diff.overall['estimate'], signed=True)}" in text
+        o = diff.overall  # the estimate on its interval's decimals
+        estimate, low, high = nums((o["estimate"], o["ci_low"], o["ci_high"]), signed=True)
+        assert minus_signs(diff.sentence()) in text and f"overall {estimate} [{low}, {high}]" in text
         assert [s.colour for s in app.query_one("#plot-instantaneous", BandPlot)._series] == [0, 1]
         legend = str(app.query_one("#summary-by-legend").render())
         assert all(name in legend for name in want.names)

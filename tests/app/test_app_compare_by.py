@@ -16,7 +16,7 @@ from app_pilot import run_async, settle
 
 from memtui.app.compare import ComparePane, OverlayPlot
 from memtui.app.compare_split import group_legend, split_lines
-from memtui.app.fmt import num
+from memtui.app.fmt import num, nums
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import load_suite
 from memtui.estimation.suite_by import compare_by
@@ -50,7 +50,9 @@ def test_the_legend_and_lines_name_every_group_with_its_size_and_each_models_dif
     assert sum(line.startswith("Group ") for line in lines) == 2
     for model in res.models:
         (d,) = res.by_model[model].differences
-        head = f"{model}: domain=code − domain=web overall {num(d.overall['estimate'], signed=True)}"
+        o = d.overall  # the estimate on its interval's decimals
+        estimate, low, high = nums((o["estimate"], o["ci_low"], o["ci_high"]), signed=True)
+        head = f"{model}: domain=code − domain=web overall {estimate} [{low}, {high}]"
         assert any(line.startswith(head) for line in lines)
 
 
@@ -89,7 +91,9 @@ async def test_b_splits_the_compare_pane_and_v_switches_its_group(suite_files):
                 assert f"mean instantaneous {num(mean, signed=True)}, overall " in text
         for model in want.models:
             (d,) = want.by_model[model].differences
-            assert f"{model}: domain=code − domain=web overall {num(d.overall['estimate'], signed=True)}" in text
+            o = d.overall
+            estimate = nums((o["estimate"], o["ci_low"], o["ci_high"]), signed=True)[0]
+            assert f"{model}: domain=code − domain=web overall {estimate}" in text
 
         def shown(group: str) -> list[np.ndarray]:
             return [want.suites[group].results[m][app.settings.metric].instantaneous.sort("cohort")["estimate"]

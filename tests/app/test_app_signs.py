@@ -25,9 +25,9 @@ HYPHEN_NUMBER = re.compile(r"(?<![A-Za-z0-9_])-(?=[0-9])")  # "-19k", "-0.5", ne
 def test_mde_line_keeps_the_sign_of_the_mean():
     negative = SimpleNamespace(instantaneous=pl.DataFrame({"estimate": [-0.06, -0.10]}))
     line = mde_line(0.8, negative)
-    assert "−0.08" in line and "is −0.1× that" in line, line
+    assert "−0.08" in line and "is −0.10× that" in line, line
     positive = SimpleNamespace(instantaneous=pl.DataFrame({"estimate": [1.2, 1.2]}))
-    assert "+1.2, is 1.5× that" in mde_line(0.8, positive)
+    assert "+1.200, is 1.5× that" in mde_line(0.8, positive)
 
 
 def test_formatters_write_the_minus_sign():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from app_pilot import APP_GROUPS, run_async, settle
 
-from memtui.app.fmt import num, short_step
+from memtui.app.fmt import num, nums, short_step
 from memtui.app.main import MemtuiApp
-from memtui.app.summary_lines import estimators_lines, mde_line, means_lines
+from memtui.app.summary_lines import estimators_lines, mde_line, means_lines, scope_means
 from memtui.estimation.estimate import compare, estimate
 from memtui.estimation.plan import minimum_detectable_effect
 from memtui.estimation.settings import Settings
@@ -64,8 +64,9 @@ def test_estimators_lines_put_each_estimators_means_side_by_side_with_the_ease(p
     for line, name in zip(lines[1:4], ("did", "difference", "extractable"), strict=True):
         res = estimate(panel, dataclasses.replace(settings, estimator=name))
         assert line.strip().startswith(name)
-        assert num(res.instantaneous["estimate"].mean(), 3, signed=True) in line
-        assert num(res.residual["estimate"].mean(), 3, signed=True) in line
+        means = scope_means(res)
+        row = nums([means[k] for k in ("instantaneous", "persistent", "residual")], 4, signed=True)
+        assert line.split()[-3:] == row  # the three means, on one number of decimals along the row
     post = comparison.cells.filter(~comparison.cells["pre_treatment"])
     ease = post["extractable_estimate"].to_numpy() - post["did_estimate"].to_numpy()
     assert np.allclose(post["ease_estimate"].to_numpy(), ease, equal_nan=True)
@@ -87,7 +88,9 @@ async def test_summaries_pane_fills_in_the_mde_and_the_estimators_from_its_own_w
         assert f"Minimum detectable effect: {num(mde)}" in extras
         for name in ("did", "difference", "extractable"):
             res = estimate(panel, dataclasses.replace(result.settings, estimator=name))
-            assert num(res.instantaneous["estimate"].mean(), 3, signed=True) in extras
+            means = scope_means(res)
+            row = nums([means[k] for k in ("instantaneous", "persistent", "residual")], 4, signed=True)
+            assert "".join(f"{v:>10}" for v in row) in extras
         await pilot.press("m")  # another metric: the words follow the visible estimate, never a stale one
         await settle(pilot, GROUPS)
         assert app.result.settings.metric != result.settings.metric

@@ -103,7 +103,7 @@ def test_a_mistyped_verb_is_suggested_not_read_as_a_file(memtui, typed, verb, tm
     monkeypatch.chdir(tmp_path)
     code, out, err = memtui(typed, "P.h5")
     assert code == 2 and out == ""
-    assert err == f"memtui: {typed} is neither a command nor a file; did you mean `memtui {verb}`?\n"
+    assert err == f"memtui: {typed}: no such command or file; did you mean `memtui {verb}`?\n"
 
 
 def test_a_file_or_a_path_is_never_taken_for_a_mistyped_verb(memtui, tmp_path, monkeypatch):
@@ -111,9 +111,12 @@ def test_a_file_or_a_path_is_never_taken_for_a_mistyped_verb(memtui, tmp_path, m
     (tmp_path / "estimat").write_bytes(b"not a panel")  # an existing file of that name is opened as a panel
     code, _, err = memtui("estimat")
     assert code == 2 and "did you mean" not in err and "estimat" in err
-    for path in ("plan.h5", "sub/estimat", "nothing-like-a-verb"):
+    for path in ("plan.h5", "sub/estimat"):  # a path: the panel file to make is suggested
         code, _, err = memtui(path)
-        assert code == 2 and "did you mean" not in err and "no such file" in err
+        assert code == 2 and "did you mean" not in err and "no such file; make one with" in err
+    code, _, err = memtui("nothing-like-a-verb")  # a word: a command is more likely meant than a file to make
+    assert err == "memtui: nothing-like-a-verb: no such command or file; `memtui --help` lists the commands.\n"
+    assert code == 2
 
 
 def test_a_bad_option_points_to_the_verbs_own_help(memtui, small_panel):

@@ -185,7 +185,7 @@ def test_band_model_critical_values():
 
 
 def test_band_model_matches_the_engine_on_large_cohorts():
-    """The model's crit is the large-sample one the bootstrap approaches (docs/estimation.md, small cohorts)."""
+    """The model's crit is the large-sample one the bootstrap approaches (docs/methods.md, "Planning a panel")."""
     sim = Simulation(n_cohorts=6, per_cohort=300, n_never=1500, n_checkpoints=9, seed=4)
     panel = panel_of(sim)
     res = estimate(panel, Settings(draws=4000))

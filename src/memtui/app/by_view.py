@@ -19,7 +19,7 @@ import polars as pl
 from rich.style import Style
 from rich.text import Text
 
-from memtui.app.fmt import num
+from memtui.app.fmt import minus_signs, num, nums
 from memtui.app.legend import pack, swatch
 from memtui.app.summary_lines import means_lines
 from memtui.core.errors import MemtuiError
@@ -92,14 +92,14 @@ def view_result(by: ByResult, view: View) -> EstimateResult:
 
 def size_label(by: ByResult, name: str) -> str:
     treated, controls = by.sizes[name]
-    return f"{clean(name, 40)} ({treated} treated, {controls} controls)"
+    return f"{minus_signs(clean(name, 40))} ({treated} treated, {controls} controls)"
 
 
 def legend_text(by: ByResult, view: View, colours: tuple, width: int) -> Text:
     """The Profile pane's line above the heatmap: the split, what the heatmap shows, and each group's colour in the
     path plot with its size, packed into lines of ``width`` that break between groups."""
     band = "joint band" if by.settings.draws else "pointwise"
-    shown = f"difference {clean(view.label, 90)}" if view.b else f"{clean(view.a, 40)} ({band})"
+    shown = minus_signs(f"difference {clean(view.label, 90)}" if view.b else f"{clean(view.a, 40)} ({band})")
     head = Text(f"by {clean(by.spec, 40)} · heatmap: {shown} (v: next) ·", style="bold")
     items = [
         Text.assemble(("━━", Style(color=swatch(colours[i % len(colours)]))), f" {size_label(by, name)}")
@@ -124,9 +124,10 @@ def by_lines(by: ByResult, final_step: int) -> list[str]:
         lines += [f"    {line}" for line in means_lines(res, final_step)]
     for diff in by.differences:
         o = diff.overall
+        estimate, low, high = nums((o["estimate"], o["ci_low"], o["ci_high"]), signed=True)
         lines.append(
-            f"  Difference {clean(diff.a, 40)} − {clean(diff.b, 40)}: overall {num(o['estimate'], signed=True)} "
-            f"[{num(o['ci_low'], signed=True)}, {num(o['ci_high'], signed=True)}], p = {num(o['p_value'], 2)}; "
+            f"  Difference {clean(diff.a, 40)} − {clean(diff.b, 40)}: overall {estimate} "
+            f"[{low}, {high}], p = {num(o['p_value'], 2)}; "
             f"{clean(diff.sentence(), limit=None)}."
         )
     if not by.settings.draws:

@@ -28,7 +28,7 @@ from textual.worker import get_current_worker
 
 from memtui.app import palette
 from memtui.app.compare_split import group_legend, split_lines
-from memtui.app.fmt import minus, num, short_step
+from memtui.app.fmt import minus, minus_signs, num, short_step
 from memtui.app.legend import legend, pack
 from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summaries import final_checkpoint
@@ -262,7 +262,7 @@ class ComparePane(VerticalScroll, can_focus=True):
                 lines.append(f"  {i + 1} {clean(name, 40)}{size}: mean instantaneous {num(inst, signed=True)}, "
                              f"overall {num(res.overall['estimate'], signed=True)}")  # fmt: skip
             lines += ready.seeds
-        return lines + [f"⚠ {clean(n)}" for n in notes]
+        return [minus_signs(line) for line in lines + [f"⚠ {clean(n)}" for n in notes]]  # one minus sign
 
     def _show(self, ready: Ready) -> None:
         if ready.error:

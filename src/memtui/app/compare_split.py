@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from memtui.app.fmt import num
+from memtui.app.fmt import minus_signs, num, nums
 from memtui.app.legend import pack
 from memtui.core.text import clean
 
 
 def group_label(split, group: str) -> str:
     treated, controls = split.group_size(group)
-    return f"{clean(group, 40)} ({treated} treated, {controls} controls)"
+    return f"{minus_signs(clean(group, 40))} ({treated} treated, {controls} controls)"
 
 
 def group_legend(split, shown: int, width: int) -> Text:
@@ -46,11 +46,12 @@ def split_lines(split) -> list[str]:
         for d in by.differences:
             o = d.overall
             above, below, n = d.count()
+            estimate, low, high = nums((o["estimate"], o["ci_low"], o["ci_high"]), signed=True)
             lines.append(
-                f"{clean(model, 40)}: {clean(d.a, 40)} − {clean(d.b, 40)} overall {num(o['estimate'], signed=True)} "
-                f"[{num(o['ci_low'], signed=True)}, {num(o['ci_high'], signed=True)}], p = {num(o['p_value'], 2)}; "
+                f"{clean(model, 40)}: {clean(d.a, 40)} − {clean(d.b, 40)} overall {estimate} "
+                f"[{low}, {high}], p = {num(o['p_value'], 2)}; "
                 f"above at {above}, below at {below} of {n} event times c − g > 0"
             )
         if by.trend is not None:
             lines.append(f"{clean(model, 40)}: dose-response {clean(by.trend.sentence(), limit=None)}")
-    return lines
+    return [minus_signs(line) for line in lines]  # group names and sentences from below: one minus sign

@@ -295,6 +295,24 @@ class EstimatesTable(ScrollView, can_focus=True):
             self.move_to(sy + offset.y - HEADER, column)
 
 
+def info_variants(result: EstimateResult, scope: str, shown: int, significant_only: bool) -> list[str]:
+    """The line above the table, fullest first: the rows shown out of the rows the table has for the scope (the
+    significant ones of those it shows with n.s. on: persistent is c > g there, never the placebo event times), then
+    the settings every row shares, dropping the least needed first so that the count and the metric stay whole."""
+    total = export_frame(result, scope, significant_only=False).height  # rows the table can show, never more
+    which = "significant rows" if significant_only else "rows"
+    s = result.settings
+    metric = clean(s.metric, 60)
+    head = f"{scope}: {shown} {which} of {total}"
+    tails = [
+        f"{metric} · {s.estimator} · α {s.alpha:g} · {s.draws} draws · seed {s.seed} · {s.band} band",
+        f"{metric} · {s.estimator} · α {s.alpha:g} · {s.draws} draws · {s.band}",
+        f"{metric} · {s.estimator} · α {s.alpha:g}",
+        metric,
+    ]
+    return [f"{head} │ {tail}" for tail in tails] + [f"{scope}: {shown} of {total}"]
+
+
 class EstimatesPane(Vertical):
     """The table plus a line saying what it shows; significant only by default, like `memtui export`."""
 
@@ -309,6 +327,7 @@ class EstimatesPane(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.result: EstimateResult | None = None
+        self._info: list[str] = []  # the line above the table, fullest wording first
 
     def compose(self) -> ComposeResult:
         yield Static("", id="estimates-info", markup=False)
@@ -327,13 +346,19 @@ class EstimatesPane(Vertical):
             return
         frame = table_frame(export_frame(result, self.scope, self.significant_only))
         self.table.set_frame(frame)
-        total = result.scope(self.scope).height
-        which = "significant rows" if self.significant_only else "rows"
-        s = result.settings
-        info.update(
-            f"{self.scope}: {frame.height} {which} of {total} │ {clean(s.metric, 60)} · {s.estimator} · "
-            f"α {s.alpha:g} · {s.draws} draws · seed {s.seed} · {s.band} band"
-        )
+        self._info = info_variants(result, self.scope, frame.height, self.significant_only)
+        self._show_info()
+
+    def on_resize(self) -> None:
+        self._show_info()
+
+    def _show_info(self) -> None:
+        """The fullest wording of the line above the table that fits its width."""
+        info = self.query_one("#estimates-info", Static)
+        if self.result is None or not self._info:
+            return
+        width = info.size.width - 2 if info.size.width > 2 else 10_000
+        info.update(next((text for text in self._info if len(text) <= width), self._info[-1]))
 
     def watch_significant_only(self) -> None:
         self.show(self.result)

@@ -1,11 +1,15 @@
 """Number formatting shared by the panes: compact steps for axes, fixed significant digits for estimates.
 
-Every number the app shows is written with one minus sign, U+2212 (−), never the hyphen-minus: ``minus`` below, used
-by every formatter here (a `-19k` beside a `−10` read as two different things)."""
+One number format: a fixed number of significant digits with the trailing zeros kept (``+24.00`` beside ``+5.443``,
+never ``+24``; ``+0.000``, never ``+0``), and the numbers that belong together (an estimate and its interval, a
+column) on one number of decimals (``nums``). Every number the app shows is written with one minus sign, U+2212 (−),
+never the hyphen-minus: ``minus`` below, used by every formatter here (a `-19k` beside a `−10` read as two different
+things), and ``minus_signs`` for the words other layers write (a group ``x<-0.64``, a range ``[-1.6, 3.9]``)."""
 
 from __future__ import annotations
 
 import math
+import re
 
 from memtui.core.text import clean
 
@@ -31,14 +35,58 @@ def short_step(step: int) -> str:
     return integer(step)
 
 
+EXPONENT_BELOW, EXPONENT_FROM = 1e-4, 1e6  # magnitudes written as 1.234e−05 / 1.234e+06
+
+
+def _exponent(value: float, digits: int) -> int:
+    """The power of ten of ``value`` once rounded to ``digits`` significant digits (9.9996 -> 1, as 10.00)."""
+    return int(f"{abs(value):.{max(digits, 1) - 1}e}".split("e")[1])
+
+
+def decimals(largest: float, digits: int = 4) -> int:
+    """Decimals that give ``largest`` (a magnitude) ``digits`` significant digits; ``digits - 1`` for 0."""
+    if not math.isfinite(largest) or largest == 0:
+        return max(digits - 1, 0)
+    return max(0, digits - 1 - _exponent(largest, digits))
+
+
 def num(value, digits: int = 4, signed: bool = False) -> str:
-    """A float with ``digits`` significant digits; '—' for missing values."""
+    """A float with ``digits`` significant digits, trailing zeros kept (24 -> '24.00', 0 -> '0.000'); whole numbers
+    past ``digits`` digits as they are (12345), exponent form below 1e−4 and from 1e6; '—' for missing values."""
     if value is None:
         return "—"
-    value = float(value)
+    value = float(value) + 0.0  # -0.0 -> 0.0: no "−0.000"
     if not math.isfinite(value):
         return "—"
-    return minus(f"{value:+.{digits}g}" if signed else f"{value:.{digits}g}")
+    sign = "+" if signed else ""
+    if value != 0 and not EXPONENT_BELOW <= abs(value) < EXPONENT_FROM:
+        return minus(f"{value:{sign}.{max(digits, 1) - 1}e}")
+    return minus(f"{value:{sign}.{decimals(abs(value), digits)}f}")
+
+
+def nums(values, digits: int = 4, signed: bool = False) -> list[str]:
+    """Numbers that are read together (an estimate and its band, a CI's two ends) on one number of decimals: those
+    that give the largest of them ``digits`` significant digits (``[+5.44, +24.00]``, never ``[+5.443, +24]``).
+    Missing values are '—'; magnitudes that need the exponent form are written each on its own."""
+    values = [None if v is None else float(v) + 0.0 for v in values]
+    finite = [abs(v) for v in values if v is not None and math.isfinite(v)]
+    largest = max(finite, default=0.0)
+    if largest >= EXPONENT_FROM or 0 < largest < EXPONENT_BELOW:
+        return [num(v, digits, signed) for v in values]
+    places = decimals(largest, digits)
+    sign = "+" if signed else ""
+    return [num(v) if v is None or not math.isfinite(v) else minus(f"{v:{sign}.{places}f}") for v in values]
+
+
+# a hyphen-minus that is a minus sign: before a number and after no letter, digit or point (x<-0.6, [-1.6, 3.9]; not
+# neox-41k, 2026-11-26 or 1e-3), or an operator between spaces (c - g)
+_MINUS = re.compile(r"(?<![\w.\-])-(?=\.?\d)| - ")
+
+
+def minus_signs(text: str) -> str:
+    """Words from the layers below (group names, sentences) with every hyphen-minus that is a minus sign written as
+    the app writes it, so a line never shows ``-0.64`` beside ``−3.2``; hyphens in names and options stay."""
+    return _MINUS.sub(lambda m: " − " if m.group(0) == " - " else "−", text)
 
 
 def float_format(largest: float | None) -> str:

@@ -268,9 +268,9 @@ class Heatmap(ScrollView, can_focus=True):
             return Strip([Segment(text, self.get_component_rich_style("heatmap--empty"))]).extend_cell_length(
                 width, base
             )
-        sx, sy = self.scroll_offset
+        sy = self.scroll_offset.y
         gw = self._gutter
-        data_w = max(0, width - gw)
+        sx, data_w = self._window(width)
         if y < HEADER:
             left = Strip([Segment("g╲c".rjust(gw - 1) + " ", self.get_component_rich_style("heatmap--header"))])
             right = self._header_strip(sx, data_w).crop(sx, sx + data_w)
@@ -285,6 +285,16 @@ class Heatmap(ScrollView, can_focus=True):
         if self.painted_at is None:
             self.painted_at = time.perf_counter()
         return Strip.join([left, right]).extend_cell_length(width, base)
+
+    def _window(self, width: int) -> tuple[int, int]:
+        """The part of the matrix on screen, in whole columns: it starts at the first column wholly scrolled into
+        view and ends at the last that fits (the cells left over stay blank). A column cut by an edge would show
+        under no label, or under its neighbour's, and read as a cell of its own."""
+        sx = self.scroll_offset.x
+        cw = self.cell_width
+        start = -(-sx // cw) * cw
+        end = sx + max(0, width - self._gutter)
+        return start, max(0, (end - start) // cw * cw)
 
     # ---- cursor -----------------------------------------------------------------------------------------------
 
@@ -357,8 +367,9 @@ class Heatmap(ScrollView, can_focus=True):
         offset = event.get_content_offset(self)
         if offset is None or self.data is None:
             return
-        sx, sy = self.scroll_offset
-        if offset.x >= self._gutter and offset.y >= HEADER:
+        sy = self.scroll_offset.y
+        sx, shown = self._window(self.scrollable_content_region.width)
+        if self._gutter <= offset.x < self._gutter + shown and offset.y >= HEADER:
             self.move_to(sy + offset.y - HEADER, (sx + offset.x - self._gutter) // self.cell_width)
 
 

@@ -3,11 +3,15 @@
 A plot is drawn when it is rendered, at its size, so that what depends on the size is right at every size:
 - the title: the fullest of its wordings that fits above the plot (plotext drops a title that does not fit, and every
   title vanished below ~110 columns);
+- the y axis: scaled to the estimates, as a reader would draw it, with the bands up to a margin of the estimates'
+  range beyond them; a band that reaches further is clipped at the edge and the title says so (a band of
+  ±500 around estimates near 1 otherwise flattens every line onto zero);
 - the y ticks: even steps that include 0, on whole rows the same number of rows apart (the axis is stretched by less
-  than a step so that each tick lands on a row; plotext otherwise rounds ticks to rows unevenly, or two onto one).
+  than a step so that each tick lands on a row; plotext otherwise rounds ticks to rows unevenly, or two onto one);
+- the x ticks: round steps (1, 2 or 5 x 10^k) within the data, as many as their labels leave room for.
 Colours come from the theme and are checked for contrast against the theme's background as a 256-colour terminal
 shows both (``PlotColours``): the plot draws no background of its own, so it sits on the pane's. plotext's log axes
-break on redraw, so everything here is linear; x ticks are placed by hand with compact step labels.
+break on redraw, so everything here is linear; x ticks are labelled with compact step labels.
 """
 
 from __future__ import annotations
@@ -144,32 +148,50 @@ def tick_label(value: float, ticks: list[float]) -> str:
     return "0" if float(text) == 0 else minus(text)
 
 
+BAND_MARGIN = 1.0  # how far past the estimates' range (in that range) the y axis follows a band before clipping it
+
+
 @dataclass(frozen=True)
 class YAxis:
     ticks: list[float]
     labels: list[str]
     limits: tuple[float, float]
     rows: list[int]  # the canvas row of each tick, counted from the bottom (what plotext will draw)
+    clipped: bool = False  # a band reaches past the limits: drawn along the edge, and the title says so
 
 
-def y_axis(values: list[np.ndarray], rows: int) -> YAxis:
-    """Ticks for a canvas of ``rows`` rows: even steps that include 0, about four of them, each on a whole row and the
-    same number of rows from the next (at least two where the rows allow: a blank row between labels). The limits
-    reach past the outer ticks by the rows left over, shared out above and below."""
-    finite = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values])
-    finite = finite[np.isfinite(finite)]
-    low, high = (float(finite.min()), float(finite.max())) if finite.size else (-1.0, 1.0)
+def _finite(values: list[np.ndarray]) -> np.ndarray:
+    out = np.concatenate([np.asarray(v, dtype=float).ravel() for v in values]) if values else np.array([])
+    return out[np.isfinite(out)]
+
+
+def y_range(estimates: list[np.ndarray], bands: list[np.ndarray]) -> tuple[float, float]:
+    """The values the y axis must show: the estimates and 0, and the bands up to ``BAND_MARGIN`` times the estimates'
+    range beyond them (the whole bands when the estimates have no range)."""
+    est, band = _finite(estimates), _finite(bands)
+    if not est.size and not band.size:
+        return -1.0, 1.0
+    if not est.size:
+        return min(float(band.min()), 0.0), max(float(band.max()), 0.0)
+    low, high = min(float(est.min()), 0.0), max(float(est.max()), 0.0)
+    span = high - low
+    if band.size:
+        if span > 0:
+            low = max(min(float(band.min()), low), low - BAND_MARGIN * span)
+            high = min(max(float(band.max()), high), high + BAND_MARGIN * span)
+        else:  # every estimate 0: the bands give the scale
+            low, high = min(float(band.min()), low), max(float(band.max()), high)
+    return low, high
+
+
+def y_axis(values: list[np.ndarray], rows: int, bands: list[np.ndarray] = ()) -> YAxis:
+    """Ticks for a canvas of ``rows`` rows showing ``values`` (the estimates) and ``bands`` as far as ``y_range``
+    allows: even steps that include 0, about four of them, each on a whole row and the same number of rows from the
+    next (at least two where the rows allow: a blank row between labels). The limits reach past the outer ticks by
+    the rows left over, shared out above and below; ``clipped`` says whether a band reaches past them."""
+    low, high = y_range(list(values), list(bands))
     usable = max(rows - 1, 1)
-    ticks = nice_ticks(low, high)
-    for spacing in (2, 1):  # rows per step, at least
-        for target in (4, 3, 2, 1):
-            candidate = nice_ticks(low, high, target)
-            if (len(candidate) - 1) * spacing <= usable:
-                ticks = candidate
-                break
-        else:
-            continue
-        break
+    ticks = _fewest_rows(low, high, usable)
     n = max(len(ticks) - 1, 1)
     per = max(usable // n, 1)  # rows per step
     step = (ticks[-1] - ticks[0]) / n if len(ticks) > 1 else 1.0
@@ -177,7 +199,31 @@ def y_axis(values: list[np.ndarray], rows: int) -> YAxis:
     below = spare // 2
     limits = (ticks[0] - below * step / per, ticks[0] + usable * step / per - below * step / per)
     rows_at = [_row(t, limits, rows) for t in ticks]
-    return YAxis(ticks, [tick_label(t, ticks) for t in ticks], limits, rows_at)
+    band = _finite(list(bands))
+    clipped = bool(band.size and (band.min() < limits[0] or band.max() > limits[1]))
+    return YAxis(ticks, [tick_label(t, ticks) for t in ticks], limits, rows_at, clipped)
+
+
+def _fewest_rows(low: float, high: float, usable: int) -> list[float]:
+    """The ticks for ``usable`` rows whose axis (the ticks, stretched to whole rows per step) is the narrowest, with a
+    blank row between labels unless labels on every row make the axis a third narrower (on a plot a few rows high,
+    two rows per step can force a step so coarse that the lines sit flat on zero)."""
+    candidates = [nice_ticks(low, high, target) for target in (4, 3, 2, 1)]
+
+    def drawn(ticks: list[float], spacing: int) -> float | None:
+        """The span of the axis drawn with ``ticks``, at least ``spacing`` rows per step; None: they do not fit."""
+        n = max(len(ticks) - 1, 1)
+        per = usable // n
+        return None if per < spacing else usable * (ticks[-1] - ticks[0]) / n / per
+
+    def narrowest(spacing: int) -> tuple[float, list[float]] | None:
+        fit = [(span, ticks) for ticks in candidates if (span := drawn(ticks, spacing)) is not None]
+        return min(fit, key=lambda f: (f[0], -len(f[1]))) if fit else None
+
+    spaced, dense = narrowest(2), narrowest(1)
+    if spaced is not None and (dense is None or dense[0] * 1.5 >= spaced[0]):
+        return spaced[1]
+    return dense[1] if dense is not None else candidates[-1]
 
 
 def _row(value: float, limits: tuple[float, float], rows: int) -> int:
@@ -187,15 +233,44 @@ def _row(value: float, limits: tuple[float, float], rows: int) -> int:
     return math.floor(round(0.5 + (rows - 1) * (value - limits[0]) / (limits[1] - limits[0]), 8))
 
 
-def x_ticks(x: list[float], steps: bool = True) -> tuple[list[float], list[str]]:
-    """Up to five evenly spread ticks at the distinct data points, labelled like the heatmap's axes."""
+def x_ticks(x: list[float], steps: bool = True, width: int = 10_000) -> tuple[list[float], list[str]]:
+    """Ticks at round steps (1, 2 or 5 x 10^k) within the data, labelled like the heatmap's axes: up to five, fewer
+    where their labels would not fit ``width`` columns with a gap of three between them. The data points themselves
+    where the data span less than two round steps."""
     x = sorted(set(x))
     if not x:
         return [], []
-    idx = sorted(set(np.linspace(0, len(x) - 1, min(5, len(x))).round().astype(int).tolist()))
-    ticks = [x[i] for i in idx]
-    labels = [short_step(v) if steps else minus(f"{v:g}") for v in ticks]
-    return ticks, labels
+
+    def label(v: float) -> str:
+        return short_step(v) if steps else minus(f"{v:g}")
+
+    chosen: list[float] = []
+    for target in (4, 3, 2, 1):
+        ticks = _round_steps(x[0], x[-1], target)
+        if len(ticks) < 2:
+            continue
+        chosen = ticks  # the fewest so far: what is drawn when none fits
+        if sum(len(label(t)) + 3 for t in ticks) <= width:
+            chosen = ticks
+            break
+    if len(chosen) < 2:  # a single point, or a range too narrow for round steps: the points, spread out
+        idx = sorted(set(np.linspace(0, len(x) - 1, min(3, len(x))).round().astype(int).tolist()))
+        chosen = [x[i] for i in idx]
+    return chosen, [label(v) for v in chosen]
+
+
+def _round_steps(low: float, high: float, target: int) -> list[float]:
+    """The multiples of a 1, 2 or 5 x 10^k step inside [low, high], about ``target`` steps of it."""
+    span = high - low
+    if not np.isfinite(span) or span <= 0:
+        return []
+    power = 10.0 ** np.floor(np.log10(span / target))
+    options = []
+    for step in (m * power for m in (1, 2, 5, 10)):
+        first, last = np.ceil(low / step - 1e-9), np.floor(high / step + 1e-9)
+        options.append([round(float(k * step), 9) for k in np.arange(first, last + 1)])
+    # the step whose ticks come nearest ``target`` intervals (fewer on a tie)
+    return min(options, key=lambda t: (abs(len(t) - 1 - target), len(t)))
 
 
 def fit_title(titles: tuple[str, ...], width: int, label_width: int) -> str:
@@ -309,33 +384,44 @@ class BandPlot(PlotextPlot):
             plt.yticks([], [])
             self.drawn_axis = None
             return Text.from_ansi(plt.build())
-        xs: list[float] = []
-        values = []
+        # the axis first (it depends on every series), then each line with its band clipped to it
+        rows = height - TITLE_ROWS - FRAME_ROWS - XTICK_ROWS - (1 if self._xlabel else 0)
+        drawn = []
         for s in shown:
             ok = np.isfinite(np.asarray(s.estimate, dtype=float))
+            edges = [np.asarray(edge, dtype=float)[ok] for edge in (s.low, s.high)]
+            drawn.append((s, ok, [b for b in edges if np.isfinite(b).all()]))
+        axis = y_axis([np.asarray(s.estimate, dtype=float)[ok] for s, ok, _ in drawn], rows,
+                      [b for _, _, edges in drawn for b in edges])  # fmt: skip
+        xs: list[float] = []
+        for s, ok, edges in drawn:
             x = np.asarray(s.x, dtype=float)[ok].tolist()
             xs += x
             colour = colours.line if s.colour is None else colours.models[s.colour % len(colours.models)]
-            for edge in (s.low, s.high):
-                b = np.asarray(edge, dtype=float)[ok]
-                if np.isfinite(b).all():
-                    band = colours.band if s.colour is None else colour
-                    plt.plot(x, b.tolist(), color=band, marker=self._band_marker)
-                    values.append(b)
-            est = np.asarray(s.estimate, dtype=float)[ok]
-            plt.plot(x, est.tolist(), color=colour, marker="braille")
-            values.append(est)
+            for b in edges:
+                band = colours.band if s.colour is None else colour
+                plt.plot(x, np.clip(b, *axis.limits).tolist(), color=band, marker=self._band_marker)
+            plt.plot(x, np.asarray(s.estimate, dtype=float)[ok].tolist(), color=colour, marker="braille")
         plt.hline(0, color=colours.zero)
         for value in self._marks:
             plt.vline(float(value), color=colours.mark)
-        plt.xticks(*x_ticks(xs, self._steps))
+        label_width = max(len(label) for label in axis.labels)
+        plt.xticks(*x_ticks(xs, self._steps, width - label_width - 3))
         if self._xlabel:
             plt.xlabel(self._xlabel)
-        rows = height - TITLE_ROWS - FRAME_ROWS - XTICK_ROWS - (1 if self._xlabel else 0)
-        axis = y_axis(values, rows)
         plt.ylim(*axis.limits)
         plt.yticks(axis.ticks, axis.labels)
         self.drawn_axis = axis
-        self.drawn_title = fit_title(self._titles, width, max(len(label) for label in axis.labels))
+        titles = clipped_titles(self._titles) if axis.clipped else self._titles
+        self.drawn_title = fit_title(titles, width, label_width)
         plt.title(self.drawn_title)
         return Text.from_ansi(plt.build())
+
+
+CLIPPED = (" · bands clipped at the axis", " · bands clipped", " (clipped)")
+
+
+def clipped_titles(titles: tuple[str, ...]) -> tuple[str, ...]:
+    """A plot's wordings when a band reaches past the y axis: each with the fullest note first, so that the drawn
+    title always says the bands are clipped (``fit_title`` draws the first that fits)."""
+    return tuple(title + note for note in CLIPPED for title in titles) + ("bands clipped",)

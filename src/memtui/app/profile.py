@@ -13,9 +13,10 @@ from textual.widgets import Static
 
 from memtui.app import palette
 from memtui.app.by_view import View, legend_text, view_result
-from memtui.app.fmt import integer, num, short_step
+from memtui.app.fmt import integer, minus_signs, num, nums, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.plots import BandPlot, Series, plot_colours
+from memtui.app.summary_lines import note_lines
 from memtui.core.text import clean
 from memtui.estimation.estimate import EstimateResult
 
@@ -81,12 +82,16 @@ class Legend(Static):
         return text
 
 
-def notes_line(result: EstimateResult | None) -> str:
-    """One line saying that the estimate comes with caveats, and where they are in full."""
+def notes_line(result: EstimateResult | None, width: int = 10_000, rows: int = 1) -> str:
+    """A line or a few saying that the estimate comes with caveats, and where they are in full (``note_lines``)."""
     if result is None or not result.notes:
         return ""
-    more = f" (+{len(result.notes) - 1} more)" if len(result.notes) > 1 else ""
-    return f"⚠ {clean(result.notes[0], 200)}{more} · all notes: Summaries (2)"
+    return "\n".join(note_lines([minus_signs(clean(n, 400)) for n in result.notes], width, rows))
+
+
+def notes_rows(height: int) -> int:
+    """Rows the notes may take over the heatmap: one at 80 x 24, up to three on a tall terminal."""
+    return max(1, min(3, (height - 18) // 6))
 
 
 def _fit(variants: list[str], width: int | None) -> str:
@@ -139,6 +144,7 @@ class ProfilePane(Vertical):
         yield Static("", id="cell-info", markup=False)
 
     def on_resize(self) -> None:
+        self._show_notes()
         self._layout()
         self._show_by_legend()
         if self.result is not None:
@@ -169,9 +175,7 @@ class ProfilePane(Vertical):
         msg = self.query_one("#profile-message", Static)
         msg.update(message)
         msg.display = bool(message)
-        notes = self.query_one("#profile-notes", Static)
-        notes.update(notes_line(result))
-        notes.display = bool(result is not None and result.notes)
+        self._show_notes()
         self._show_by_legend()
         if result is None:
             self._mats = {}
@@ -192,6 +196,13 @@ class ProfilePane(Vertical):
         self._scale = scale
         self._base = _base_label(result)
         self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base)
+
+    def _show_notes(self) -> None:
+        """The notes' line(s), fitted to the pane's width and height (never cut mid-word by the edge)."""
+        notes = self.query_one("#profile-notes", Static)
+        width = self.size.width - 2 if self.size.width > 2 else 10_000
+        notes.update(notes_line(self.result, width, notes_rows(self.size.height)))
+        notes.display = bool(self.result is not None and self.result.notes)
 
     def _show_by_legend(self) -> None:
         """The split's line above the heatmap: what it shows, and each group's colour in the path plot, its size."""
@@ -233,13 +244,16 @@ class ProfilePane(Vertical):
             return _fit(variants, width)
         sig = bool(self.heatmap.data.significant[row, column])
         placebo = ["pre-treatment (placebo)"] if c < g else []
-        se = f"SE {num(m['std_error'][row, column])}"
-        low, high = num(m["band_low"][row, column], signed=True), num(m["band_high"][row, column], signed=True)
+        # the estimate, its SE and its band on one number of decimals (never [+5.443, +24])
+        tau_text, se_text, low, high = nums(
+            [tau, *(m[k][row, column] for k in ("std_error", "band_low", "band_high"))], signed=True
+        )
+        se = f"SE {se_text.lstrip('+')}"
         counts = m["n_treated"][row, column], m["n_control"][row, column]
         known = all(np.isfinite(n) for n in counts)  # a difference of two groups has no counts of its own
         nt, nc = (int(n) if known else 0 for n in counts)
         full, short = ([f"n {nt} treated / {nc} control"], [f"n {nt}/{nc}"]) if known else ([], [])
-        t = f"τ {num(tau, signed=True)}"
+        t = f"τ {tau_text}"
         variants = [
             " │ ".join([f"g {g}  c {c}  c−g {integer(c - g)}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
                         "significant" if sig else "not significant", *full]),

@@ -16,7 +16,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from memtui.app.by_view import by_lines, size_label
-from memtui.app.fmt import num, short_step
+from memtui.app.fmt import minus_signs, num, nums, short_step
 from memtui.app.legend import legend
 from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summary_lines import calibration_line, estimators_lines, mde_line, means_lines
@@ -31,10 +31,10 @@ def overall_text(result: EstimateResult) -> str:
     o = result.overall
     level = f"{100 * (1 - result.settings.alpha):g}%"
     verdict = "significant" if o.significant else "not significant"
+    estimate, low, high = nums((o.estimate, o.ci_low, o.ci_high), signed=True)  # one precision for the three
     return (
-        f"Overall: average memorisation over the {o.n_cells} post-treatment cells is "
-        f"{num(o.estimate, signed=True)} (SE {num(o.std_error)}; {level} CI {num(o.ci_low, signed=True)} "
-        f"to {num(o.ci_high, signed=True)}), {verdict}."
+        f"Overall: average memorisation over the {o.n_cells} post-treatment cells is {estimate} "
+        f"(SE {num(o.std_error)}; {level} CI {low} to {high}), {verdict}."
     )
 
 
@@ -117,6 +117,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
         ]
         if self.split is not None:  # the groups right after what the whole panel's estimate is
             lines[1:1] = [*by_lines(self.split, final), "", "The whole panel (every instance):"]
+        lines = [minus_signs(line) for line in lines]  # group names, sentences and ranges from below: one minus
         if message:
             lines.insert(0, message)
         text.update("\n".join(lines))

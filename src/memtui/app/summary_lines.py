@@ -6,11 +6,13 @@ block puts the causal estimate beside the two naive ones (``memtui.estimation.es
 from __future__ import annotations
 
 import math
+import re
+import textwrap
 
 import numpy as np
 import polars as pl
 
-from memtui.app.fmt import num, short_step
+from memtui.app.fmt import num, nums, short_step
 from memtui.estimation.estimate import Comparison, EstimateResult
 from memtui.estimation.results import persistent_cells
 
@@ -91,10 +93,9 @@ def estimators_lines(comparison: Comparison) -> list[str]:
     lines = [header]
     for name in names:
         m = scope_means(comparison.results[name])
-        lines.append(
-            f"  {ESTIMATOR_LABEL[name]:<{_LABEL_WIDTH}}"
-            + "".join(f"{num(m[k], 3, signed=True):>10}" for k in ("instantaneous", "persistent", "residual"))
-        )
+        # one number of decimals along the row (an estimator's three means are of one magnitude; the rows are not)
+        row = nums([m[k] for k in ("instantaneous", "persistent", "residual")], 4, signed=True)
+        lines.append(f"  {ESTIMATOR_LABEL[name]:<{_LABEL_WIDTH}}" + "".join(f"{v:>10}" for v in row))
     ease = comparison.cells.filter(~pl.col("pre_treatment") & pl.col("ease_estimate").is_not_null())
     if ease.height:
         values = ease["ease_estimate"].cast(pl.Float64).to_numpy()
@@ -142,3 +143,35 @@ def calibration_line(result: EstimateResult, measured=None) -> str:
         f"Calibration: {known} (nearest simulated design {m.label}: {band} {100 * p:.0f} %, {other} {100 * q:.0f} % "
         f"family-wise error, nominal 5 %); `memtui calibrate PANEL` measures this panel's own design."
     )
+
+
+NOTES_POINTER = " · all notes: Summaries (2)"
+# detail a note can lose and still say what is wrong: the list of cohorts, then parentheses ("(column small_group)")
+_SHORTER = (re.compile(r",? step \(n\): [^;]*"), re.compile(r" \([^()]*\)"))
+
+
+def note_lines(notes: list[str], width: int, rows: int) -> list[str]:
+    """The first of an estimate's notes as at most ``rows`` lines of ``width`` cells, broken between words, always
+    ending in where they all are (the Summaries pane): the whole note where it fits, else without its details (the
+    cohorts listed, parenthesised asides), else cut at a word with an ellipsis — never cut mid-word by the edge."""
+    if not notes:
+        return []
+    more = f" (+{len(notes) - 1} more)" if len(notes) > 1 else ""
+    width, rows = max(width, 20), max(rows, 1)
+    note = notes[0]
+    shorter = [note]
+    for pattern in _SHORTER:
+        shorter.append(pattern.sub("", shorter[-1]))
+
+    def wrapped(text: str) -> list[str]:
+        return textwrap.wrap(f"⚠ {text}{more}{NOTES_POINTER}", width, subsequent_indent="  ", break_on_hyphens=False)
+
+    for text in shorter:
+        if len(lines := wrapped(text)) <= rows:
+            return lines
+    words = shorter[-1].split()
+    while words:  # fewest words cut: drop them from the end until the rest and the pointer fit
+        words.pop()
+        if len(lines := wrapped(" ".join(words).rstrip(",;:") + "…")) <= rows:
+            return lines
+    return textwrap.wrap(f"⚠{more}{NOTES_POINTER}", width)[:rows]

@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from memtui.core.errors import MemtuiError
-from memtui.panel.samples import SAMPLES, SUITE_NAME
+from memtui.cli.options import add_panel_args, panel_paths  # panel_paths: `memtui serve` resolves the same panels
 
 SUMMARY = "open the workbench on a panel (the default when no command is given)"
 
 
 def add_arguments(p) -> None:
-    p.add_argument(
-        "panel",
-        nargs="*",
-        type=Path,
+    add_panel_args(
+        p,
+        several=True,
+        dest="panel",
         help="panel file; several panels of the same instances, one per model, open as a suite with a Compare pane "
         "[default: the shipped synthetic sample]",
     )
-    p.add_argument(
-        "--sample",
-        choices=[*SAMPLES, SUITE_NAME],
-        help=f"open a sample shipped with memtui instead ('{SUITE_NAME}': the four models of the shipped suite)",
-    )
-
-
-def panel_paths(args) -> list[Path]:
-    """The panels the arguments name: the files given, the sample's, or none (the workbench's default sample)."""
-    from memtui.panel.samples import sample_paths
-
-    if args.sample and args.panel:
-        raise MemtuiError("give a panel or --sample, not both.")
-    return sample_paths(args.sample) if args.sample else list(args.panel)
 
 
 def run(args) -> int:

@@ -1,18 +1,17 @@
 """`memtui calibrate`: the family-wise error of each band family at a panel's own design, on simulated null panels
-matched to it (memtui.estimation.calibration; the method is in docs/estimation.md, "Calibrating a panel's bands")."""
+matched to it (memtui.estimation.calibration; the method is in docs/methods.md, "Calibrating a panel's bands")."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 SUMMARY = "family-wise error of the classic and calibrated bands at this panel's design (null simulation)"
 
 
 def add_arguments(p) -> None:
-    from memtui.cli.options import PANEL_HELP, add_settings_args
+    from memtui.cli.options import add_panel_args, add_settings_args
 
-    p.add_argument("panel", type=Path, help=PANEL_HELP)
+    add_panel_args(p)
     p.add_argument(
         "--panels",
         type=_panels,
@@ -27,7 +26,7 @@ def add_arguments(p) -> None:
         "(resampled), or normal noise with the same covariances [resampled]",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    add_settings_args(p)
+    add_settings_args(p, "calibrate")
 
 
 def _panels(text: str) -> int:
@@ -42,11 +41,11 @@ def _panels(text: str) -> int:
 
 
 def run(args) -> int:
-    from memtui.cli.options import progress_bar, settings_from_args
+    from memtui.cli.options import panel_path, progress_bar, settings_from_args
     from memtui.estimation import calibration as cb
     from memtui.panel.hdf5 import read_panel
 
-    panel = read_panel(args.panel)
+    panel = read_panel(panel_path(args))
     settings = settings_from_args(args, panel)
     result = None if args.no_cache else cb.load_cached(panel, settings, args.noise)
     if result is not None and args.panels is not None and result.panels != args.panels:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtui.cli.numbers import fixed2, p_value
-from memtui.cli.options import add_by_args, add_settings_args
+from memtui.cli.options import add_by_args, add_panel_args, add_settings_args, panel_paths
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean, compact_count
 
@@ -27,7 +27,7 @@ SUMMARY = "compare models (several panels: headline figures and profile correlat
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panels", type=Path, nargs="+", metavar="PANEL", help="one panel per model, over the same instances")
+    add_panel_args(p, several=True, help="one panel per model, over the same instances")
     p.add_argument("-o", "--output", type=Path, help="CSV to write (several panels: also OUT-correlations.csv)")
     p.add_argument("--scope", default="post", choices=["post", "profile", "instantaneous", "residual"],
                    help="cells the correlations run over [post: every post-treatment cell]")  # fmt: skip
@@ -35,11 +35,21 @@ def add_arguments(p) -> None:
     p.add_argument("--model-size", help="with --reference: which model_size of the file (when it holds several)")
     p.add_argument("--pooled", action="store_true",
                    help="a seed suite: its profile pooled across seeds, their spread and agreement")  # fmt: skip
-    add_settings_args(p)
+    add_settings_args(p, "compare")
     add_by_args(p)  # several panels: the comparison group by group (cli/compare_by.py)
 
 
 def run(args) -> int:
+    args.panels = panel_paths(args)  # the files, or --sample's: every mode below reads args.panels
+    if not args.panels:
+        raise MemtuiError("give one panel per model (or one panel: its estimators side by side), or --sample NAME.")
+    # several models share one multiplier per instance (estimate_suite, compare_by): a clustered bootstrap would need
+    # one per cluster under every model, which they do not draw (--pooled refuses --cluster itself, saying why)
+    if len(args.panels) > 1 and args.cluster and not args.pooled:
+        raise MemtuiError(
+            "--cluster is not available when comparing several models (their joint bootstrap draws per instance); "
+            "estimate each model with `memtui estimate PANEL --cluster NAME`."
+        )
     out = _check_output(args.output) if args.output else None
     if getattr(args, "by", None):
         from memtui.cli.compare_by import run_by
@@ -247,6 +257,12 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
 
 def _estimators(args, out: Path | None) -> int:
     from memtui.cli.options import progress_bar
+
+    # every estimator side by side, with the profile and overall summaries only: these would change nothing shown
+    if args.estimator != "did":
+        raise MemtuiError("compare with one panel shows every estimator side by side; drop --estimator.")
+    if args.final_step is not None:
+        raise MemtuiError("compare with one panel shows no residual summary; drop --final-step (it picks its step).")
     from memtui.estimation.estimate import compare
     from memtui.panel.hdf5 import read_panel
 

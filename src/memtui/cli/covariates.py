@@ -39,7 +39,7 @@ def run(args) -> int:
     import sys
 
     from memtui.extract.covariates import compute_covariates, store_covariates
-    from memtui.panel.covariates import describe_covariate
+    from memtui.panel.covariates import constant_value, describe_covariate
     from memtui.panel.hdf5 import read_panel
 
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only is not None else None
@@ -62,6 +62,10 @@ def run(args) -> int:
     for name, values in columns.items():
         kind, summary = describe_covariate(values)
         print(f"{name:<{pad}}{kind:<13}{summary}")
+    for name, values in columns.items():
+        if (value := constant_value(values)) is not None:
+            print(f"warning: covariate {name} is constant ({value} for every instance with a value): --covariates "
+                  "cannot adjust for it and --by cannot split by it", file=sys.stderr)  # fmt: skip
     verb = "computed (not written: --dry-run)" if args.dry_run else f"stored in {clean(args.panel)}"
     print(f"{len(columns)} covariate{'s' if len(columns) != 1 else ''} {verb}")
     return 0

@@ -14,7 +14,8 @@ DESCRIPTION = (
     "One pass over a corpus derived from the Unicode 3.2 database, checkpoints every few steps, "
     "then build and extract a panel. Runs as a detached job (closing the terminal does not stop it; its "
     "temporary files are removed when it ends) and follows its log, OUT.demo.log; ctrl-c stops following. "
-    f"The full demo takes {FULL_DEMO_TIME}; --small about 1 minute on idle cores. "
+    f"The full demo takes {FULL_DEMO_TIME}; --small about 1 minute on idle cores and 5-7 minutes where other "
+    "processes share them (measured at load 6-10). "
     "--suite OUT_DIR trains four sizes on the same rows with Pythia's schedule shape, "
     "extracts each into OUT_DIR/MODEL.h5 and writes OUT_DIR/report.md, the paper's findings in miniature. "
     "--inserted OUT_DIR trains a standard and a perturbed model (canaries inserted at known steps, doses 1-16 copies, "
@@ -49,13 +50,21 @@ def add_arguments(p) -> None:
         help="one model under two data orders (megatron-core's): a seed suite, its pooled estimate and "
         "OUT_DIR/report.md [folder default: memtui-seeds]; runs in this process, a few minutes",
     )
-    p.add_argument("--small", action="store_true", help="the small version the tests use (~1 minute on idle cores)")
+    p.add_argument(
+        "--small",
+        action="store_true",
+        help="the small version the tests use (about 1 minute on idle cores, 5-7 minutes under load; --suite --small: "
+        "12-20 s idle, 2-3 minutes under load)",
+    )
     p.add_argument("--keep", type=Path, default=None, help="keep the corpus memmap and checkpoints in this folder")
     p.add_argument("--force", action="store_true", help="overwrite OUT")
     p.add_argument("--foreground", action="store_true", help="run in this process (stops with the terminal)")
 
 
 def run(args) -> int:
+    from memtui.demo.workdir import check_keep
+
+    check_keep(args.keep)  # at launch, before any output folder, log or background job exists
     if args.seeds:
         from memtui.demo.seeds import SeedsConfig, make_seeds
 

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from memtui.cli.numbers import p_value
 from memtui.cli.options import (
-    PANEL_HELP,
     add_by_args,
     add_covariates_arg,
+    add_panel_args,
     add_settings_args,
     estimate_from_args,
     printable_notes,
+    run_notes,
 )
 from memtui.core.text import clean
 
@@ -20,8 +20,8 @@ SUMMARY = "estimate the memorisation profile and print its summaries"
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path, help=PANEL_HELP)
-    add_settings_args(p)
+    add_panel_args(p)
+    add_settings_args(p, "estimate")
     add_covariates_arg(p)
     add_by_args(p)
 
@@ -85,7 +85,7 @@ def run(args) -> int:
         verdict = "no evidence of pre-trends" if pt.p_value >= s.alpha else "pre-trends detected: check parallel trends"
         print(f"pre-trend      {pt.n_cells} placebo cells (c < g): sup-t {pt.sup_t:.3f}, "
               f"p = {p_value(pt.p_value, s.alpha)}, {pt.n_significant} significant; {verdict}")  # fmt: skip
-    for note in printable_notes(res):
+    for note in (*printable_notes(res), *run_notes(args)):
         print(f"note           {note}")
     return 0
 
@@ -121,6 +121,6 @@ def _print_by(args) -> int:
         print(f"               {clean(diff.sentence(), limit=None)}")
     if by.trend is not None:
         print(f"dose-response  {clean(by.trend.sentence(), limit=None)}")
-    for note in by.notes:
+    for note in (*by.notes, *run_notes(args)):
         print(f"note           {clean(note, limit=None)}")
     return 0

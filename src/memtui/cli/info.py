@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from memtui.cli.options import PANEL_HELP
+from memtui.cli.options import add_panel_args, panel_path
 from memtui.core.text import clean
 
 SUMMARY = "describe a panel: shape, metrics, cohorts, completed checkpoints, covariates, provenance"
@@ -19,14 +17,15 @@ _FORMAT_ATTRS = ("format", "format_version")
 
 
 def add_arguments(p) -> None:
-    p.add_argument("panel", type=Path, help=PANEL_HELP)
+    add_panel_args(p)
 
 
 def run(args) -> int:
     from memtui.panel.hdf5 import read_panel
     from memtui.panel.model import METRIC_LABEL, NEVER
 
-    p = read_panel(args.panel)
+    path = panel_path(args)
+    p = read_panel(path)
     treated = p.treatment != NEVER
     cohorts = np.unique(p.treatment[treated])
     rows = [
@@ -45,11 +44,11 @@ def run(args) -> int:
     from memtui.extract.integrity import read_duplicates
 
     # steps extract refused because their weights are another step's (their columns stay undone)
-    rows += [("duplicate weights", f"step{step} = step{same_as}") for step, same_as in read_duplicates(args.panel)]
+    rows += [("duplicate weights", f"step{step} = step{same_as}") for step, same_as in read_duplicates(path)]
     from memtui.extract.shards import info_rows
 
     # steps that carry another checkpoint's weight file (a shard): refused before scoring, or marked if scored
-    rows += info_rows(args.panel, p.steps, p.done)
+    rows += info_rows(path, p.steps, p.done)
     width = max(10, *(len(clean(n, 40)) for n in p.metrics))
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0

@@ -55,6 +55,9 @@ class OneLineParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("formatter_class", DefaultsFormatter)
+        # no abbreviations: `memtui demo --seed 7` would be `--seeds` (another demo, written to ./7) and an option a
+        # verb does not have would be taken for one it has; every option is spelled out or refused
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str):
@@ -93,10 +96,16 @@ def _bind_option_values(argv: list[str]) -> list[str]:
     return out
 
 
+def looks_like_verb(word: str) -> bool:
+    """Whether ``word`` reads as a command rather than a panel file: letters only (a path has a dot or a slash) and
+    no file of that name."""
+    return bool(re.fullmatch(r"[A-Za-z][A-Za-z_-]*", word)) and not Path(word).exists()
+
+
 def suggested_verb(word: str, verbs) -> str | None:
     """The verb ``word`` is probably a typo or a start of (``estimat``, ``est`` -> ``estimate``); None when it names an
     existing file, looks like a path (a dot or a slash: verbs have neither) or is close to no verb."""
-    if not re.fullmatch(r"[A-Za-z][A-Za-z_-]*", word) or Path(word).exists():
+    if not looks_like_verb(word):
         return None
     starting = [verb for verb in verbs if verb.startswith(word.lower())]
     if len(starting) == 1:  # `memtui est`
@@ -130,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     known = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 - argparse has no public accessor
     # `memtui` and `memtui PANEL` open the app; everything else is a subcommand.
     if not argv or (argv[0] not in known and not argv[0].startswith("-")) or argv[0].startswith("--sample"):
-        if argv and (verb := suggested_verb(argv[0], known)):
-            print(f"memtui: {clean(argv[0])} is neither a command nor a file; did you mean `memtui {verb}`?",
-                  file=sys.stderr)  # fmt: skip
+        if argv and looks_like_verb(argv[0]):  # `memtui nosuchverb`: a mistyped command, not a panel to make
+            verb = suggested_verb(argv[0], known)
+            hint = f"did you mean `memtui {verb}`?" if verb else "`memtui --help` lists the commands."
+            print(f"memtui: {clean(argv[0])}: no such command or file; {hint}", file=sys.stderr)
             return 2
         argv = ["app", *argv]
     args = parse(parser, argv)

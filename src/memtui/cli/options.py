@@ -27,66 +27,92 @@ def count(text: str) -> int:
     return int(value)
 
 
-def add_settings_args(p: argparse.ArgumentParser) -> None:
+# The shared estimation options a verb does not honour, and why. Such a verb refuses the option in one line with the
+# reason (``_Refused``, hidden from its --help): accepted and ignored, it would print numbers the user did not ask for.
+# Keyed by the option's dest; a verb not listed honours every option of the group. (--no-cache is honoured by every
+# verb: one that caches nothing, compare and sensitivity, recomputes every time, which is all it asks.)
+NOT_HONOURED = {
+    "calibrate": {
+        "family": "it reports the family-wise error of every family",
+        "final_step": "its null panels are simulated over every checkpoint (no residual summary)",
+        "engine": "its null panels are estimated by memtui's engine",
+        "cluster": "its null panels are simulated and bootstrapped per instance, not per cluster",
+    },
+    "sensitivity": {
+        "family": "its robust intervals are HonestDiD's, not a simultaneous band",
+        "final_step": "it estimates event times, not the residual summary",
+        "engine": "its event study is estimated by memtui's engine",
+        "band": "its robust intervals are HonestDiD's, not a simultaneous band",
+        "cluster": "its event study's covariance is bootstrapped per instance, not per cluster",
+    },
+}
+
+
+def add_settings_args(p: argparse.ArgumentParser, verb: str) -> None:
+    """The estimation group: every option ``verb`` honours, and a one-line refusal of those it does not
+    (``NOT_HONOURED``)."""
+    refused = NOT_HONOURED.get(verb, {})
+    g = p.add_argument_group("estimation")
+    for flags, kwargs in _settings_options():
+        dest = flags[-1].lstrip("-").replace("-", "_")
+        if dest in refused:
+            nargs = 0 if kwargs.get("action") == "store_true" else None
+            why = f"{verb} does not take {flags[-1]}: {refused[dest]}"
+            g.add_argument(*flags, action=_Refused, why=why, default=kwargs.get("default"), nargs=nargs)
+        else:
+            g.add_argument(*flags, **kwargs)
+
+
+def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
+    """The estimation group's options: flags and argparse keywords (the choices read the settings' registries)."""
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
     from memtui.estimation.settings import ALPHA_RANGE
 
-    g = p.add_argument_group("estimation")
-    g.add_argument("-m", "--metric", help="metric to estimate [default: loglik, else the first metric with values]")
-    g.add_argument(
-        "--estimator",
-        default="did",
-        choices=list(CHOICES["estimator"]),
-        help="did: difference-in-differences (causal); difference: trained - never-trained at c; extractable: the "
-        "cohort's level at c, counterfactual taken as 0",
-    )
-    g.add_argument(
-        "--base-period",
-        default="varying",
-        choices=list(CHOICES["base_period"]),
-        help="pre-treatment cells against the checkpoint before c (varying) or before g (universal)",
-    )
-    g.add_argument(
-        "--control-group",
-        default="never_treated",
-        choices=list(CHOICES["control_group"]),
-        help="controls: validation instances only, or also instances not trained on yet",
-    )
-    g.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: analytic only)")
-    g.add_argument("--multiplier", default="rademacher", choices=list(CHOICES["multiplier"]), help="bootstrap weights")
-    g.add_argument("--seed", type=int, default=0, help="seed of the bootstrap draws")
-    g.add_argument(
-        "--alpha",
-        type=float,
-        default=0.05,
-        help=f"1 - alpha is the bands' simultaneous coverage; {ALPHA_RANGE} [0.05]",
-    )
-    g.add_argument(
-        "--family",
-        default="post",
-        choices=list(CHOICES["family"]),
-        help="cells sharing one simultaneous band: post-treatment ones (placebo cells their own) or all",
-    )
-    g.add_argument(
-        "--final-step",
-        type=int,
-        help="checkpoint for residual memorisation: the last completed one at or before it [default: last completed]",
-    )
-    g.add_argument(
-        "--engine",
-        default="memtui",
-        choices=list(CHOICES["engine"]),
-        help="memtui's engine, or the differences library (the paper's pipeline; slow, a cross-check)",
-    )
-    add_band_arg(g)
-    g.add_argument(
-        "--cluster",
-        default="",
-        metavar="batch|NAME",
-        help="clustered bootstrap: one multiplier per training batch (the optimizer step the build recorded) or per "
-        "level of a categorical covariate (inside one cohort for --band calibrated); controls each their own cluster",
-    )
-    g.add_argument("--no-cache", action="store_true", help="recompute even if cached")
+    return [
+        (("-m", "--metric"), {"help": "metric to estimate [default: loglik, else the first metric with values]"}),
+        (("--estimator",), {"default": "did", "choices": list(CHOICES["estimator"]),
+                            "help": "did: difference-in-differences (causal); difference: trained - never-trained "
+                                    "at c; extractable: the cohort's level at c, counterfactual taken as 0"}),
+        (("--base-period",), {"default": "varying", "choices": list(CHOICES["base_period"]),
+                              "help": "pre-treatment cells against the checkpoint before c (varying) or before g "
+                                      "(universal)"}),
+        (("--control-group",), {"default": "never_treated", "choices": list(CHOICES["control_group"]),
+                                "help": "controls: validation instances only, or also instances not trained on yet"}),
+        (("-B", "--draws"), {"type": int, "default": 1000, "help": "bootstrap draws (0: analytic only)"}),
+        (("--multiplier",), {"default": "rademacher", "choices": list(CHOICES["multiplier"]),
+                             "help": "bootstrap weights"}),
+        (("--seed",), {"type": int, "default": 0, "help": "seed of the bootstrap draws"}),
+        (("--alpha",), {"type": float, "default": 0.05,
+                        "help": f"1 - alpha is the bands' simultaneous coverage; {ALPHA_RANGE} [0.05]"}),
+        (("--family",), {"default": "post", "choices": list(CHOICES["family"]),
+                         "help": "cells sharing one simultaneous band: post-treatment ones (placebo cells their own) "
+                                 "or all"}),
+        (("--final-step",), {"type": int,
+                             "help": "checkpoint for residual memorisation: the last completed one at or before it "
+                                     "[default: last completed]"}),
+        (("--engine",), {"default": "memtui", "choices": list(CHOICES["engine"]),
+                         "help": "memtui's engine, or the differences library (the paper's pipeline; slow, a "
+                                 "cross-check)"}),
+        (("--band",), {"default": "calibrated", "action": _ChosenBand, "choices": list(CHOICES["band"]),
+                       "help": BAND_HELP}),
+        (("--cluster",), {"default": "", "metavar": "batch|NAME",
+                          "help": "clustered bootstrap: one multiplier per training batch (the optimizer step the "
+                                  "build recorded) or per level of a categorical covariate (inside one cohort for "
+                                  "--band calibrated); controls each their own cluster"}),
+        (("--no-cache",), {"action": "store_true", "help": "recompute even if cached"}),
+    ]  # fmt: skip
+
+
+class _Refused(argparse.Action):
+    """A shared option this verb does not honour: refused in one line with the reason (``NOT_HONOURED``), and left
+    out of the verb's --help. Its dest keeps the group's default, so the verb's settings are what they always were."""
+
+    def __init__(self, option_strings, dest, why: str, **kwargs) -> None:
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.why = why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(self.why)
 
 
 def covariate_names(text: str) -> tuple[str, ...]:
@@ -125,18 +151,17 @@ def add_by_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+BAND_HELP = (
+    "simultaneous band: calibrated (studentised bootstrap-t; holds its level with small cohorts) or classic (R did's "
+    "and the paper's; needed for --multiplier mammen) [calibrated]"
+)
+
+
 def add_band_arg(p) -> None:
     """``--band``: which simultaneous band marks estimates significant (every verb that reports significance)."""
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
 
-    p.add_argument(
-        "--band",
-        default="calibrated",
-        action=_ChosenBand,
-        choices=list(CHOICES["band"]),
-        help="simultaneous band: calibrated (studentised bootstrap-t; holds its level with small cohorts) or classic "
-        "(R did's and the paper's; needed for --multiplier mammen) [calibrated]",
-    )
+    p.add_argument("--band", default="calibrated", action=_ChosenBand, choices=list(CHOICES["band"]), help=BAND_HELP)
 
 
 class _ChosenBand(argparse.Action):
@@ -148,21 +173,31 @@ class _ChosenBand(argparse.Action):
         namespace.band_chosen = True
 
 
+COVARIATES_BAND_NOTE = (
+    "--covariates uses the classic band (R did's); the calibrated band is not derived for doubly robust DiD."
+)
+
+
 def _band(args) -> str:
     """The band asked for; the default calibrated band is not derived for doubly robust DiD, so with --covariates and
-    no --band the classic one is used and the user told so (an explicit --band calibrated is refused by Settings)."""
+    no --band the classic one is used and the user told so after the results (``run_notes``: an error is one line,
+    never a note and then the error). An explicit --band calibrated is refused by Settings."""
     if getattr(args, "covariates", ()) and args.band == "calibrated" and not getattr(args, "band_chosen", False):
-        print("note: --covariates uses the classic band (R did's); the calibrated band is not derived for doubly "
-              "robust DiD.", file=sys.stderr)  # fmt: skip
         return "classic"
     return args.band
 
 
+def run_notes(args) -> list[str]:
+    """What the command line decided for the user (a default it changed), to print after the results' own notes."""
+    return [COVARIATES_BAND_NOTE] if _band(args) != args.band else []
+
+
 def settings_from_args(args, panel):
-    """Settings from the command line; without --metric, the panel's default metric (the first with values)."""
+    """Settings from the command line; without --metric, the panel's default metric (the first with values). A
+    covariate the panel does not have (--covariates, --cluster) is refused here, for every verb, before any work."""
     from memtui.estimation.settings import Settings
 
-    return Settings(
+    settings = Settings(
         metric=args.metric if args.metric is not None else panel.default_metric,
         estimator=args.estimator,
         base_period=args.base_period,
@@ -178,6 +213,19 @@ def settings_from_args(args, panel):
         covariates=getattr(args, "covariates", ()),
         cluster=getattr(args, "cluster", "") or "",
     ).validate()
+    have = ", ".join(clean(k, 40) for k in panel.covariates) or "none"
+    missing = [clean(name, 40) for name in settings.covariates if name not in panel.covariates]
+    if missing:
+        raise MemtuiError(
+            f"{clean(panel.path)}: no covariate {', '.join(missing)} for --covariates (it has: {have}); "
+            "`memtui covariates PANEL` computes or imports them."
+        )
+    if settings.cluster not in ("", "batch", *panel.covariates):
+        raise MemtuiError(
+            f"{clean(panel.path)}: no covariate {clean(settings.cluster, 40)} for --cluster (it has: {have}); "
+            "--cluster takes batch or a categorical covariate."
+        )
+    return settings
 
 
 def progress_bar():
@@ -201,7 +249,9 @@ def estimate_from_args(args):
     from memtui.estimation.estimate import estimate
     from memtui.panel.hdf5 import read_panel
 
-    panel = read_panel(args.panel)
+    if getattr(args, "shared_controls", False):
+        raise MemtuiError("--shared-controls goes with --by SPEC (the groups it splits the treated instances into).")
+    panel = read_panel(panel_path(args))
     settings = settings_from_args(args, panel)
     run = estimate if args.no_cache else cached_estimate
     return panel, run(panel, settings, progress_bar())
@@ -212,7 +262,7 @@ def estimate_by_from_args(args):
     from memtui.estimation.subgroups import estimate_by
     from memtui.panel.hdf5 import read_panel
 
-    panel = read_panel(args.panel)
+    panel = read_panel(panel_path(args))
     settings = settings_from_args(args, panel)
     return panel, estimate_by(panel, settings, args.by, shared_controls=args.shared_controls, progress=progress_bar())
 
@@ -234,3 +284,43 @@ def check_output(path: Path, force: bool, source: Path | None = None) -> None:
 
 
 PANEL_HELP = "the panel file (.h5: made by memtui build, import or sample)"
+
+
+def add_panel_args(p, *, several: bool = False, dest: str | None = None, help: str = PANEL_HELP) -> None:
+    """The panel a verb reads: a file, or ``--sample NAME``, a panel shipped with memtui (every verb that reads panels
+    takes both, and refuses both at once: ``panel_path``). ``several``: one file per model (``dest`` ``panels``, or
+    ``panel`` for the app), and ``--sample suite`` for the shipped suite's four."""
+    from memtui.panel.samples import SAMPLES, SUITE_NAME
+
+    if several:
+        p.add_argument(dest or "panels", type=Path, nargs="*", metavar="PANEL", help=help)
+    else:
+        p.add_argument("panel", type=Path, nargs="?", help=help)
+    suite = f"; '{SUITE_NAME}': the four models of the shipped suite" if several else ""
+    p.add_argument(
+        "--sample",
+        choices=[*SAMPLES, SUITE_NAME] if several else list(SAMPLES),
+        help=f"a panel shipped with memtui instead of a file{suite} (`memtui info --sample NAME` describes it)",
+    )
+
+
+def panel_paths(args) -> list[Path]:
+    """The panels the arguments name (``add_panel_args``): the files given, the sample's, or none."""
+    from memtui.panel.samples import sample_paths
+
+    given = args.panel if hasattr(args, "panel") else args.panels  # calibrate's `panels` is a count of its own
+    given = [] if given is None else list(given) if isinstance(given, list) else [given]
+    sample = getattr(args, "sample", None)
+    if sample and given:
+        raise MemtuiError("give a panel or --sample, not both.")
+    return sample_paths(sample) if sample else given
+
+
+def panel_path(args) -> Path:
+    """The one panel a verb reads: its PANEL argument or ``--sample NAME``'s file."""
+    from memtui.panel.samples import SAMPLES
+
+    paths = panel_paths(args)
+    if not paths:
+        raise MemtuiError(f"give a panel file, or --sample NAME for a shipped one ({', '.join(SAMPLES)}).")
+    return paths[0]

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
-from memtui.cli.options import add_band_arg
+from memtui.cli.options import add_band_arg, add_panel_args, panel_path
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 
@@ -24,7 +23,7 @@ VALIDATION_MODES = ("optimal", "pilot")  # memtui.estimation.plan.VALIDATION_MOD
 def add_arguments(p) -> None:
     from memtui.estimation.settings import ALPHA_RANGE
 
-    p.add_argument("panel", type=Path, help="pilot panel: a smaller model's panel or a short extraction")
+    add_panel_args(p, help="pilot panel: a smaller model's panel or a short extraction")
     p.add_argument("-m", "--metric", help="metric [loglik, else the first metric with values]")
     p.add_argument("--effect", type=float, help="an effect to detect, besides the pilot's instantaneous D, D/2, D/4")
     p.add_argument("--power", type=float, default=0.8, help="probability of detecting it [0.8]")
@@ -93,7 +92,7 @@ def run(args) -> int:
     check_plan_args(
         power=args.power, alpha=args.alpha, cohorts=args.cohorts, checkpoints=args.checkpoints, effects=given
     )
-    panel = read_panel(args.panel)
+    panel = read_panel(panel_path(args))
     metric = args.metric if args.metric is not None else panel.default_metric
     settings = Settings(metric=metric, draws=args.draws, seed=args.seed, alpha=args.alpha, band=args.band).validate()
     if args.calibrate is not None and (args.calibrate < 1 or not args.draws):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from memtui.cli.options import PANEL_HELP, add_settings_args, count
+from memtui.cli.options import add_panel_args, add_settings_args, count
 
 SUMMARY = "robust intervals under violations of parallel trends, and the breakdown value (Rambachan & Roth)"
 DESCRIPTION = (
@@ -28,7 +27,7 @@ def _grid(text: str) -> list[float]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("panel", type=Path, help=PANEL_HELP)
+    add_panel_args(p)
     g = p.add_argument_group("sensitivity")
     g.add_argument(
         "--target",
@@ -40,18 +39,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--grid", type=_grid, help="Mbar (rm) or M (sd) values, comma-separated [rm: 0,0.5,1,1.5,2]")
     g.add_argument("--pre", type=count, help="keep the last PRE placebo event times [all]")
     g.add_argument("--post", type=count, help="keep the first POST post-treatment event times [all]")
-    add_settings_args(p)
-    p.set_defaults(base_period="universal")
+    add_settings_args(p, "sensitivity")
+    # the universal base period is HonestDiD's requirement; the band is not sensitivity's (it refuses --band), and the
+    # classic band's settings take every multiplier its bootstrap can use (--multiplier mammen too)
+    p.set_defaults(base_period="universal", band="classic")
 
 
 def run(args) -> int:
     from memtui.cli.numbers import fixed2
-    from memtui.cli.options import settings_from_args
+    from memtui.cli.options import panel_path, settings_from_args
     from memtui.core.text import clean
     from memtui.estimation.sensitivity import event_study, sensitivity
     from memtui.panel.hdf5 import read_panel
 
-    panel = read_panel(args.panel)
+    panel = read_panel(panel_path(args))
     settings = settings_from_args(args, panel)
     study = event_study(panel, settings, pre=args.pre, post=args.post)
     res = sensitivity(study, args.target, args.method, args.grid, alpha=settings.alpha, seed=settings.seed)

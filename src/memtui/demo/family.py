@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import queue
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -32,6 +31,7 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.demo.train import DemoConfig, corpus_rows, make_model, train
+from memtui.demo.workdir import check_keep, work_folder
 from memtui.panel.hdf5 import text_attr
 
 # (hidden, layers, heads): head size a multiple of 8, so GPT-NeoX's rotary quarter of it is even
@@ -179,9 +179,9 @@ def make_suite(
     models = cfg.models()
     names = [n for n, _, _ in models]
     check_out_dir(out_dir, names, overwrite)
+    check_keep(workdir)  # before the output folder is made: a refusal leaves nothing behind
     out_dir.mkdir(exist_ok=True)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="memtui-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(workdir)
     base = cfg.base
     t0 = time.time()
     timings: dict[str, dict] = {}

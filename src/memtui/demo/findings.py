@@ -167,6 +167,19 @@ def _pairs(c: Correlations) -> list[tuple[str, str, float, float, float]]:
             for i in range(n) for j in range(i + 1, n)]  # fmt: skip
 
 
+def _corrected(c: Correlations, a: str, b: str) -> list[str]:
+    """The corrected (true-profile) Pearson correlation of a pair and its interval, as the report's two cells: an
+    interval of [-1, 1] reads "not determined" (the number alone would look like a finding), a clipped value says so."""
+    i, j = c.names.index(a), c.names.index(b)
+    v, lo, hi = c.pearson_corrected[i, j], c.pearson_corrected_low[i, j], c.pearson_corrected_high[i, j]
+    if not np.isfinite(v):
+        return ["n/a", "n/a"]
+    clipped = ", clipped" if c.pearson_clipped is not None and c.pearson_clipped[i, j] else ""
+    if lo <= -1 and hi >= 1:
+        return [f"not determined ({v:.2f}{clipped})", "[-1, 1]"]
+    return [f"{v:.2f}" + (f" ({clipped[2:]})" if clipped else ""), f"[{lo:.2f}, {hi:.2f}]"]
+
+
 def _claim_corr(f: Findings) -> Claim:
     pairs = _pairs(f.corr)
     r = np.array([p[2] for p in pairs])
@@ -212,7 +225,7 @@ def figures(f: Findings, folder: Path) -> list[Path]:
     notes = [[f"[{c.pearson_low[i, j]:.2f}, {c.pearson_high[i, j]:.2f}]" if i != j else "" for j in range(len(names))]
              for i in range(len(names))]  # fmt: skip
     out.append(write_svg(folder / "correlations.svg", grid(
-        c.pearson, names, title="Pearson correlation of profiles", notes=notes, cell=74)))  # fmt: skip
+        c.pearson, names, title="Raw Pearson correlation of estimated profiles", notes=notes, cell=74)))  # fmt: skip
     cohorts = np.array(list(f.lr))
     lr = np.array(list(f.lr.values()))
     track = [Series("learning rate", cohorts, _z(lr), color="#444", dashed=True)]
@@ -301,8 +314,15 @@ def render(f: Findings, *, figures_dir: str = ".", timings: dict | None = None, 
             "from any trend over training; the last column removes a linear trend in the cohort's step from both "
             "(what is left is the schedule's curvature).", "", f"![tracking]({fig('tracking.svg')})"]  # fmt: skip
     out += ["", f"## (iii) Correlation across sizes: {f.claims[2].verdict}", ""]
-    rows = [[a, b, f"{v:.2f}", f"[{lo:.2f}, {hi:.2f}]"] for a, b, v, lo, hi in _pairs(f.corr)]
-    out.append(_md_table(["model", "model", "Pearson", "95% bootstrap interval"], rows))
+    rows = [
+        [a, b, f"{v:.2f}", f"[{lo:.2f}, {hi:.2f}]", *_corrected(f.corr, a, b)] for a, b, v, lo, hi in _pairs(f.corr)
+    ]
+    out.append(_md_table(["model", "model", "Pearson (raw)", "95% bootstrap interval", "true profiles (corrected)",
+                          "its 95% interval"], rows))  # fmt: skip
+    out += ["", "The raw r is the correlation of the estimated profiles, attenuated by their estimation noise; the "
+            "corrected one estimates the correlation of the models' true profiles (docs/methods.md, \"Correlations "
+            "of true profiles\"). Where its interval is [-1, 1] the data do not determine it, and only the raw r is "
+            "informative."]  # fmt: skip
     sp = f.corr.spearman
     off = sp[~np.eye(len(sr.names), dtype=bool)]
     out += ["", f"Over {f.corr.n_cells} post-treatment cells (c >= g); Spearman ranges from {np.nanmin(off):.2f} to "

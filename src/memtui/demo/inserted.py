@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -41,6 +40,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.demo.family import suite_base
 from memtui.demo.train import DemoConfig, corpus_rows
+from memtui.demo.workdir import check_keep, work_folder
 from memtui.panel.covariates import write_covariates
 from memtui.panel.hdf5 import create_panel, text_attr
 from memtui.panel.model import NEVER
@@ -231,9 +231,9 @@ def make_inserted(
     cfg = cfg or InsertedConfig()
     out_dir = Path(out_dir)
     check_out_dir(out_dir, overwrite)
+    check_keep(workdir)  # before the output folder is made: a refusal leaves nothing behind
     out_dir.mkdir(exist_ok=True)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="memtui-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(workdir)
     t0 = time.time()
     try:
         _prepare(cfg, work, out_dir, log)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
-import tempfile
 import time
 import warnings
 from collections import OrderedDict
@@ -37,6 +36,7 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.demo.family import _child_log, _run_jobs, check_out_dir, model_name, n_parameters, panel_path
 from memtui.demo.train import DemoConfig, _label_demo_panel, corpus_text, encode, train
+from memtui.demo.workdir import check_keep, work_folder
 
 STEM = "neox"  # the panels are OUT_DIR/neox-seedN.h5 (build --seeds names them STEM-NAME.h5)
 
@@ -220,9 +220,9 @@ def make_seeds(
         raise MemtuiError(f"steps ({cfg.base.steps}) must be a multiple of the checkpoint interval ({cfg.base.every}).")
     check_out_dir(out_dir, [p.stem for p in cfg.panels(out_dir)], overwrite)
     megatron()  # refused before anything is written
+    check_keep(workdir)  # before the output folder is made: a refusal leaves nothing behind
     out_dir.mkdir(exist_ok=True)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="memtui-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(workdir)
     t0 = time.time()
     try:
         panels = _build(out_dir, work, cfg, overwrite, log)

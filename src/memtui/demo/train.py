@@ -20,7 +20,6 @@ import hashlib
 import json
 import math
 import shutil
-import tempfile
 import time
 import unicodedata
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import h5py
 import numpy as np
 
 from memtui.core.files import refuse_existing
+from memtui.demo.workdir import work_folder
 from memtui.panel.hdf5 import text_attr
 
 VOCAB = 256
@@ -261,8 +261,7 @@ def make_demo(
     cfg = cfg or DemoConfig()
     out = Path(out)
     refuse_existing(out, overwrite)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="memtui-demo-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(workdir)
     t0 = time.time()
     try:
         train_rows, val_rows = corpus_rows(cfg)

@@ -211,7 +211,7 @@ def _draws_arrays(shapes: list[tuple[int, int]]) -> list[np.ndarray]:
     largest arrays (80 MB a layout at the paper's size, one per subgroup under --by) and are first touched a chunk of
     columns at a time; where the kernel must compact memory to find huge pages (a busy machine) that first touch
     stalled: with the advice off for these arrays alone `estimate --by` with 8 groups ran 25-30 % faster on the
-    shared development machine (docs/estimation.md, "Subgroups"). Other arrays keep numpy's default."""
+    shared development machine (docs/internals.md, "Subgroups"). Other arrays keep numpy's default."""
     multiarray = getattr(getattr(np, "_core", None), "multiarray", None)  # numpy 2; numpy 1: np.core
     multiarray = multiarray or getattr(getattr(np, "core", None), "multiarray", None)
     advise = getattr(multiarray, "_set_madvise_hugepage", None)  # private; absent: numpy's default stands

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
 from memtui.engine import did
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
@@ -79,6 +80,7 @@ def design_matrix(covariates: dict[str, np.ndarray], names: Sequence[str]) -> De
     columns, labels = [np.ones(int(keep.sum()))], ["(Intercept)"]
     for name in names:
         values = np.asarray(covariates[name])[keep]
+        _refuse_constant(name, values)
         if values.dtype.kind in "fiub":
             columns.append(values.astype(float))
             labels.append(name)
@@ -88,6 +90,21 @@ def design_matrix(covariates: dict[str, np.ndarray], names: Sequence[str]) -> De
             columns.append((values.astype(str) == level).astype(float))
             labels.append(f"{name}{level}")
     return Design(matrix=np.column_stack(columns), names=labels, keep=keep, notes=notes)
+
+
+def _refuse_constant(name: str, values: np.ndarray) -> None:
+    """A covariate with one value among the instances used is the intercept again: the design is singular in every
+    cohort. Named here, before any cohort's fit would call the controls collinear without saying which covariate."""
+    if not len(values):
+        return
+    numeric = values.dtype.kind in "fiub"
+    distinct = np.unique(values.astype(float)) if numeric else np.unique(values.astype(str))
+    if len(distinct) == 1:
+        shown = f"{distinct[0]:g}" if numeric else f"'{clean(distinct[0], 40)}'"
+        raise MemtuiError(
+            f"covariate {clean(name, 40)} is constant ({shown} for all {len(values)} instances used): it cannot "
+            "adjust for anything; drop it."
+        )
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""What the calibration study measured (docs/calibration-study.md, docs/estimation.md "Small cohorts"): the
+"""What the calibration study measured (docs/calibration-study.md, docs/methods.md "Small cohorts"): the
 family-wise error of each band at the designs it simulated, R `did`'s small-group rule, and the notes they give an
 estimate. The bands' own notes (``band_calibrated``, ``band_classic``) are written from these; no numerics here.
 ``estimation.evidence`` is the same table for the layers above, with each band's thresholds from the registry."""
@@ -12,7 +12,7 @@ import numpy as np
 
 from memtui.engine.layout import listing
 
-SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/estimation.md ("Small cohorts")
+SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/methods.md ("Small cohorts")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ simultaneous band needs:
     Cov(X_c - X_b, X_c' - X_b') = [V(|c - b'|) + V(|c' - b|) - V(|c - c'|) - V(|b - b'|)] / 2,
 
 exactly for a process with stationary increments. Cells of one cohort share their instances, cells of different
-cohorts only the controls. See docs/estimation.md ("Planning a panel") for what this assumes.
+cohorts only the controls. See docs/methods.md ("Planning a panel") for what this assumes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 an estimate gets when its design is one where its band is known not to hold its level.
 
 This replaces R `did`'s fixed rule ("groups under 5 instances") with evidence (docs/calibration-study.md and
-docs/estimation.md, "Calibrating a panel's bands"): null panels of 20 cohorts x 21 checkpoints (white noise, 200
+docs/estimation.md, "Small cohorts"): null panels of 20 cohorts x 21 checkpoints (white noise, 200
 never-treated controls, B = 1000) show the classic band flagging a post-treatment cell in 94 % of panels at 10
 instances per cohort, 46 % at 20, 8 % at 100 and 6.5 % at 300, and 22 % at the paper's design (100 per cohort,
 95 x 96); the calibrated band holds 5 % from 10 per cohort up, but not below: 13 % at 5 per cohort and every panel at

@@ -20,11 +20,12 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
+from memtui.panel.names import check_covariate_name
 
 QUANTILES = {"tertiles": 3, "quartiles": 4, "quintiles": 5, "deciles": 10}
 MAX_LEVELS = 12  # a numeric covariate with at most this many values may be split by value (doses 1, 2, 4, 8, 16)
 MAX_GROUPS = 64
-_NAME = r"[A-Za-z_][\w.-]*"
+_NAME = r"[^\s<>=!:]+"  # any word up to an operator; then held to the one covariate naming rule (panel/names.py)
 _COMPARE = re.compile(rf"^\s*({_NAME})\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
 _BINS = re.compile(rf"^\s*({_NAME})\s*:\s*(\S+)\s*$")
 _LEVELS = re.compile(rf"^\s*({_NAME})\s*$")
@@ -58,6 +59,9 @@ def group_labels(panel: Panel, spec: str, among: np.ndarray | None = None) -> tu
 def resolve(panel: Panel, spec: str, among: np.ndarray | None = None) -> Groups:
     """``group_labels`` with what the dose-response needs: the covariate and whether the groups are ordered."""
     among = np.ones(panel.n_instances, bool) if among is None else np.asarray(among, bool)
+    m = _COMPARE.match(spec) or _BINS.match(spec) or _LEVELS.match(spec)
+    if m:
+        check_covariate_name(m.group(1), f"--by '{clean(spec, 60)}':")
     if m := _COMPARE.match(spec):
         groups = _comparison(spec, *m.groups(), _covariate(panel, m.group(1)))
     elif m := _BINS.match(spec):
@@ -113,10 +117,7 @@ def _known(values: np.ndarray) -> np.ndarray:
 def _comparison(spec: str, name: str, op: str, text: str, values: np.ndarray) -> Groups:
     known = _known(values)
     if values.dtype.kind == "f":
-        try:
-            bound = float(text)
-        except ValueError:
-            raise MemtuiError(f"--by '{clean(spec, 60)}': '{clean(text, 30)}' is not a number.") from None
+        bound = _finite(text, spec)
         holds = np.zeros(len(values), bool)
         holds[known] = _OPS[op](values[known], bound)
     elif op in ("==", "!="):
@@ -146,12 +147,9 @@ def _levels(spec: str, name: str, values: np.ndarray) -> Groups:
 def _binned(spec: str, name: str, how: str, values: np.ndarray, among: np.ndarray) -> Groups:
     known = np.isfinite(values)
     if how.startswith("bins="):
-        try:
-            cuts = np.array(sorted({float(x) for x in how.removeprefix("bins=").split(",")}))
-        except ValueError:
-            raise MemtuiError(f"--by '{clean(spec, 60)}': bins= takes numbers separated by commas.") from None
-    else:
-        k = QUANTILES.get(how) or (int(how) if how.isdigit() else 0)
+        cuts = np.array(sorted({_finite(x, spec) for x in how.removeprefix("bins=").split(",")}))
+    else:  # ASCII digits only: str.isdigit() also takes '²' and '٣', which int() then refuses or reads
+        k = QUANTILES.get(how) or (int(how) if re.fullmatch(r"[0-9]{1,4}", how) else 0)
         if not 2 <= k <= MAX_GROUPS:
             raise MemtuiError(
                 f"--by '{clean(spec, 60)}': bin by {', '.join(QUANTILES)}, a count from 2 to {MAX_GROUPS}, or "
@@ -169,6 +167,17 @@ def _binned(spec: str, name: str, how: str, values: np.ndarray, among: np.ndarra
     used = np.unique(labels[known])
     labels[known] = np.searchsorted(used, labels[known])
     return Groups(spec, name, labels, [names[u] for u in used], ordered=True, values=values)
+
+
+def _finite(text: str, spec: str) -> float:
+    """A finite number of a --by spec (a comparison's bound, a bin's edge): not nan, inf or 1e400."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise MemtuiError(f"--by '{clean(spec, 60)}': '{clean(text, 30)}' is not a finite number.")
+    return value
 
 
 def _interval(name: str, lo: float, hi: float) -> str:

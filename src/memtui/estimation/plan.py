@@ -4,7 +4,7 @@ From the pilot it takes the variance of an instance's change in the metric over 
 (pooled over the cohorts' post-treatment cells, by event time) and for validation instances (pooled over every pair
 of checkpoints L apart); from those it simulates the simultaneous critical value of the planned design's band and
 solves for the cohort size that makes an instantaneous cell (c = g) with effect D significant with the requested
-power. The method and its assumptions are in docs/estimation.md ("Planning a panel").
+power. The method and its assumptions are in docs/methods.md ("Planning a panel").
 
 Under the calibrated band (the default) a cell is significant when its Welch t statistic exceeds the bootstrap-t
 critical value. That value is the large-sample (normal) one mapped through a t law with the cell's

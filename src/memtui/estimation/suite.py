@@ -750,7 +750,7 @@ def _corrected_record(true: dict, names: list[str], notes: list[str]) -> dict:
         notes.append(
             f"the true profiles' correlation of {pairs} is not determined by these data (interval [-1, 1]): their "
             "estimation noise, shared by the cells of a cohort or checkpoint, is as large as the profiles' own "
-            "variation; only the raw correlation is informative there (docs/estimation.md)"
+            "variation; only the raw correlation is informative there (docs/methods.md)"
         )
     return {"pearson_corrected": value, "pearson_corrected_low": low, "pearson_corrected_high": high,
             "pearson_clipped": clipped}  # fmt: skip
@@ -869,7 +869,7 @@ def _pivot_interval(point: float, pivot: np.ndarray, alpha: float) -> tuple[floa
     but in the interior their asymmetry is not its asymmetry: the percentile interval missed the truth mostly from
     above (18 of 20 misses at rho 0.8, noise 0.3) and covered 85-92 % where the symmetric one covers 94-95 %; near
     +-1 the clipped draws' standard deviation is too small and the percentiles, which hold the bound, are the ones
-    that cover (docs/estimation.md, "Correlations of true profiles")."""
+    that cover (docs/methods.md, "Correlations of true profiles")."""
     ok = (pivot[:, 0, 0] > 0) & (pivot[:, 1, 1] > 0)
     if np.mean(~ok) > alpha / 2:
         return -1.0, 1.0
@@ -890,7 +890,7 @@ def _spurious(pairs: np.ndarray, noise: np.ndarray) -> np.ndarray:
     (``noise``: C(d_b,p, d_b,q)) Cov = sum_(i != j) a_ij (a_ij + a_ji). So sum_(i != j) a_ij a_ij = (F + Cov - G) / 2.
     F alone (the V-statistic) adds sum_i a_ii a_ii, the fourth moments of each instance's own influence, which the
     realised C(e, d) does not have in expectation: with 20 instances a cohort it overstated the spurious part by about
-    10 % and the linear term's spread came out about 6 % short (docs/estimation.md, "Correlations of true profiles").
+    10 % and the linear term's spread came out about 6 % short (docs/methods.md, "Correlations of true profiles").
     """
     f = pairs.T @ pairs / len(pairs)
     g = f[:, [0, 2, 1, 3]]  # (p, q) x (s, r): the components of the swapped pair

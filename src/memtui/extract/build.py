@@ -19,6 +19,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.files import refuse_existing
+from memtui.core.paths import input_file
 from memtui.core.text import clean
 from memtui.extract.checkpoints import parse_checkpoints
 from memtui.panel.hdf5 import create_panel
@@ -73,9 +74,7 @@ def _lengths_from_padding(tokens: np.ndarray) -> np.ndarray:
 
 def open_memmap(path: str | os.PathLike, seq_len: int) -> np.ndarray:
     """Rows x seq_len tokens, memory-mapped: a raw uint16 ``.bin`` (Pythia's layout) or an ``.npy``."""
-    path = Path(path)
-    if not path.exists():
-        raise MemtuiError(f"{path}: no such token file.")
+    path = input_file(path, "token file")  # a folder, a FIFO or a device is refused, not read
     if path.suffix == ".npy":
         return _token_ids(_load(path, mmap_mode="r"), path)
     size = path.stat().st_size
@@ -88,9 +87,7 @@ def open_memmap(path: str | os.PathLike, seq_len: int) -> np.ndarray:
 
 def load_token_array(path: str | os.PathLike, key: str | None = None) -> np.ndarray:
     """A 2-D token-id array from .npy / .npz (key ``tokens`` or the only array) / .bin (uint16, needs a reshape)."""
-    path = Path(path)
-    if not path.exists():
-        raise MemtuiError(f"{path}: no such token file.")
+    path = input_file(path, "token file")
     if path.suffix == ".npz":
         z = _load(path)
         if not isinstance(z, np.lib.npyio.NpzFile):
@@ -270,9 +267,7 @@ def build_from_tokens(
     with the treatment steps in ``treatment_file`` (.npy). ``steps`` defaults to 0 and every treatment step.
     """
     _check_out(out, overwrite)
-    path = Path(tokens_file)
-    if not path.exists():
-        raise MemtuiError(f"{path}: no such token file.")
+    path = input_file(tokens_file, "token file")
     tokens, treat, ids, lengths, source = _read_token_file(path, treatment_column, tokens_column, treatment_file)
     tokens, treat, lengths = _checked_token_rows(tokens, treat, lengths, path)
     check_token_range(tokens, lengths, path)
@@ -321,9 +316,7 @@ def _read_token_file(path: Path, treatment_column: str, tokens_column: str, trea
     elif path.suffix == ".npy":
         if treatment_file is None:
             raise MemtuiError(f"{path}: an .npy token matrix needs --treatment-file with one step per row.")
-        if not Path(treatment_file).exists():
-            raise MemtuiError(f"{treatment_file}: no such treatment file.")
-        tokens, treat = load_token_array(path), _load(Path(treatment_file))
+        tokens, treat = load_token_array(path), _load(input_file(treatment_file, "treatment file"))
     else:
         raise MemtuiError(f"{path}: unsupported token file; use .npy (+ --treatment-file), .npz or .parquet.")
     return tokens, treat, ids, lengths, source

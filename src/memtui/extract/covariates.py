@@ -29,8 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.core.paths import input_file
 from memtui.core.text import clean
 from memtui.panel.model import Panel
+from memtui.panel.names import check_covariate_name
 
 NGRAM = 13
 TOKEN_COVARIATES = ("length", "zlib")
@@ -110,6 +112,7 @@ def table_covariates(path: str | os.PathLike, ids: np.ndarray) -> tuple[dict[str
     """Every column but ``id`` of a parquet or CSV table, in the panel's instance order, and how many of the panel's
     instances the table lacks (their values are NaN or ""). An id the panel does not have is refused."""
     frame = _read_table(Path(path))
+    _check_names(frame.columns, path)
     if "id" not in frame.columns:
         raise MemtuiError(f"{path}: no column 'id' (the instance id to join on); it has {', '.join(frame.columns)}.")
     if len(frame.columns) < 2:
@@ -135,8 +138,9 @@ def table_covariates(path: str | os.PathLike, ids: np.ndarray) -> tuple[dict[str
 def _read_table(path: Path):
     import polars as pl
 
-    if not path.is_file():
-        raise MemtuiError(f"{path}: no such table file.")
+    input_file(path, "table file")  # a folder, a FIFO or a device is refused, not read
+    if path.suffix.lower() != ".parquet":
+        _check_names(_csv_header(path), path)  # polars renames a repeated column (x, x -> x, x_duplicated_0)
     try:
         if path.suffix.lower() == ".parquet":
             return pl.read_parquet(path)
@@ -147,10 +151,40 @@ def _read_table(path: Path):
                           f"({reason}).") from None  # fmt: skip
 
 
+def _csv_header(path: Path) -> list[str]:
+    """The column names of a CSV table as its first record gives them (quotes and all), before any renaming."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8", errors="replace") as f:
+        try:
+            return next(csv.reader(f), [])
+        except csv.Error:
+            return []  # the reader refuses it next, with its own reason
+
+
+def _check_names(names, path) -> None:
+    """Each column once, and every covariate named by the one rule every option that names a covariate follows."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise MemtuiError(f"{path}: the column '{clean(name, 40)}' appears twice; give each column once.")
+        seen.add(name)
+        if name != "id":
+            check_covariate_name(name, f"{path}: column")
+
+
 def _table_ids(column, path) -> np.ndarray:
+    import polars as pl
+
     if column.null_count() or not column.dtype.is_integer():
         raise MemtuiError(f"{path}: column 'id' must hold whole-number instance ids, without empty cells.")
-    return column.to_numpy().astype(np.int64)
+    try:  # a table's integers may be wider than the panel's int64 ids (i128, u64): such an id is no instance
+        return column.cast(pl.Int64, strict=True).to_numpy()
+    except pl.exceptions.PolarsError:
+        big = column.cast(pl.Float64).abs().max()
+        raise MemtuiError(
+            f"{path}: column 'id' holds an id beyond int64 (about {big:.3g}); panel ids are 64-bit integers."
+        ) from None
 
 
 def _column_in_panel_order(column, row_of: np.ndarray, n: int, where: str) -> np.ndarray:
@@ -193,11 +227,12 @@ def compute_covariates(
     if corpus and (wanted is None or wanted & set(CORPUS_COVARIATES)):
         if tokens is None:
             raise MemtuiError(f"{panel.path}: the panel stores no token ids, so nothing can be counted in a corpus.")
-        from memtui.orders.ngrams import CorpusCounts
+        from memtui.orders.ngrams import CorpusCounts, rust_panics
 
         counts = CorpusCounts(corpus, dtype=corpus_dtype, index_dir=index_dir, log=log)
         log(f"counting {len(lengths):,} rows and their {NGRAM}-grams in {counts.n_tokens:,} corpus tokens")
-        out.update(corpus_covariates(tokens, lengths, counts.count))
+        with rust_panics(counts.indexes):  # a table that loads but is damaged further in panics while counting
+            out.update(corpus_covariates(tokens, lengths, counts.count))
     if table is not None:
         columns, missing = table_covariates(table, panel.ids)
         if missing:

@@ -16,7 +16,6 @@ seek locally or a byte range remotely. An instance's provenance is its chunk and
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Sequence
@@ -26,10 +25,12 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.orders.records import load_json, token_ids
 from memtui.orders.sampling import ID_SHIFT, NEVER, SampledOrder, _cohorts
 from memtui.orders.tokenfiles import file_sizes, is_url, read_range
 
 AMBER_TOKENS = 2049
+AMBER_VOCAB = 32000  # LLaMA's tokenizer (Amber's config.json: vocab_size 32000)
 N_CHUNKS = 360
 _CHUNK_NAME = re.compile(r"train_(\d+)\.jsonl$")
 _WINDOW = 1 << 16  # bytes read on each side of a drawn offset: a record of 2049 ids is ~12 KB
@@ -61,10 +62,11 @@ def find_chunks(folder: str | os.PathLike) -> dict[int, str]:
 class _Lines:
     """Uniform draws of whole lines from JSONL files, by byte offsets."""
 
-    def __init__(self, paths: Sequence[str], seq_len: int):
+    def __init__(self, paths: Sequence[str], seq_len: int, vocab: int | None = AMBER_VOCAB):
         self.paths = list(paths)
         self.sizes = file_sizes(self.paths)
         self.seq_len = seq_len
+        self.vocab = vocab
         # the shortest record json.dumps can write for seq_len ids: one digit each, ", " between
         self.shortest = len('{"token_ids": []}') + seq_len + 2 * (seq_len - 1)
 
@@ -106,16 +108,28 @@ class _Lines:
         return out
 
     def _record(self, f, start, text) -> dict:
-        where = f"{clean(self.paths[f], 160)} at byte {start}"
-        try:
-            record = json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise MemtuiError(f"{where}: not a JSON record.") from None
-        ids = record.get("token_ids") if isinstance(record, dict) else None
-        if not isinstance(ids, list) or len(ids) != self.seq_len:
-            got = len(ids) if isinstance(ids, list) else "no"
-            raise MemtuiError(f"{where}: expected 'token_ids' with {self.seq_len} ids, found {got}.")
+        """The record of the line at byte ``start`` of file f: JSON with ``seq_len`` token ids in the vocabulary."""
+        where = self._where(f, start)
+        record = load_json(text, where)
+        if not isinstance(record, dict):
+            raise MemtuiError(f"{where}: not a JSON record with 'token_ids'.")
+        record["token_ids"] = token_ids(record.get("token_ids"), where, self.seq_len, self.vocab)
         return record
+
+    def _where(self, f: int, start: int) -> str:
+        """The file and line of a record, for a refusal (local files: the line number, counted only here)."""
+        path = self.paths[f]
+        if is_url(path):
+            return f"{clean(path, 160)}, the line at byte {start}"
+        line, done = 1, 0
+        with open(path, "rb") as fh:
+            while done < start:
+                block = fh.read(min(1 << 24, start - done))
+                if not block:
+                    break
+                line += block.count(b"\n")
+                done += len(block)
+        return f"{clean(path, 160)}, line {line}"
 
 
 def sample_amber(
@@ -129,9 +143,10 @@ def sample_amber(
     heldout: Sequence[str] | None = None,
     seed: int = 0,
     seq_len: int = AMBER_TOKENS,
+    vocab: int | None = AMBER_VOCAB,
 ) -> SampledOrder:
     """Per cohort of chunks (c_prev, c], k chunks x m lines; controls from chunks after the last panel checkpoint
-    ("beyond") or from held-out files (``valid/*.jsonl``)."""
+    ("beyond") or held-out files (``valid/*.jsonl``). Token ids outside [0, ``vocab``) refuse their record."""
     found = find_chunks(chunks) if not isinstance(chunks, dict) else dict(chunks)
     steps = sorted({int(s) for s in steps})
     if not steps or steps[0] < 0 or steps[-1] >= N_CHUNKS:
@@ -139,7 +154,7 @@ def sample_amber(
     order = sorted(found)
     files = [found[c] for c in order]
     held = list(heldout or [])
-    lines = _Lines(files + held, seq_len)
+    lines = _Lines(files + held, seq_len, vocab)
     later = _control_files(controls, order, steps, len(files), len(held)) if n_controls else None
     rng = np.random.default_rng(seed)
     rows, taken = [], set()

@@ -67,7 +67,7 @@ class PartnerCache:
             if info.get("format") != _FORMAT or info.get("n") != n or info.get("seed") != seed:
                 return None
             partners = np.load(data, mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError):  # missing, unreadable, a damaged header or JSON
+        except (OSError, ValueError, RecursionError):  # missing, unreadable, a damaged header or JSON
             return None
         if partners.dtype != np.uint32 or partners.shape != (max(n, 1),):
             return None

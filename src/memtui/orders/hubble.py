@@ -19,7 +19,6 @@ treatment: the first checkpoint that has seen its first copy.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.core.paths import input_file
 from memtui.orders.neox import IndexedTokens, NeoxOrder, cohort
+from memtui.orders.records import load_json, whole
 
 REQUIRED = ("perturbation_file", "perturbation_idx", "pt_loc")
 
@@ -45,39 +46,51 @@ class Insertion:
 
 def read_perturbation_info(path: str | os.PathLike) -> list[Insertion]:
     """Every record of a Hubble ``perturbation_info.json`` (JSON Lines; a JSON list is accepted too)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MemtuiError(f"{path}: no such perturbation info file.")
-    text = path.read_text()
-    try:
-        records = json.loads(text) if text.lstrip().startswith("[") else [json.loads(x) for x in text.splitlines() if x]
-    except ValueError as exc:
-        raise MemtuiError(f"{path}: not JSON Lines ({' '.join(str(exc).split())[:80]}).") from None
+    path = input_file(path, "perturbation info file")
+    text = path.read_bytes()
+    if text.lstrip().startswith(b"["):
+        records = load_json(text, str(path), "a JSON list of perturbation records")
+        lines = list(range(1, len(records) + 1)) if isinstance(records, list) else []
+        where = f"{path}, record"
+    else:
+        numbered = [(n, x) for n, x in enumerate(text.splitlines(), 1) if x.strip()]
+        records = [load_json(x, f"{path}, line {n}") for n, x in numbered]
+        lines = [n for n, _ in numbered]
+        where = f"{path}, line"
     out = []
-    for n, r in enumerate(records, 1):
+    for n, r in zip(lines, records, strict=True):
+        at = f"{where} {n}"
         if not isinstance(r, dict) or any(k not in r for k in REQUIRED):
-            raise MemtuiError(f"{path}: record {n} lacks {', '.join(REQUIRED)}.")
-        try:
-            position = int(r["pt_loc"])
-            start = length = None
-            if "pt_injection_len" in r:
-                pos, window = int(r.get("pt_injection_pos", 0)), int(r.get("pt_window_offset", 0))
-                sizes = [int(s) for s in r.get("orig_doc_seq_sizes", [])]
-                start = (sum(sizes[:pos]) if pos > 0 else 0) - window
-                length = int(r["pt_injection_len"])
-            sample = None
-            if all(k in r for k in ("doc_index_f", "offset_f", "doc_index_l", "offset_l")):
-                sample = (int(r["doc_index_f"]), int(r["offset_f"]), int(r["doc_index_l"]), int(r["offset_l"]))
-            shuffle = int(r["pt_shuffle_idx"]) if "pt_shuffle_idx" in r else None
-            out.append(Insertion(str(r["perturbation_file"]), int(r["perturbation_idx"]), position, shuffle, sample,
-                                 start, length))  # fmt: skip
-        except (TypeError, ValueError):
-            raise MemtuiError(f"{path}: record {n} has a field that is not a number where one is expected.") from None
-        if position < 0 or (start is not None and start < 0):
-            raise MemtuiError(f"{path}: record {n} has a negative position.")
+            raise MemtuiError(f"{at} lacks {', '.join(REQUIRED)}.")
+        out.append(_insertion(r, at))
     if not out:
         raise MemtuiError(f"{path}: no records.")
     return out
+
+
+def _insertion(r: dict, at: str) -> Insertion:
+    """One record's fields, each a whole number (not 47.9, ``true`` or text) and positions >= 0."""
+    position = whole(r["pt_loc"], at, "pt_loc")
+    start = length = None
+    if "pt_injection_len" in r:
+        pos = whole(r.get("pt_injection_pos", 0), at, "pt_injection_pos")
+        window = whole(r.get("pt_window_offset", 0), at, "pt_window_offset")
+        sizes = r.get("orig_doc_seq_sizes", [])
+        if not isinstance(sizes, list):
+            raise MemtuiError(f"{at}: orig_doc_seq_sizes must be a list of whole numbers.")
+        sizes = [whole(s, at, "orig_doc_seq_sizes") for s in sizes]
+        start = (sum(sizes[:pos]) if pos > 0 else 0) - window
+        length = whole(r["pt_injection_len"], at, "pt_injection_len", minimum=1)
+        if start < 0:
+            raise MemtuiError(f"{at}: the example starts before its sequence (pt_window_offset {window}).")
+    sample = None
+    if all(k in r for k in ("doc_index_f", "offset_f", "doc_index_l", "offset_l")):
+        sample = tuple(whole(r[k], at, k) for k in ("doc_index_f", "offset_f", "doc_index_l", "offset_l"))
+    shuffle = whole(r["pt_shuffle_idx"], at, "pt_shuffle_idx") if "pt_shuffle_idx" in r else None
+    index = whole(r["perturbation_idx"], at, "perturbation_idx")
+    if not isinstance(r["perturbation_file"], str) or not r["perturbation_file"]:
+        raise MemtuiError(f"{at}: perturbation_file must name the perturbation dataset.")
+    return Insertion(str(r["perturbation_file"]), index, position, shuffle, sample, start, length)
 
 
 @dataclass(frozen=True)

@@ -22,13 +22,15 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.core.files import atomic_write
+from memtui.core.files import WriteError, atomic_write
+from memtui.core.paths import input_file, writable_folder
 from memtui.core.text import clean
 
 INDEX_SUFFIX = ".tokengrams"
@@ -59,9 +61,9 @@ def corpus_file(source: str | os.PathLike, dtype: str | None) -> tuple[Path, np.
         if dtype is not None and np.dtype(dtype) != tokens.dtype:
             raise MemtuiError(f"{prefix}.idx records {tokens.dtype} tokens, not {dtype}.")
         return Path(prefix + ".bin"), tokens.dtype
-    path = Path(text)
-    if not path.is_file():
+    if not Path(text).exists():
         raise MemtuiError(f"{clean(text, 200)}: no such token file (nor PREFIX.idx and PREFIX.bin).")
+    path = input_file(text, "corpus token file")  # a folder, a FIFO or a device is refused, not indexed
     with open(path, "rb") as f:
         if f.read(6) == _NPY_MAGIC:
             raise MemtuiError(
@@ -97,15 +99,71 @@ class CorpusCounts:
         self.vocab = widths.pop()
         self.files = [path for path, _ in files]
         self.n_tokens = sum(path.stat().st_size // dt.itemsize for path, dt in files)
+        if index_dir is not None:
+            writable_folder(index_dir, "--index-dir")
         pairs = [(str(path), str(_ensure_index(path, dt, self.vocab, index_dir, log))) for path, dt in files]
-        self._index = _tokengrams().ShardedMemmapIndex(pairs, vocab=self.vocab)
+        self.indexes = [Path(table) for _, table in pairs]
+        tokengrams = _tokengrams()
+        try:
+            with rust_panics(self.indexes):
+                self._index = tokengrams.ShardedMemmapIndex(pairs, vocab=self.vocab)
+        except MemtuiError:
+            raise MemtuiError(f"{_damaged(pairs, self.vocab)} is damaged; delete it to rebuild it.") from None
 
     def count(self, query: Sequence[int]) -> int:
-        """Occurrences of the token sequence ``query`` in the corpus (0 where a token lies outside its width)."""
+        """Occurrences of the token sequence ``query`` in the corpus (0 where a token lies outside its width).
+        Call it inside ``with rust_panics(counts.indexes)``: a damaged table panics in the Rust library."""
         query = [int(t) for t in query]
         if not query or min(query) < 0 or max(query) >= self.vocab:
             return 0  # never sent: tokengrams would wrap such ids into the width
         return int(self._index.count(query))
+
+
+@contextlib.contextmanager
+def rust_panics(indexes: Sequence[Path]):
+    """Around calls into tokengrams: a panic of the Rust library (a damaged or foreign suffix table fails its
+    ``table.is_sorted()`` assertion or indexes past the text) becomes one line naming the tables, instead of a
+    traceback and, with RUST_BACKTRACE set, a backtrace per thread (~170,000 lines). The panic's own report goes to
+    a temporary file while the library runs (the library writes it straight to file descriptor 2); whatever else
+    was written there is passed on afterwards."""
+    saved_env = os.environ.get("RUST_BACKTRACE")
+    os.environ["RUST_BACKTRACE"] = "0"  # read by Rust at the first panic: no stack walk for every thread
+    sys.stderr.flush()
+    saved_fd = os.dup(2)
+    panicked = False
+    with tempfile.TemporaryFile() as trap:
+        os.dup2(trap.fileno(), 2)
+        try:
+            yield
+        except BaseException as exc:
+            if type(exc).__name__ != "PanicException":  # pyo3's, a BaseException; KeyboardInterrupt passes through
+                raise
+            panicked = True
+        finally:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
+            if saved_env is None:
+                os.environ.pop("RUST_BACKTRACE", None)
+            else:
+                os.environ["RUST_BACKTRACE"] = saved_env
+            if not panicked:
+                trap.seek(0)
+                sys.stderr.write(trap.read(8192).decode("utf-8", "replace"))
+    if panicked:
+        names = ", ".join(clean(p, 160) for p in indexes)
+        raise MemtuiError(f"the n-gram index {names} is damaged; delete it to rebuild it.")
+
+
+def _damaged(pairs: Sequence[tuple[str, str]], vocab: int) -> str:
+    """Which suffix table of a sharded index fails to load, each tried on its own (only after the whole failed)."""
+    tokengrams = _tokengrams()
+    for text, table in pairs:
+        try:
+            with rust_panics([Path(table)]):
+                tokengrams.MemmapIndex(text, table, vocab=vocab)
+        except MemtuiError:
+            return f"the n-gram index {clean(table, 200)}"
+    return "the n-gram index " + ", ".join(clean(table, 160) for _, table in pairs)
 
 
 def index_path(token_file: Path, index_dir: str | os.PathLike | None) -> Path:
@@ -126,6 +184,8 @@ def _ensure_index(token_file: Path, dt: np.dtype, vocab: int, index_dir, log: Ca
         if target.stat().st_mtime < token_file.stat().st_mtime:
             raise MemtuiError(f"{target} is older than {token_file}; remove it and rerun to rebuild it.")
         return target
+    move = "pass --index-dir FOLDER to keep the n-gram indexes elsewhere"
+    writable_folder(index_dir if index_dir is not None else token_file.parent, "where the n-gram index is kept", move)
     if index_dir is not None:
         Path(index_dir).mkdir(parents=True, exist_ok=True)
     log(f"indexing {token_file} ({n:,} tokens; the suffix table takes {SUFFIX_BYTES * n:,} bytes) -> {target}")
@@ -135,7 +195,10 @@ def _ensure_index(token_file: Path, dt: np.dtype, vocab: int, index_dir, log: Ca
         with _stdout_to_stderr():  # tokengrams prints its progress on stdout, where the covariates' table goes
             tokengrams.MemmapIndex.build(str(token_file), str(tmp), vocab=vocab, verbose=False)
 
-    atomic_write(target, build)
+    try:
+        atomic_write(target, build)
+    except WriteError as exc:  # the disk filled, or the mount turned read-only meanwhile
+        raise MemtuiError(f"{exc}; {move}.") from None
     return target
 
 

@@ -24,7 +24,6 @@ against ``Generator.shuffle`` and against ``ai2-olmo-core``'s loader batch by ba
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -34,8 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.core.paths import input_file
 from memtui.core.text import clean
 from memtui.orders.globalindices import ShuffledOrder
+from memtui.orders.records import load_json
 from memtui.orders.repetition import RepetitionFilter
 from memtui.orders.sampling import Stage
 from memtui.orders.tokenfiles import TokenFiles, remap, token_dtype
@@ -53,9 +54,7 @@ def build_global_indices(n: int, seed: int, chunk: int = 1) -> np.ndarray:
 
 def load_global_indices(path: str | os.PathLike, n: int) -> np.ndarray:
     """A run's global indices file, memory-mapped: raw uint32 as OLMo writes it, or a .npy with a header."""
-    path = Path(path)
-    if not path.is_file():
-        raise MemtuiError(f"{path}: no such global indices file.")
+    path = input_file(path, "global indices file")
     with open(path, "rb") as f:
         head = f.read(6)
     if head == _NPY_MAGIC:
@@ -114,10 +113,11 @@ def match_revisions(steps: Sequence[int], branches: Sequence[str], prefix: str =
 def _read_yaml(path: Path) -> dict:
     import yaml
 
-    if not path.is_file():
-        raise MemtuiError(f"{path}: no such config file.")
+    input_file(path, "config file")
     try:
         data = yaml.safe_load(path.read_text())
+    except RecursionError:
+        raise MemtuiError(f"{path}: not a readable YAML config (nested too deeply).") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise MemtuiError(f"{path}: not a readable YAML config ({clean(str(exc).splitlines()[0], 100)}).") from None
     if not isinstance(data, dict):
@@ -126,14 +126,20 @@ def _read_yaml(path: Path) -> dict:
 
 
 def _whole(value, what: str, where, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise MemtuiError(f"{where}: {what} must be a whole number >= {minimum}, not {clean(repr(value), 60)}.")
+    # at most 2**53: sizes, seeds and steps beyond it overflow the int64 arithmetic that numbers instances
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= 2**53:
+        raise MemtuiError(
+            f"{where}: {what} must be a whole number from {minimum} to 2**53, not {clean(repr(value), 60)}."
+        )
     return value
 
 
 def _path_list(value, what: str, where) -> list[str]:
     if not isinstance(value, list) or not value or not all(isinstance(p, str) and p for p in value):
         raise MemtuiError(f"{where}: {what} must be a non-empty list of token file paths.")
+    odd = next((p for p in value if "\x00" in p or "\n" in p), None)
+    if odd is not None:  # no file has such a name: a damaged or hand-made config
+        raise MemtuiError(f"{where}: {what} holds a path with a NUL byte or a line break ({clean(odd, 80)}).")
     return value
 
 
@@ -210,12 +216,7 @@ def olmo_stage(
 
 
 def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        raise MemtuiError(f"{path}: no such config file.")
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise MemtuiError(f"{path}: not a readable JSON config ({clean(exc, 100)}).") from None
+    data = load_json(input_file(path, "config file").read_bytes(), str(path), "a readable JSON config")
     if not isinstance(data, dict):
         raise MemtuiError(f"{path}: expected an OLMo-core config (a mapping), found {type(data).__name__}.")
     return data
@@ -248,8 +249,9 @@ def olmo_core_stage(
     listing = Path(data_paths) if data_paths else path.with_name("data_paths.txt")
     if ds.get("paths"):
         paths = _path_list(ds["paths"], "dataset.paths", path)
-    elif listing.is_file():  # a checkpoint keeps the mix's resolved paths beside config.json
-        paths = [line.strip() for line in listing.read_text().splitlines() if line.strip()]
+    elif data_paths or listing.is_file():  # a checkpoint keeps the mix's resolved paths beside config.json
+        text = input_file(listing, "data paths list (data_paths.txt)").read_bytes().decode("utf-8", "replace")
+        paths = [line.strip() for line in text.splitlines() if line.strip()]
         paths = _path_list(paths, str(listing), path)
     else:
         mix = ds.get("mix")

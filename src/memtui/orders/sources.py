@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.core.paths import input_file
 
 BLOCK = 1 << 20  # bytes per range request unit: large enough to amortise a request, small enough to waste little
 RETRIES = 5
@@ -39,9 +40,7 @@ class LocalFile:
 
     def __init__(self, path: str | os.PathLike):
         self.name = str(path)
-        path = Path(str(path).removeprefix("file://"))
-        if not path.is_file():
-            raise MemtuiError(f"{path}: no such file.")
+        path = input_file(str(path).removeprefix("file://"), "file")  # not a folder, a FIFO or a device
         self.size = path.stat().st_size
         self._map = np.memmap(path, dtype=np.uint8, mode="r") if self.size else np.zeros(0, np.uint8)
         if self.size and hasattr(mmap, "MADV_RANDOM"):

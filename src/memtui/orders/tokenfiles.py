@@ -20,11 +20,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.core.paths import input_file
 from memtui.core.text import clean
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64")
@@ -89,13 +89,8 @@ def _fsspec(path: str):
 
 def file_size(path: str) -> int:
     """The size in bytes of a local file or a remote one (a HEAD request for http(s))."""
-    if not is_url(path):
-        try:
-            return Path(path).stat().st_size
-        except FileNotFoundError:
-            raise MemtuiError(f"{clean(path, 200)}: no such token file.") from None
-        except OSError as exc:
-            raise MemtuiError(f"{clean(path, 200)}: cannot read it ({exc.strerror}).") from None
+    if not is_url(path):  # a folder, a FIFO or a device has no size to number instances by: refused
+        return input_file(path, "token file").stat().st_size
     if path.startswith(("http://", "https://")):
         return int(_remote(path).size)
     fs, inner = _fsspec(path)

@@ -116,6 +116,17 @@ def describe_covariate(values: np.ndarray) -> tuple[str, str]:
     return "categorical", f"{len(text) - len(known)} missing, {len(levels)} levels: {shown}{more}"
 
 
+def constant_value(values: np.ndarray) -> str | None:
+    """The one value every instance with a known value has, shown (None where there are two or more, or none): such
+    a covariate adjusts for nothing (--covariates refuses it) and splits nothing (--by makes one group)."""
+    if values.dtype.kind == "f":
+        known = np.unique(values[np.isfinite(values)])
+        return f"{known[0]:g}" if len(known) == 1 else None
+    text = np.asarray(values, dtype=object).astype(str)
+    known = np.unique(text[text != ""])
+    return f"'{clean(known[0], 40)}'" if len(known) == 1 else None
+
+
 def covariate_lines(covariates: Mapping[str, np.ndarray]) -> list[str]:
     """One line per covariate, names in one column: name, kind, missing count, range or levels (`memtui info` and
     the workbench's Summaries pane list them alike)."""

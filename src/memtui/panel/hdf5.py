@@ -28,6 +28,7 @@ from memtui.panel.model import (
     NEVER,
     Panel,
 )
+from memtui.panel.names import MAX_COVARIATE_NAME, is_covariate_name
 from memtui.panel.superblock import read_superblock
 
 FORMAT_NAME = "memtui-panel"
@@ -329,7 +330,6 @@ def _read_provenance(f: h5py.File, path: Path, n: int) -> tuple[dict[str, np.nda
 
 
 COVARIATES = "instances/covariates"
-MAX_COVARIATE_NAME = 64
 
 
 def checked_covariates(columns: Mapping[str, np.ndarray], n: int) -> dict[str, np.ndarray]:
@@ -352,12 +352,7 @@ def checked_covariates(columns: Mapping[str, np.ndarray], n: int) -> dict[str, n
 
 
 def _covariate_name_ok(name) -> bool:
-    return (
-        isinstance(name, str)
-        and 0 < len(name) <= MAX_COVARIATE_NAME
-        and name.isascii()
-        and name.replace("_", "").isalnum()
-    )
+    return is_covariate_name(name)  # the one rule (panel/names.py): tables, --covariates, --cluster, --by
 
 
 def _covariate_column(name: str, arr: np.ndarray) -> np.ndarray:

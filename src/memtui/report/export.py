@@ -16,7 +16,7 @@ from memtui.estimation.results import persistent_cells
 if TYPE_CHECKING:
     from memtui.estimation.subgroups import ByResult
 
-# what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Export columns")
+# what is estimated, the estimate and its inference, then the data behind it (docs/estimation.md, "Result columns")
 COLUMNS = [
     "metric", "estimator", "scope", "cohort", "checkpoint", "event_time", "estimate", "std_error", "analytic_se",
     "ci_low", "ci_high", "band_low", "band_high", "significant", "pre_treatment", "n_treated", "n_control",
@@ -24,10 +24,24 @@ COLUMNS = [
 ]  # fmt: skip
 
 
+def band_name(settings) -> str:
+    """What the ``band`` column says made the significance: the simultaneous band, or ``pointwise`` without bootstrap
+    draws (-B 0: each cell's own interval marks it, whatever band the settings name)."""
+    return settings.band if settings.draws else "pointwise"
+
+
+def significance(settings) -> str:
+    """The significance of an export in words, for the message that reports it (`memtui export`, the workbench)."""
+    if not settings.draws:
+        return "pointwise, each estimate's own interval (no bootstrap draws, so no simultaneous band)"
+    return f"the {settings.band} simultaneous band"
+
+
 def export_frame(result: EstimateResult, scope: str = "profile", significant_only: bool = True) -> pl.DataFrame:
-    """The scope's rows in the export's columns; ``persistent`` is c > g (``persistent_cells``), as everywhere."""
+    """The scope's rows in the export's columns; ``persistent`` is c > g (``persistent_cells``), as everywhere. The
+    ``band`` column names what marked the rows significant (``band_name``)."""
     rows = persistent_cells(result) if scope == "persistent" else result.scope(scope)
-    frame = rows.select(COLUMNS)
+    frame = rows.select(COLUMNS).with_columns(pl.lit(band_name(result.settings)).alias("band"))
     return frame.filter(pl.col("significant")) if significant_only else frame
 
 
