@@ -65,6 +65,7 @@ def run(args) -> int:
 def _print(panel, settings, result) -> None:
     from memtui.core.text import clean
     from memtui.estimation.calibration import BAND_NAMES, FAMILIES
+    from memtui.estimation.settings import DEFAULT_BAND
 
     d = result.design
     sizes = (f"{d['per_cohort_min']}" if d["per_cohort_min"] == d["per_cohort_max"]
@@ -89,7 +90,7 @@ def _print(panel, settings, result) -> None:
         print(f"  {f:<14}" + "".join(f"{c:>16}" for c in cells))
     print(f"  {'crit (post)':<14}" + "".join(f"{result.crit[b]:>15.3f} " for b in BAND_NAMES))
     print("  (! : above nominal by more than two Monte-Carlo errors)")
-    band = getattr(settings, "band", "calibrated")
+    band = getattr(settings, "band", DEFAULT_BAND)
     print(f"verdict        {result.verdict(band)}")
     other = next(b for b in BAND_NAMES if b != band)
     print(f"               {result.verdict(other)}")

@@ -66,7 +66,7 @@ def add_settings_args(p: argparse.ArgumentParser, verb: str) -> None:
 def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
     """The estimation group's options: flags and argparse keywords (the choices read the settings' registries)."""
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
-    from memtui.estimation.settings import ALPHA_RANGE
+    from memtui.estimation.settings import ALPHA_RANGE, DEFAULT_BAND, DEFAULT_DRAWS
 
     return [
         (("-m", "--metric"), {"help": "metric to estimate [default: loglik, else the first metric with values]"}),
@@ -78,7 +78,7 @@ def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
                                       "(universal)"}),
         (("--control-group",), {"default": "never_treated", "choices": list(CHOICES["control_group"]),
                                 "help": "controls: validation instances only, or also instances not trained on yet"}),
-        (("-B", "--draws"), {"type": int, "default": 1000, "help": "bootstrap draws (0: analytic only)"}),
+        (("-B", "--draws"), {"type": int, "default": DEFAULT_DRAWS, "help": "bootstrap draws (0: analytic only)"}),
         (("--multiplier",), {"default": "rademacher", "choices": list(CHOICES["multiplier"]),
                              "help": "bootstrap weights"}),
         (("--seed",), {"type": int, "default": 0, "help": "seed of the bootstrap draws"}),
@@ -93,7 +93,7 @@ def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
         (("--engine",), {"default": "memtui", "choices": list(CHOICES["engine"]),
                          "help": "memtui's engine, or the differences library (the paper's pipeline; slow, a "
                                  "cross-check)"}),
-        (("--band",), {"default": "calibrated", "action": _ChosenBand, "choices": list(CHOICES["band"]),
+        (("--band",), {"default": DEFAULT_BAND, "action": _ChosenBand, "choices": list(CHOICES["band"]),
                        "help": BAND_HELP}),
         (("--cluster",), {"default": "", "metavar": "batch|NAME", "type": cluster_name,
                           "help": "clustered bootstrap: one multiplier per training batch (the optimizer step the "
@@ -176,8 +176,9 @@ BAND_HELP = (
 def add_band_arg(p) -> None:
     """``--band``: which simultaneous band marks estimates significant (every verb that reports significance)."""
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
+    from memtui.estimation.settings import DEFAULT_BAND
 
-    p.add_argument("--band", default="calibrated", action=_ChosenBand, choices=list(CHOICES["band"]), help=BAND_HELP)
+    p.add_argument("--band", default=DEFAULT_BAND, action=_ChosenBand, choices=list(CHOICES["band"]), help=BAND_HELP)
 
 
 class _ChosenBand(argparse.Action):
@@ -198,8 +199,11 @@ def _band(args) -> str:
     """The band asked for; the default calibrated band is not derived for doubly robust DiD, so with --covariates and
     no --band the classic one is used and the user told so after the results (``run_notes``: an error is one line,
     never a note and then the error). An explicit --band calibrated is refused by Settings."""
-    if getattr(args, "covariates", ()) and args.band == "calibrated" and not getattr(args, "band_chosen", False):
-        return "classic"
+    from memtui.engine.band_classic import CLASSIC
+    from memtui.estimation.settings import DEFAULT_BAND
+
+    if getattr(args, "covariates", ()) and args.band == DEFAULT_BAND and not getattr(args, "band_chosen", False):
+        return CLASSIC.name
     return args.band
 
 

@@ -9,6 +9,7 @@ import math
 from memtui.cli.options import add_band_arg, add_panel_args, panel_path
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.engine.band_registry import BANDS, get_band
 
 SUMMARY = "instances per cohort a new panel needs to detect memorisation, from a pilot panel (power analysis)"
 
@@ -21,7 +22,7 @@ VALIDATION_MODES = ("optimal", "pilot")  # memtui.estimation.plan.VALIDATION_MOD
 
 
 def add_arguments(p) -> None:
-    from memtui.estimation.settings import ALPHA_RANGE
+    from memtui.estimation.settings import ALPHA_RANGE, DEFAULT_DRAWS
 
     add_panel_args(p, help="pilot panel: a smaller model's panel or a short extraction")
     p.add_argument("-m", "--metric", help="metric [loglik, else the first metric with values]")
@@ -38,7 +39,9 @@ def add_arguments(p) -> None:
         default="optimal",
         help="validation instances: optimal (fewest instances in all), pilot (the pilot's share) or a count [optimal]",
     )
-    p.add_argument("-B", "--draws", type=int, default=1000, help="bootstrap draws (0: pointwise bands) [1000]")
+    p.add_argument(
+        "-B", "--draws", type=int, default=DEFAULT_DRAWS, help=f"bootstrap draws (0: pointwise bands) [{DEFAULT_DRAWS}]"
+    )
     p.add_argument(
         "--calibrate",
         type=_whole_number,
@@ -82,7 +85,6 @@ def _tokens(n: float) -> str:
 def run(args) -> int:
     from memtui.engine import power as pw
     from memtui.estimation.cache import cached_estimate
-    from memtui.estimation.estimate import z_value
     from memtui.estimation.plan import check_plan_args, minimum_detectable_effect, pilot_variances, plan_sizes
     from memtui.estimation.settings import Settings
     from memtui.panel.hdf5 import read_panel
@@ -127,18 +129,28 @@ def run(args) -> int:
             "larger --effect."
         )
     mde = minimum_detectable_effect(panel, settings, args.power, result=res)
-    own_crit = z_value(args.alpha)
-    if sim_draws:  # the model at the pilot's own sizes, beside the pilot's bootstrap: how far the pilot is from it
-        model = pw.BandModel(pilot.v_treated, pilot.v_control, cohorts=pilot.n_cohorts, checkpoints=pilot.checkpoints)
-        own_n = pilot.n_treated / pilot.n_cohorts
-        own_crit, _ = model.crit(own_n, pilot.n_control, args.alpha, sim_draws, args.seed)
-        if args.band == "calibrated":
-            from memtui.estimation.plan import calibrated_crit, welch_df
-
-            own_crit = calibrated_crit(own_crit, welch_df(pilot, own_n, pilot.n_control))
-    _print_plan(args, panel, pilot, plan, res, mde, own_crit)
+    _print_plan(args, panel, pilot, plan, res, mde, _own_crit(args, pilot, sim_draws))
     _print_fwer(args, pilot, plan)
     return 0
+
+
+def _own_crit(args, pilot, sim_draws: int) -> float:
+    """The planning model's critical value at the pilot's own sizes, beside the pilot's bootstrap: how far the pilot
+    is from it (z without draws; under a band with a small-sample plan, mapped as ``plan_sizes`` maps it)."""
+    from memtui.engine import power as pw
+    from memtui.estimation.results import z_value
+
+    if not sim_draws:
+        return z_value(args.alpha)
+    model = pw.BandModel(pilot.v_treated, pilot.v_control, cohorts=pilot.n_cohorts, checkpoints=pilot.checkpoints)
+    own_n = pilot.n_treated / pilot.n_cohorts
+    own_crit, _ = model.crit(own_n, pilot.n_control, args.alpha, sim_draws, args.seed)
+    band = get_band(args.band)
+    if band.small_sample_plan:  # the calibrated band: the Welch t mapping plan_sizes uses
+        from memtui.estimation.plan import welch_df
+
+        own_crit = band.plan_crit(own_crit, welch_df(pilot, own_n, pilot.n_control))
+    return own_crit
 
 
 def _print_fwer(args, pilot, plan) -> None:
@@ -150,16 +162,16 @@ def _print_fwer(args, pilot, plan) -> None:
     if row is None or not args.draws:
         return
     m = nearest(row.per_cohort, plan.n_cells)
-    cal, cls = m.rate("calibrated"), m.rate("classic")
+    studied = [b for b in BANDS if hasattr(m, b)]  # the bands the calibration study simulated
+    rates = ", ".join(f"{b} {100 * r[0]:.1f} ± {100 * r[1]:.1f} %" for b, r in ((b, m.rate(b)) for b in studied))
     print(f"family-wise    at {row.per_cohort}/cohort ({row.label}), post family, nearest simulated design "
-          f"{m.label}: calibrated {100 * cal[0]:.1f} ± {100 * cal[1]:.1f} %, classic {100 * cls[0]:.1f} ± "
-          f"{100 * cls[1]:.1f} % (nominal {100 * args.alpha:g}; docs/calibration-study.md)")  # fmt: skip
+          f"{m.label}: {rates} (nominal {100 * args.alpha:g}; docs/calibration-study.md)")  # fmt: skip
     if args.calibrate is None:
         return
     from memtui.estimation.calibration import plan_calibration
 
     got = plan_calibration(pilot, plan, row, panels=args.calibrate, draws=args.draws, seed=args.seed)
-    for band in ("calibrated", "classic"):
+    for band in got.hits:  # every registered band, in the registry's order
         print(f"  simulated    {got.verdict(band)} ({got.panels} null panels of the planned design)")
 
 
@@ -178,7 +190,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
         how = f"simultaneous {coverage(args.alpha)} band, critical value simulated ({plan.draws_used} draws)"
     else:
         how = f"simultaneous {coverage(args.alpha)} band, Sidak bound (too many cells to simulate quickly)"
-    if args.draws and plan.band == "calibrated":
+    if args.draws and get_band(plan.band).small_sample_plan:
         how += "; calibrated: mapped through the c = g cell's Welch t law (df below), non-central t power"
     print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
           f"cells: {how}")  # fmt: skip
@@ -209,8 +221,9 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
         print(f"  {label:>16} {row.per_cohort:>11,} {row.validation:>11,} {size:>9,} {row.power:>6.1%} "
               f"{row.crit:>6.3f} {df:>6} {tokens}")  # fmt: skip
     from memtui.estimation.evidence import MISCALIBRATED_BELOW
+    from memtui.estimation.settings import DEFAULT_BAND
 
-    band = plan.band if args.draws else "calibrated"
+    band = plan.band if args.draws else DEFAULT_BAND
     limit = MISCALIBRATED_BELOW[band]
     small = [r for r in plan.rows if r.per_cohort is not None and r.per_cohort < limit]
     if small and args.draws:

@@ -23,7 +23,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.core.text import clean
 from memtui.demo.train import DemoConfig, lr_at
-from memtui.estimation.settings import Settings
+from memtui.estimation.settings import DEFAULT_BAND, DEFAULT_DRAWS, Settings
 from memtui.estimation.suite import Correlations, SuiteResult, correlations, estimate_suite, headline, load_suite
 from memtui.report.svgplot import Series, grid, line_plot, write_svg
 
@@ -85,7 +85,7 @@ def _partial(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> float:
 
 
 def analyse(
-    panels: Sequence[str | Path], *, draws: int = 1000, metric: str = "loglik", band: str = "calibrated"
+    panels: Sequence[str | Path], *, draws: int = DEFAULT_DRAWS, metric: str = "loglik", band: str = DEFAULT_BAND
 ) -> Findings:
     from scipy import stats
 

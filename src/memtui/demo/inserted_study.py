@@ -34,7 +34,7 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.estimation.estimate import estimate
 from memtui.estimation.results import EstimateResult
-from memtui.estimation.settings import Settings
+from memtui.estimation.settings import DEFAULT_BAND, DEFAULT_DRAWS, Settings
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import Panel
 
@@ -182,7 +182,9 @@ def dose_estimates(pair: Pair, settings: Settings, truth: pl.DataFrame) -> dict[
     return out
 
 
-def analyse(out_dir: str | Path, *, draws: int = 1000, metric: str = "loglik", band: str = "calibrated") -> Study:
+def analyse(
+    out_dir: str | Path, *, draws: int = DEFAULT_DRAWS, metric: str = "loglik", band: str = DEFAULT_BAND
+) -> Study:
     pair = load_pair(Path(out_dir))
     settings = Settings(metric=metric, draws=draws, band=band)
     result = estimate(pair.perturbed, settings)

@@ -48,7 +48,6 @@ from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import _runs, _weights, analytic_se
 
-BANDS = ("calibrated", "classic")
 _QUANTILE_BYTES = 256 << 10  # the temporaries of pointwise_aggregate_crit's block of aggregates
 
 

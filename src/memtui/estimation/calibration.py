@@ -44,15 +44,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import bands, did
+from memtui.engine import did
+from memtui.engine.band_registry import BANDS, band_names
 from memtui.engine.layout import NEVER_INDEX, Layout, build_layout
 from memtui.engine.summaries import aggregate
 from memtui.estimation.estimate import aggregate_members, cell_masks
-from memtui.estimation.settings import Settings
+from memtui.estimation.settings import DEFAULT_DRAWS, Settings
 from memtui.panel.model import NEVER, Panel
 
 FAMILIES = ("post", "all", "pretrend", "instantaneous", "persistent")
-BAND_NAMES = ("calibrated", "classic")
+BAND_NAMES = band_names()  # every registered band, each measured from the same null panels
 NOISES = ("resampled", "gaussian")
 BUDGET_S = 30.0  # default: as many panels as fit in about this long
 MIN_PANELS, MAX_PANELS = 60, 400  # the default's range: MC error at 5 % from 2.8 to 1.1 points
@@ -216,27 +217,30 @@ def _pretrend_p(att, se, pre, tmax_pre) -> float:
 
 def panel_flags(lay: Layout, s: _Structure, *, draws: int, seed: int, alpha: float) -> dict[str, dict]:
     """Per band, which families flag at least one estimate on this (null) panel, and the post family's critical
-    value; one bootstrap serves both bands (the calibrated bootstrap's draws are the classic ones)."""
+    value. One bootstrap serves every band that reads only its draws (``Band.from_draws``: the classic band reads
+    the calibrated bootstrap's, which are the classic ones); a band that forms laws in the loop runs its own."""
     est = did.point_estimates(lay)
-    cal = bands.calibrated_bootstrap(lay, est, s.masks, draws=draws, seed=seed, floor=s.floor, members=s.members)
-    theta, agg_draws = aggregate(lay, est.att, cal.boot.cells, cal.boot.group_w, s.members)
     post_e = s.events >= 0
+    rows = slice(0, len(s.events))
     pre = s.masks["pre"]
-    out = {}
-    # the calibrated band (engine/bands.py): bootstrap-t laws, HC1 standard errors
-    crit = {name: did.critical_value(law, alpha) for name, law in cal.tmax.items()}
-    crit_e = bands.aggregate_crit(agg_draws[:-1], cal.agg_se[:-1], cal.agg_correction[:-1], post_e, alpha)
-    p = _pretrend_p(est.att, cal.se, pre, cal.tmax["pre"])
-    out["calibrated"] = {"flags": _flags(est.att, cal.se, crit, theta, cal.agg_se, crit_e, p, s, alpha),
-                         "crit": crit["post"]}  # fmt: skip
-    # the classic band (R did, csdid): IQR bootstrap standard errors, sup-t of the fixed-se draws
-    se = did.bootstrap_se(cal.boot.cells, s.floor)
-    tmax = dict(zip(s.masks, did.sup_t_many(cal.boot.cells, se, list(s.masks.values())), strict=True))
-    crit = {name: did.critical_value(law, alpha) for name, law in tmax.items()}
-    agg_se = did.bootstrap_se(agg_draws, s.floor)
-    crit_e = did.critical_value(did.sup_t(agg_draws[:-1], agg_se[:-1], post_e), alpha)
-    p = _pretrend_p(est.att, se, pre, tmax["pre"])
-    out["classic"] = {"flags": _flags(est.att, se, crit, theta, agg_se, crit_e, p, s, alpha), "crit": crit["post"]}
+    boot, agg, out = None, None, {}
+    for name, band in BANDS.items():
+        drawn = band.from_draws(boot) if boot is not None else None
+        if drawn is None:
+            drawn = band.bootstrap(lay, est, s.masks, s.members, floor=s.floor, draws=draws, seed=seed,
+                                   multiplier="rademacher", progress=None, source=None)  # fmt: skip
+            boot = drawn.boot
+        if agg is None:  # the draws are every band's: so are the aggregates'
+            agg = aggregate(lay, est.att, boot.cells, boot.group_w, s.members)
+        theta, agg_draws = agg
+        se = drawn.cell_se(s.floor)
+        tmax = drawn.cell_laws(s.masks, se)
+        crit = {family: drawn.critical_value(law, alpha) for family, law in tmax.items()}
+        # the analytic standard errors are not counted: a callable that costs nothing
+        _, agg_se = drawn.aggregate_se(agg_draws, s.floor, lambda: np.full(len(s.members), np.nan))
+        crit_e = drawn.critical_value(drawn.aggregate_law(agg_draws[:-1], agg_se[:-1], rows, post_e), alpha)
+        p = _pretrend_p(est.att, se, pre, tmax["pre"])
+        out[name] = {"flags": _flags(est.att, se, crit, theta, agg_se, crit_e, p, s, alpha), "crit": crit["post"]}
     return out
 
 
@@ -338,7 +342,7 @@ def run_calibration(
     model: NullModel,
     *,
     alpha: float = 0.05,
-    draws: int = 1000,
+    draws: int = DEFAULT_DRAWS,
     seed: int = 0,
     panels: int | None = None,
     budget_s: float = BUDGET_S,
@@ -355,15 +359,16 @@ def run_calibration(
     if panels is not None and panels < 1:
         raise MemtuiError(f"--panels must be at least 1, not {panels}.")
     s = _Structure.of(model.lay)
-    hits = {b: dict.fromkeys(FAMILIES, 0) for b in BAND_NAMES}
-    crit_sum = dict.fromkeys(BAND_NAMES, 0.0)
+    names = tuple(BANDS)
+    hits = {b: dict.fromkeys(FAMILIES, 0) for b in names}
+    crit_sum = dict.fromkeys(names, 0.0)
     began = time.perf_counter()
     target, done = panels, 0
     while target is None or done < target:
         rng = np.random.default_rng([seed, done])
         lay = simulate(model, rng)
         got = panel_flags(lay, s, draws=draws, seed=int(rng.integers(2**63)), alpha=alpha)
-        for b in BAND_NAMES:
+        for b in names:
             crit_sum[b] += got[b]["crit"]
             for f in FAMILIES:
                 hits[b][f] += got[b]["flags"][f]
@@ -383,7 +388,7 @@ def run_calibration(
         noise=model.noise,
         seed=seed,
         hits=hits,
-        crit={b: crit_sum[b] / done for b in BAND_NAMES},
+        crit={b: crit_sum[b] / done for b in names},
         design=describe(model),
         seconds=time.perf_counter() - began,
     )
@@ -492,7 +497,7 @@ def store(panel: Panel, settings: Settings, result: Calibration) -> str | None:
     return None
 
 
-def plan_calibration(pilot, plan, row, *, panels: int, draws: int = 1000, seed: int = 0) -> Calibration:
+def plan_calibration(pilot, plan, row, *, panels: int, draws: int = DEFAULT_DRAWS, seed: int = 0) -> Calibration:
     """The family-wise error of each band at a planned design (`memtui plan --calibrate N`): cohort k = 1 .. G first
     trained at checkpoint k of T, ``row``'s sizes, Gaussian noise whose changes follow the pilot's variograms."""
     from memtui.engine.power import increment_covariance

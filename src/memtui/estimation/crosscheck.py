@@ -48,10 +48,10 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     from differences import ATTgt
 
     from memtui.engine.did import point_estimates
+    from memtui.engine.memory import check_memory
     from memtui.estimation.results import (
         EstimateResult,
         Pretrend,
-        check_memory,
         final_index,
         group_notes,
         result_frame,
@@ -65,7 +65,7 @@ def estimate_with_differences(panel: Panel, settings, progress=None):
     frame, lay = long_frame(panel, settings.metric, settings.control_group, with_layout=True)
     notes = list(lay.notes) + group_notes(lay, point_estimates(lay))
     if settings.draws:  # differences holds at least what memtui does
-        check_memory(settings.draws, lay)
+        check_memory(settings.draws, lay, settings.band)  # the classic band: engine differences has no other
     cells, event, simple = _fit_differences(ATTgt, frame, settings, report)
     sign = panel.sign(settings.metric)
     z = z_value(settings.alpha)

@@ -14,25 +14,24 @@ import numpy as np
 import polars as pl
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import bands, did, drdid
+from memtui.engine import did, drdid, evidence
+from memtui.engine.band import Band, BandDraws
+from memtui.engine.band_registry import get_band
 from memtui.engine.layout import build_layout
+from memtui.engine.memory import check_memory as check_memory
 from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import aggregate, analytic_se
-from memtui.estimation import evidence
 from memtui.estimation.choices import ESTIMATORS
 from memtui.estimation.results import SCOPES as SCOPES
 from memtui.estimation.results import (
-    SMALL_GROUP,
     EstimateResult,
     Overall,
     Pretrend,
     Progress,
     final_index,
-    group_notes,
     result_frame,
     z_value,
 )
-from memtui.estimation.results import check_memory as check_memory
 from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER, Panel
 
@@ -60,9 +59,9 @@ def estimate_parts(
     report(0.0, "preparing")
     prep = prepared(panel, settings, source)
     report(0.05, "bootstrap")
-    boot, cal = _bootstrap(prep.lay, prep.est, settings, lambda f: report(0.05 + 0.85 * f, "bootstrap"), prep.source)
+    drawn = _bootstrap(prep.lay, prep.est, settings, lambda f: report(0.05 + 0.85 * f, "bootstrap"), prep.source)
     report(0.9, "summaries")
-    result, cells = finished(panel, settings, prep, boot, cal)
+    result, cells = finished(panel, settings, prep, drawn)
     report(1.0, "done")
     return result, cells
 
@@ -106,7 +105,7 @@ def prepared(panel: Panel, settings: Settings, source: JointMultipliers | None =
             "there is nothing to estimate; choose a metric that varies."
         )
     if settings.draws:
-        check_memory(settings.draws, lay, settings.band)
+        check_memory(settings.draws, lay, get_band(settings.band))
     if design is None:
         est = did.point_estimates(lay)
     else:  # doubly robust DiD (Sant'Anna & Zhao 2020) with the covariates; the classic band only (Settings)
@@ -116,9 +115,11 @@ def prepared(panel: Panel, settings: Settings, source: JointMultipliers | None =
     return Prepared(lay=lay, est=est, source=source)
 
 
-def finished(panel: Panel, settings: Settings, prep: Prepared, boot, cal) -> tuple[EstimateResult, _Cells]:
-    """``estimate_parts``' result from its bootstrap's draws (and, calibrated, laws)."""
-    result, cells = _assembled(panel, settings, prep.lay, prep.est, boot, cal)
+def finished(
+    panel: Panel, settings: Settings, prep: Prepared, drawn: BandDraws | None
+) -> tuple[EstimateResult, _Cells]:
+    """``estimate_parts``' result from its band's bootstrap (None without draws)."""
+    result, cells = _assembled(panel, settings, prep.lay, prep.est, drawn)
     if settings.cluster and settings.draws:
         result.notes.append(
             f"bootstrap clustered by {settings.cluster}: {prep.source.n_clusters} clusters share multipliers (standard "
@@ -127,22 +128,16 @@ def finished(panel: Panel, settings: Settings, prep: Prepared, boot, cal) -> tup
     return result, cells
 
 
-def _bootstrap(lay, est: did.CellEstimates, settings: Settings, progress_of, source: JointMultipliers | None):
-    """The cells' draws (``did.bootstrap``) and, under the calibrated band, its laws (``bands``); None without draws."""
+def _bootstrap(
+    lay, est: did.CellEstimates, settings: Settings, progress_of, source: JointMultipliers | None
+) -> BandDraws | None:
+    """The cells' draws and what the settings' band reads from them (``Band.bootstrap``); None without draws."""
     if not settings.draws:
-        return None, None
-    if settings.band == "calibrated":
-        cal = bands.calibrated_bootstrap(
-            lay, est, cell_masks(lay, settings), draws=settings.draws, seed=settings.seed,
-            floor=did.se_floor(lay.scale), multiplier=settings.multiplier, members=aggregate_members(lay)[2],
-            progress=progress_of, source=source,
-        )  # fmt: skip
-        return cal.boot, cal
-    boot = (drdid.bootstrap if isinstance(est, drdid.DrEstimates) else did.bootstrap)(
-        lay, est, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of,
-        source=source,
+        return None
+    return get_band(settings.band).bootstrap(
+        lay, est, cell_masks(lay, settings), aggregate_members(lay)[2], floor=did.se_floor(lay.scale),
+        draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier, progress=progress_of, source=source,
     )  # fmt: skip
-    return boot, None
 
 
 def cell_masks(lay, settings: Settings) -> dict[str, np.ndarray]:
@@ -172,12 +167,13 @@ def aggregate_members(lay) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarra
 @dataclass
 class _Cells:
     """What every scope of one estimate is cut from: the cells' coordinates, point estimates, standard errors
-    (bootstrap where drawn, else analytic), draws and flags, and the simultaneous critical value of any subset."""
+    (the band's where drawn, else analytic), draws and flags, and the simultaneous critical value of any subset."""
 
     settings: Settings
+    band: Band
     lay: object
     est: did.CellEstimates
-    boot: did.BootstrapDraws | None
+    drawn: BandDraws | None  # the band's bootstrap (None without draws)
     sign: int
     cohort_step: np.ndarray
     cell_step: np.ndarray
@@ -190,28 +186,28 @@ class _Cells:
     small: np.ndarray
     masks: dict[str, np.ndarray]  # the cell subsets with a band of their own
     tmax: dict[str, np.ndarray]  # their sup-t laws (empty without a bootstrap)
-    cal: bands.CalibratedBands | None = None  # the calibrated band's laws and standard errors (band="calibrated")
     laws: dict = field(default_factory=dict, repr=False)  # the aggregates' laws formed so far (``aggregate_law``)
-    point: np.ndarray | None = None  # per cell, the calibrated band's pointwise t critical value (None: z)
+    point: np.ndarray | None = None  # per cell, the band's pointwise critical value (None: z)
 
     @classmethod
-    def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> _Cells:
+    def of(cls, panel: Panel, settings: Settings, lay, est: did.CellEstimates, drawn: BandDraws | None) -> _Cells:
         steps = lay.steps
+        band = get_band(settings.band)
         cohort_step, cell_step = steps[lay.group_index[lay.cell_group]], steps[lay.cell_t]
         floor = did.se_floor(lay.scale)
         ase = did.floored(est.se, floor)
         pre = lay.cell_pre
         masks = cell_masks(lay, settings)
-        if cal is not None:  # calibrated: HC1 analytic standard errors and the studentised laws the bootstrap formed
-            se, tmax = cal.se, cal.tmax
-        else:  # classic: robust bootstrap standard errors and every band's sup-t law from one pass over the draws
-            se = did.bootstrap_se(boot.cells, floor) if boot is not None else ase
-            tmax = dict(zip(masks, did.sup_t_many(boot.cells, se, list(masks.values())), strict=True)) if boot else {}
+        se, tmax = ase, {}
+        if drawn is not None:  # the band's standard errors and the law of each mask's maximum
+            se = drawn.cell_se(floor)
+            tmax = drawn.cell_laws(masks, se)
         return cls(
             settings=settings,
+            band=band,
             lay=lay,
             est=est,
-            boot=boot,
+            drawn=drawn,
             sign=panel.sign(settings.metric),
             cohort_step=cohort_step,
             cell_step=cell_step,
@@ -221,18 +217,17 @@ class _Cells:
             se=se,
             ase=ase,
             folded=lay.group_folded[lay.cell_group],
-            # the classic band keeps R did's flag (groups under 5), so that it reproduces the band of before bit for
-            # bit; the calibrated band flags the groups where simulation shows it does not hold its level
-            small=(
-                evidence.small_cells(lay, est, "calibrated")
-                if settings.band == "calibrated"
-                else (est.n_treated < SMALL_GROUP) | ((est.n_control < SMALL_GROUP) & lay.controls)
-            ),
+            # the groups under the band's threshold (the classic band keeps R did's 5; the calibrated one flags
+            # where simulation shows it does not hold its level)
+            small=evidence.small_cells(lay, est, band.small_group_below),
             masks=masks,
             tmax=tmax,
-            cal=cal,
-            point=bands.pointwise_t(cal.var, settings.alpha) if cal is not None and cal.var is not None else None,
+            point=drawn.cell_pointwise(settings.alpha) if drawn is not None else None,
         )
+
+    @property
+    def boot(self) -> did.BootstrapDraws | None:
+        return self.drawn.boot if self.drawn is not None else None
 
     @property
     def draws(self) -> np.ndarray | None:
@@ -242,7 +237,7 @@ class _Cells:
         """Simultaneous critical value over the cells ``masks[name]`` (pointwise z without a bootstrap)."""
         if self.draws is None:
             return z_value(self.settings.alpha)
-        return did.critical_value(self.tmax[name], self.settings.alpha)
+        return self.drawn.critical_value(self.tmax[name], self.settings.alpha)
 
     def frame(self, scope: str, mask: np.ndarray, crit: np.ndarray) -> pl.DataFrame:
         e = self.est
@@ -273,37 +268,33 @@ class _Cells:
     @functools.cached_property
     def aggregates(self):
         """Persistent memorisation by event time and the overall average, in one pass over the draws: event times,
-        then point estimates, draws, analytic and bootstrap standard errors of each event time and, last, overall.
-        Under the calibrated band the standard error is the analytic one (the band studentises by it)."""
+        then point estimates, draws, analytic and band standard errors of each event time and, last, overall (the
+        band's ``aggregate_se``: the calibrated band studentises by the analytic one)."""
         events, members, every = aggregate_members(self.lay)
-        weighted = self.cal.agg_weighted if self.cal is not None else None  # made by the compiled loop, or None
+        weighted = self.drawn.agg_weighted if self.drawn is not None else None  # made by the compiled loop, or None
         theta, draws = aggregate(
             self.lay, self.est.att, self.draws, self.boot.group_w if self.boot else None, every, weighted
         )
-        if self.cal is not None:
-            return events, members, theta, draws, self.cal.agg_se, self.cal.agg_se
         influence_se = drdid.analytic_se if isinstance(self.est, drdid.DrEstimates) else analytic_se
+        if self.drawn is not None:
+            ase, se = self.drawn.aggregate_se(draws, self.floor, lambda: influence_se(self.lay, self.est, every))
+            return events, members, theta, draws, ase, se
         ase = did.floored(influence_se(self.lay, self.est, every), self.floor)
-        se = did.bootstrap_se(draws, self.floor) if draws is not None else ase
-        return events, members, theta, draws, ase, se
+        return events, members, theta, draws, ase, ase
 
     def aggregate_law(self, rows: slice, mask: np.ndarray) -> np.ndarray:
-        """The simultaneous law of the aggregates ``rows`` in ``mask``, from their draws and standard errors: the
-        studentised (calibrated) law, or the classic sup-t law. Kept: the subgroups' joint band asks for the one of
-        the event times c - g >= 0 again."""
+        """The simultaneous law of the aggregates ``rows`` in ``mask``, from their draws and standard errors (the
+        band's ``aggregate_law``). Kept: the subgroups' joint band asks for the one of the event times c - g >= 0
+        again."""
         key = (rows.start, rows.stop, np.asarray(mask, bool).tobytes())
         if key not in self.laws:
             draws, se = self.aggregates[3][rows], self.aggregates[5][rows]
-            if self.cal is not None:
-                law = bands.aggregate_laws(draws, se, self.cal.agg_correction[rows], [mask])[0]
-            else:
-                law = did.sup_t(draws, se, mask)
-            self.laws[key] = law
+            self.laws[key] = self.drawn.aggregate_law(draws, se, rows, mask)
         return self.laws[key]
 
     def aggregate_crit(self, rows: slice, mask: np.ndarray) -> float:
         """Simultaneous critical value of the aggregates ``rows`` in ``mask`` (``aggregate_law``)."""
-        return did.critical_value(self.aggregate_law(rows, mask), self.settings.alpha)
+        return self.drawn.critical_value(self.aggregate_law(rows, mask), self.settings.alpha)
 
 
 def _profile_crit(c: _Cells) -> np.ndarray:
@@ -359,22 +350,21 @@ def _persistent(c: _Cells) -> pl.DataFrame:
 
 
 def _persistent_pointwise(c: _Cells, n_events: int) -> np.ndarray | None:
-    """The event times' pointwise critical values: each one's bootstrap-t (as the overall average's) under the
-    calibrated band, None (z) under the classic one."""
-    if c.cal is None or c.draws is None:
+    """The event times' pointwise critical values (the band's ``aggregate_pointwise``: the calibrated band's
+    bootstrap-t, as the overall average's); None (z) without draws or where the band has none."""
+    if c.drawn is None or c.draws is None:
         return None
     *_, draws, _, se = c.aggregates
-    rows = slice(0, n_events)
-    return bands.pointwise_aggregate_crit(draws[rows], se[rows], c.cal.agg_correction[rows], c.settings.alpha)
+    return c.drawn.aggregate_pointwise(draws, se, slice(0, n_events), c.settings.alpha)
 
 
 def _overall(c: _Cells) -> Overall:
-    """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval: normal (z) under
-    the classic band, the bootstrap-t two-sided critical value under the calibrated one."""
+    """The average post-treatment effect (R did's "simple" aggregation) with a pointwise interval: normal (z), or
+    its own two-sided bootstrap critical value where the band says so (``pointwise_overall``: the calibrated one)."""
     post_cells = np.flatnonzero(~c.pre)
     z = z_value(c.settings.alpha)
     *_, theta, draws, ase, se = c.aggregates
-    if c.cal is not None and draws is not None:
+    if c.drawn is not None and c.drawn.pointwise_overall and draws is not None:
         n = len(theta)
         z = c.aggregate_crit(slice(n - 1, n), np.ones(1, bool))
     o_ase, o_se = float(ase[-1]), float(se[-1])
@@ -391,29 +381,20 @@ def _overall(c: _Cells) -> Overall:
     )
 
 
-def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, boot, cal=None) -> EstimateResult:
-    """Every scope of the estimate from the cells' point estimates and bootstrap draws (and, under the calibrated
-    band, ``cal``: what ``bands.calibrated_bootstrap`` formed with those draws)."""
-    return _assembled(panel, settings, lay, est, boot, cal)[0]
+def _assemble(panel: Panel, settings: Settings, lay, est: did.CellEstimates, drawn: BandDraws | None) -> EstimateResult:
+    """Every scope of the estimate from the cells' point estimates and the band's bootstrap (``Band.bootstrap``;
+    None without draws)."""
+    return _assembled(panel, settings, lay, est, drawn)[0]
 
 
-def _assembled(panel: Panel, settings: Settings, lay, est, boot, cal=None) -> tuple[EstimateResult, _Cells]:
+def _assembled(panel: Panel, settings: Settings, lay, est, drawn: BandDraws | None) -> tuple[EstimateResult, _Cells]:
     """``_assemble`` and the ``_Cells`` its scopes were cut from."""
-    c = _Cells.of(panel, settings, lay, est, boot, cal)
-    small_notes = evidence.group_notes(lay, est, "calibrated") if cal is not None else group_notes(lay, est)
-    notes = list(lay.notes) + small_notes
+    c = _Cells.of(panel, settings, lay, est, drawn)
+    notes = list(lay.notes) + c.band.notes(lay, est, drawn is not None)
     flat = ~np.isfinite(c.se)
-    if cal is not None:
-        # a cohort (or control set) of one instance has no variance of its own: the calibrated band gives its cells
-        # no band (the classic band studentised them by the other group's variance alone: far too narrow)
-        lone = flat & ((est.n_treated == 1) | ((est.n_control == 1) & lay.controls))
-        if lone.any():
-            notes.append(
-                f"{int(lone.sum())} cells whose cohort or control set has a single instance have no band under the "
-                "calibrated band (one instance has no variance of its own): never marked significant; --band classic "
-                "ignores that part of the variance"
-            )
-        flat &= ~lone
+    if drawn is not None:  # the cells the band leaves without a band for a reason of its own, said so
+        own, flat = drawn.unbanded(lay, est, flat)
+        notes += own
     if flat.any():
         notes.append(
             f"{int(flat.sum())} cells have no sampling variation (standard error under {did.SE_FLOOR_REL:.1e} times "
@@ -474,7 +455,7 @@ class Comparison:
     ``ease_std_error`` (and ``ease_analytic_se``), simultaneous band (``ease_band_low``/``_high``; post-treatment
     cells are one family, placebo cells another, or all one with ``family="all"``; under ``settings.band``: the
     calibrated band studentises by the HC1 standard error, the classic one by the IQR bootstrap one) and
-    ``ease_significant``; ``band``: the band of the estimators and of the ease."""
+    ``ease_significant``; ``band``: the band of the estimators and of the ease (``Band.linear_band``)."""
 
     settings: Settings
     results: dict[str, EstimateResult]
@@ -534,33 +515,16 @@ def _ease(panel: Panel, settings: Settings) -> tuple[pl.DataFrame, np.ndarray, n
     floor = did.se_floor(lay.scale)
     pre = ref.cell_pre
     families = [np.ones(n, bool)] if settings.family == "all" else [~pre, pre]
-    crit = np.full(n, z_value(settings.alpha))
     # --cluster: one multiplier per cluster, as the estimators' bands (the analytic column stays instance-level)
     source = None
     if settings.cluster and settings.draws:
         from memtui.estimation.clusters import cluster_source
 
         source = cluster_source(panel, settings.cluster)
-    if settings.draws and settings.band == "calibrated":
-        # bootstrap-t: each draw studentised by its re-estimated (stratified HC1) variance, as the cells' band
-        ase, se, draws, laws = bands.linear_studentized(
-            lay, cells, cols, coef, n, families, draws=settings.draws, seed=settings.seed, floor=floor,
-            multiplier=settings.multiplier, source=source,
-        )  # fmt: skip
-        for fam, law in zip(families, laws, strict=True):
-            if fam.any():
-                crit[fam] = did.critical_value(law, settings.alpha)
-    else:
-        se, draws = did.linear_bootstrap(
-            lay, cells, cols, coef, n, draws=settings.draws, seed=settings.seed, multiplier=settings.multiplier,
-            source=source,
-        )  # fmt: skip
-        se = ase = did.floored(se, floor)
-        if settings.draws:
-            se = did.bootstrap_se(draws, floor)
-            for fam in families:
-                if fam.any():
-                    crit[fam] = did.critical_value(did.sup_t(draws, se, fam), settings.alpha)
+    ase, se, crit = get_band(settings.band).linear_band(
+        lay, cells, cols, coef, n, families, draws=settings.draws, seed=settings.seed, floor=floor,
+        multiplier=settings.multiplier, alpha=settings.alpha, source=source,
+    )  # fmt: skip
     tau = sign * point
     ease = pl.DataFrame(
         {

@@ -6,11 +6,11 @@ of checkpoints L apart); from those it simulates the simultaneous critical value
 solves for the cohort size that makes an instantaneous cell (c = g) with effect D significant with the requested
 power. The method and its assumptions are in docs/methods.md ("Planning a panel").
 
-Under the calibrated band (the default, ``band="calibrated"``) a cell is significant when its Welch t statistic
-exceeds the bootstrap-t critical value. That value is the large-sample (normal) one mapped through a t law with the
-cell's Welch-Satterthwaite degrees of freedom at the same per-cell level; it matches the mean calibrated critical value
-of simulated panels within about 1 % from 10 to 100 instances per cohort (tests/estimation/test_plan.py), and the
-power is that of a non-central t. Under ``band="classic"`` the plan is the large-sample one, as before.
+Under the calibrated band (the default) a cell is significant when its Welch t statistic exceeds the bootstrap-t
+critical value. That value is the large-sample (normal) one mapped through a t law with the cell's
+Welch-Satterthwaite degrees of freedom at the same per-cell level (``Band.plan_crit``); it matches the mean calibrated
+critical value of simulated panels within about 1 % from 10 to 100 instances per cohort (tests/estimation/test_plan.py),
+and the power is that of a non-central t. Under the classic band (``plan_crit`` None) the plan is the large-sample one.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.engine import did
 from memtui.engine import power as pw
+from memtui.engine.band_registry import BANDS, DEFAULT_BAND, band_names
 from memtui.engine.layout import NEVER_INDEX, build_layout
 from memtui.estimation.estimate import EstimateResult, z_value
 from memtui.estimation.settings import Settings, check_alpha
@@ -35,7 +36,7 @@ VALIDATION_MODES = ("optimal", "pilot")
 # No plan asks for more instances in one cohort or validation set than this: Pythia's whole training set is 146M
 # sequences (143,000 steps x 1024), so a larger answer says the effect cannot be detected, not how to detect it.
 MAX_INSTANCES = 10**9
-PLAN_BANDS = ("calibrated", "classic")
+PLAN_BANDS = band_names()
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ class Plan:
     n_cells: int
     draws_used: int  # draws of the critical value's simulation; 0 = Sidak bound (or pointwise, draws = 0)
     rows: list[PlanRow]
-    band: str = "classic"
+    band: str = "classic"  # the band planned for: the large-sample plans (without draws, too) say classic
 
 
 def _se(pilot: Pilot, n: float, n0: float) -> float:
@@ -209,10 +210,8 @@ def welch_df(pilot: Pilot, n: float, n0: float) -> float:
 
 def calibrated_crit(normal_crit: float, df: float) -> float:
     """The calibrated band's critical value for a design whose large-sample (normal) one is ``normal_crit``: the t
-    quantile with ``df`` degrees of freedom at the same per-cell level."""
-    from scipy import stats
-
-    return float(stats.t.isf(stats.norm.sf(normal_crit), df))
+    quantile with ``df`` degrees of freedom at the same per-cell level (``Band.plan_crit``)."""
+    return BANDS[DEFAULT_BAND].plan_crit(normal_crit, df)
 
 
 def t_power(effect: float, se: float, crit: float, df: float) -> float:
@@ -260,20 +259,28 @@ def plan_sizes(
     validation: str | int = "optimal",
     draws: int = pw.PLAN_DRAWS,
     seed: int = 0,
-    band: str = "calibrated",
+    band: str = DEFAULT_BAND,
 ) -> Plan:
     """Cohort size (and validation count) that detects each effect at c = g with ``power`` under the band.
 
     ``draws``: of the critical value's simulation (fewer where the design is large, see ``BandModel.crit``); 0 plans
-    for pointwise bands (an estimate without bootstrap), crit = z. ``band``: "calibrated" (the estimate's default)
-    or "classic" (the large-sample normal plan).
+    for pointwise bands (an estimate without bootstrap), crit = z. ``band``: a registered band's name (the
+    estimate's default; one whose ``plan_crit`` maps the large-sample value to small samples, as the calibrated one,
+    plans with it and a non-central t power; the others plan with the large-sample normal values).
     """
     check_plan_args(power=power, alpha=alpha, cohorts=cohorts, checkpoints=checkpoints, effects=effects)
-    if band not in PLAN_BANDS:
-        raise MemtuiError(f"band must be one of {', '.join(PLAN_BANDS)}, not '{band}'.")
-    if band == "calibrated" and draws:
-        return _plan_calibrated(pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=power, alpha=alpha,
-                                validation=validation, draws=draws, seed=seed)  # fmt: skip
+    if band not in BANDS:
+        raise MemtuiError(f"band must be one of {', '.join(BANDS)}, not '{band}'.")
+    if draws and BANDS[band].small_sample_plan:
+        return _plan_small_sample(pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=power, alpha=alpha,
+                                  validation=validation, draws=draws, seed=seed, band=band)  # fmt: skip
+    return _plan_large_sample(pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=power, alpha=alpha,
+                              validation=validation, draws=draws, seed=seed)  # fmt: skip
+
+
+def _plan_large_sample(pilot: Pilot, effects, *, cohorts, checkpoints, power, alpha, validation, draws, seed) -> Plan:
+    """``plan_sizes`` with the large-sample (normal) critical value and power (the classic band's plan; every band's
+    without draws)."""
     n_cells = pw.n_post_cells(cohorts, checkpoints)
     used = [0]
     crits: dict[float, float] = {}
@@ -347,11 +354,14 @@ def _too_many(per_cohort: float, validation: float) -> str:
     return f"needs more than {MAX_INSTANCES:.0e} instances {who}: too small to detect"
 
 
-def _plan_calibrated(pilot: Pilot, effects, *, cohorts, checkpoints, power, alpha, validation, draws, seed) -> Plan:
-    """``plan_sizes`` under the calibrated band: per candidate size, the normal critical value of the design (it
-    depends on n_0 / n_g only) mapped through the c = g cell's Welch t law, and the non-central t power."""
-    normal = plan_sizes(pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=power, alpha=alpha,
-                        validation=validation, draws=draws, seed=seed, band="classic")  # fmt: skip
+def _plan_small_sample(
+    pilot: Pilot, effects, *, cohorts, checkpoints, power, alpha, validation, draws, seed, band: str
+) -> Plan:
+    """``plan_sizes`` under a band with a small-sample ``plan_crit`` (the calibrated one): per candidate size, the
+    normal critical value of the design (it depends on n_0 / n_g only) mapped through the c = g cell's Welch t law
+    (``plan_crit``), and the non-central t power; it starts from the large-sample plan."""
+    normal = _plan_large_sample(pilot, effects, cohorts=cohorts, checkpoints=checkpoints, power=power, alpha=alpha,
+                                validation=validation, draws=draws, seed=seed)  # fmt: skip
     model = pw.BandModel(pilot.v_treated, pilot.v_control, cohorts=cohorts, checkpoints=checkpoints)
     crits: dict[float, float] = {}
 
@@ -369,7 +379,7 @@ def _plan_calibrated(pilot: Pilot, effects, *, cohorts, checkpoints, power, alph
     def evaluate(n: int, effect: float) -> tuple[float, float, float]:
         n0 = sizes(n)
         df = welch_df(pilot, n, n0)
-        crit = calibrated_crit(normal_crit(n0 / n), df)
+        crit = BANDS[band].plan_crit(normal_crit(n0 / n), df)
         return t_power(effect, _se(pilot, n, n0), crit, df), crit, df
 
     rows = []
@@ -384,7 +394,7 @@ def _plan_calibrated(pilot: Pilot, effects, *, cohorts, checkpoints, power, alph
         achieved, crit, df = evaluate(n, effect)
         rows.append(PlanRow(label, effect, n, sizes(n), crit, achieved, df=df))
     return Plan(cohorts, checkpoints, power, alpha, str(validation), normal.n_cells, normal.draws_used, rows,
-                band="calibrated")  # fmt: skip
+                band=band)  # fmt: skip
 
 
 def check_plan_args(*, power: float, alpha: float, cohorts: int | None, checkpoints: int | None, effects=()) -> None:

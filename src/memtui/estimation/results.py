@@ -6,29 +6,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from statistics import NormalDist
 from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from memtui.core.errors import MemtuiError
-from memtui.core.memory import human
-from memtui.engine import did
-from memtui.engine.layout import listing
+from memtui.engine.band import z_value as z_value
+from memtui.engine.evidence import SMALL_GROUP as SMALL_GROUP
+from memtui.engine.evidence import r_did_notes as group_notes  # noqa: F401  (R did's small-group notes)
 
 if TYPE_CHECKING:
     from memtui.estimation.settings import Settings
 
 SCOPES = ("profile", "instantaneous", "persistent", "residual")
-SMALL_GROUP = 5  # R `did` warns about groups smaller than this; measured in docs/methods.md ("Small cohorts")
 Progress = Callable[[float, str], None]
-
-
-def z_value(alpha: float) -> float:
-    """Two-sided normal critical value (statistics.NormalDist: scipy.stats costs a second to import); from the lower
-    tail, so that a small alpha is not lost in 1 - alpha / 2 rounding to 1."""
-    return -NormalDist().inv_cdf(alpha / 2)
 
 
 class _Record:
@@ -94,7 +86,7 @@ class EstimateResult:
     cohorts: np.ndarray  # cohort steps (rows of the profile)
     checkpoints: np.ndarray  # completed checkpoint steps (columns)
     notes: list[str] = field(default_factory=list)
-    band: str = ""  # the band that made the bands and flags: "calibrated" or "classic" (default: the settings')
+    band: str = ""  # the band that made the bands and flags (engine.band_registry; default: the settings')
 
     def __post_init__(self) -> None:
         self.band = self.band or self.settings.band
@@ -169,51 +161,3 @@ def final_index(steps: np.ndarray, final_step: int | None) -> int:
     if idx < 0:
         raise MemtuiError(f"final step {final_step} is before the first completed checkpoint ({steps[0]}).")
     return idx
-
-
-def bootstrap_bytes(draws: int, lay, band: str = "classic") -> int:
-    """Peak memory of an estimate's bootstrap under ``band`` (``did.bootstrap_bytes``, ``bands.bootstrap_bytes``)."""
-    from memtui.engine import bands
-
-    n_events = len(np.unique(lay.cell_t - lay.group_index[lay.cell_group]))
-    size = {"n_cells": len(lay.cell_group), "n_groups": lay.n_groups, "n_aggregates": n_events + 1}
-    count = bands.bootstrap_bytes if band == "calibrated" else did.bootstrap_bytes
-    return count(draws, **size, n_units=lay.n_units, width=lay.y.shape[1])
-
-
-def check_memory(draws: int, lay, band: str = "classic") -> None:
-    """Refuse, before allocating anything, a bootstrap whose draws cannot fit in the memory available."""
-    need = bootstrap_bytes(draws, lay, band)
-    have = did.available_memory()
-    if have is not None and need > have:
-        per_draw = bootstrap_bytes(1, lay, band) - bootstrap_bytes(0, lay, band)
-        fits = int((have - (need - draws * per_draw)) / per_draw) // 100 * 100
-        advice = f"use at most about {fits} draws (-B {fits})" if fits >= 20 else "use -B 0 (analytic bands)"
-        raise MemtuiError(
-            f"{draws} bootstrap draws of {len(lay.cell_group)} cells need about {human(need)} of memory and "
-            f"{human(have)} is available; {advice}."
-        )
-
-
-def group_notes(lay, est: did.CellEstimates) -> list[str]:
-    """Say which cohorts and control sets are too small for the inference to hold (R `did`'s rule)."""
-    notes = []
-    t = len(lay.steps)
-    small = [(int(lay.steps[lay.group_index[g]]), int(lay.group_n[g])) for g in lay.cohort_groups]
-    small = [(step, n) for step, n in small if n < SMALL_GROUP]
-    if small:
-        notes.append(
-            f"{len(small)} cohort(s) have fewer than {SMALL_GROUP} instances, step (n): {listing(small)}; their "
-            "standard errors run low and bands too narrow (docs/estimation.md, small cohorts): treat their "
-            "significance with caution (column small_group)"
-        )
-    few = (est.n_control < SMALL_GROUP) & lay.controls  # the extractable estimator has no control set at all
-    if few.any():
-        never = int(lay.group_n[0]) if lay.group_index[0] >= t else 0
-        which = (
-            f"the control group has only {never} never-treated instance(s)"
-            if never < SMALL_GROUP
-            else f"{int(few.sum())} cells have fewer than {SMALL_GROUP} control instances"
-        )
-        notes.append(f"{which}: standard errors run low and bands too narrow (column small_group)")
-    return notes

@@ -36,6 +36,8 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.engine import did
+from memtui.engine.band_classic import CLASSIC
+from memtui.engine.band_registry import get_band
 from memtui.engine.multipliers import JointMultipliers
 from memtui.estimation.estimate import estimate_parts
 from memtui.estimation.results import EstimateResult, Progress, final_index, z_value
@@ -474,7 +476,7 @@ def _notes(settings: Settings, parts: list, n_cells: int, shared: bool) -> list[
     dropped = max(len(p.est.att) for p in parts) - n_cells
     if dropped > 0:
         notes.append(f"{dropped} cells estimated under some seeds but not all are left out of the pooled profile")
-    if settings.band != "classic":
+    if get_band(settings.band) is not CLASSIC:  # the pooled draws give the classic band only
         notes.append(
             f"the pooled bands are the classic band (R did's sup-t over the pooled draws), not the {settings.band} "
             "one: its per-draw studentisation is formed inside one seed's layout (each seed's own estimate keeps it)"

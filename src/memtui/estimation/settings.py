@@ -6,7 +6,10 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from memtui.core.errors import MemtuiError
+from memtui.engine.band_registry import BANDS, DEFAULT_BAND, BandName
 from memtui.estimation.choices import SETTING_CHOICES
+
+DEFAULT_DRAWS = 1000  # multiplier-bootstrap draws of an estimate; the CLI's -B and `plan` read it here
 
 # The bands' alpha: at most 0.5 (a band covering less than half the time says nothing), at least 0.0001 (a 99.99%
 # band: its critical value is the bootstrap's 1 - alpha quantile, which 1000 draws already cannot place beyond their
@@ -36,15 +39,15 @@ class Settings:
     estimator: str = "did"
     base_period: str = "varying"  # pre-treatment cells: "varying" (checkpoint before c) or "universal" (before g)
     control_group: str = "never_treated"  # or "not_yet_treated"
-    draws: int = 1000  # multiplier-bootstrap draws; 0 = analytic standard errors and pointwise bands only
+    draws: int = DEFAULT_DRAWS  # multiplier-bootstrap draws; 0 = analytic standard errors and pointwise bands only
     multiplier: str = "rademacher"  # or "mammen"
     seed: int = 0
     alpha: float = 0.05
     family: str = "post"  # cells sharing one simultaneous band: "post" (c >= g; pre cells get their own) or "all"
     final_step: int | None = None  # residual memorisation checkpoint; None = last completed
     engine: str = "memtui"  # or "differences" (the paper's pipeline; slow)
-    # simultaneous bands: "calibrated" (bootstrap-t, engine.bands; docs/calibration-study.md) or "classic" (R did's)
-    band: str = "calibrated"
+    # the simultaneous band, by name (engine.band_registry: the bootstrap-t band by default, R did's classic one)
+    band: BandName = DEFAULT_BAND
     # per-instance covariates of doubly robust DiD (engine.drdid; R did's xformla with est_method "dr"); () = none
     covariates: tuple[str, ...] = ()
     # clustered bootstrap (R did's clustervars): "" (none), "batch" (instances of one optimizer step) or a categorical
@@ -57,6 +60,7 @@ class Settings:
     def __post_init__(self) -> None:
         """A Settings cannot be invalid: every construction (and ``dataclasses.replace``) checks it."""
         for name, allowed in self.CHOICES.items():
+            allowed = tuple(BANDS) if name == "band" else allowed  # the registry as it is now
             if getattr(self, name) not in allowed:
                 raise MemtuiError(f"{name} must be one of {', '.join(allowed)}, not '{getattr(self, name)}'.")
         check_alpha(self.alpha)
@@ -67,16 +71,9 @@ class Settings:
             raise MemtuiError(f"draws must be 0 (no bootstrap) or at least 20, not {self.draws}.")
         if self.seed < 0:
             raise MemtuiError(f"seed must be 0 or a positive integer, not {self.seed}.")
-        if self.band == "calibrated" and self.multiplier != "rademacher":
-            raise MemtuiError(
-                f"the calibrated band needs Rademacher multipliers, not {self.multiplier}; use --band classic for "
-                f"{self.multiplier.capitalize()} weights."
-            )
-        if self.band == "calibrated" and self.engine == "differences":
-            raise MemtuiError(
-                "engine differences gives only the classic band (R did's); use --band classic with --engine "
-                "differences."
-            )
+        refusal = BANDS[self.band].refusal(self)  # what the band supports (multipliers, engines, covariates)
+        if refusal:
+            raise MemtuiError(refusal)
 
         if self.cluster:
             self._check_cluster()
@@ -105,9 +102,4 @@ def _check_covariates(s: Settings) -> None:
     if s.estimator != "did" or s.engine != "memtui":
         raise MemtuiError(
             f"covariates need the did estimator and the memtui engine, not estimator {s.estimator} / engine {s.engine}."
-        )
-    if s.band == "calibrated" and s.draws:
-        raise MemtuiError(
-            "the calibrated band is not built for covariates (its per-draw variance is the difference-of-means one); "
-            "use --band classic (R did's band) with --covariates."
         )

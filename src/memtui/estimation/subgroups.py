@@ -23,7 +23,9 @@ import numpy as np
 import polars as pl
 
 from memtui.core.errors import MemtuiError
-from memtui.engine import bands, did, drdid
+from memtui.engine import did, drdid
+from memtui.engine.band import BandDraws
+from memtui.engine.band_registry import get_band
 from memtui.engine.multipliers import JointMultipliers
 from memtui.estimation.estimate import Prepared, aggregate_members, cell_masks, finished, prepared
 from memtui.estimation.group_spec import Groups, group_labels, resolve
@@ -127,33 +129,30 @@ def estimate_by(
     draws = _joint_bootstrap(settings, list(preps.values()), lambda f: report(0.05 + 0.85 * f, "bootstrap"))
     report(0.9, "summaries")
     results, cells = {}, {}
-    for name, (boot, cal) in zip(groups.names, draws, strict=True):
-        results[name], cells[name] = finished(subsets[name], settings, preps[name], boot, cal)
+    for name, drawn in zip(groups.names, draws, strict=True):
+        results[name], cells[name] = finished(subsets[name], settings, preps[name], drawn)
     report(1.0, "done")
     return _assembled(panel, settings, groups, shared_controls, results, cells, sizes)
 
 
-def _joint_bootstrap(settings: Settings, preps: list[Prepared], progress) -> list[tuple]:
-    """Every group's bootstrap in one pass over the draws (``did.bootstrap_shared`` with a source per group: the
+def _joint_bootstrap(settings: Settings, preps: list[Prepared], progress) -> list[BandDraws | None]:
+    """Every group's bootstrap in one pass over the draws (the band's ``bootstraps`` with a source per group: the
     multipliers drawn once per chunk for all groups, each group's draws bit for bit those of its lone bootstrap with
-    that source): per group (draws, calibrated laws or None); (None, None) without draws."""
+    that source): per group, the band's draws; None without draws."""
     if not settings.draws:
-        return [(None, None)] * len(preps)
+        return [None] * len(preps)
+    band = get_band(settings.band)
     lays, ests, sources = [p.lay for p in preps], [p.est for p in preps], [p.source for p in preps]
     common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier}
+    masks = [cell_masks(lay, settings) for lay in lays]
+    members = [aggregate_members(lay)[2] for lay in lays]
+    floors = [did.se_floor(lay.scale) for lay in lays]
     if isinstance(ests[0], drdid.DrEstimates):  # doubly robust cells: their own bootstrap, group by group
         return [
-            (drdid.bootstrap(p.lay, p.est, **common, source=p.source), None)
-            for p in preps
+            band.bootstrap(p.lay, p.est, m, a, floor=f, progress=None, source=p.source, **common)
+            for p, m, a, f in zip(preps, masks, members, floors, strict=True)
         ]  # fmt: skip
-    if settings.band == "calibrated":
-        cals = bands.calibrated_bootstraps(
-            lays, ests, [cell_masks(lay, settings) for lay in lays], floors=[did.se_floor(lay.scale) for lay in lays],
-            members=[aggregate_members(lay)[2] for lay in lays], progress=progress, source=sources, **common,
-        )  # fmt: skip
-        return [(cal.boot, cal) for cal in cals]
-    boots = did.bootstrap_shared(lays, ests, progress=progress, source=sources, **common)
-    return [(boot, None) for boot in boots]
+    return band.bootstraps(lays, ests, masks, members, floors=floors, progress=progress, source=sources, **common)
 
 
 def _source(panel: Panel, settings: Settings) -> JointMultipliers:

@@ -23,11 +23,15 @@ import polars as pl
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
-from memtui.engine import bands, did
+from memtui.engine import did
+from memtui.engine.band import Band, BandDraws
+from memtui.engine.band_classic import CLASSIC
+from memtui.engine.band_registry import get_band
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import build_layout
+from memtui.engine.memory import check_memory
 from memtui.estimation.estimate import aggregate_members, cell_masks, estimate
-from memtui.estimation.results import EstimateResult, Progress, check_memory
+from memtui.estimation.results import EstimateResult, Progress
 from memtui.estimation.settings import Settings
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import NEVER, Panel
@@ -309,7 +313,7 @@ class _Job:
     lay: object = None
     est: object = None
     rows_key: bytes = b""  # which instances the estimate uses: jobs with the same key have joint draws
-    parts: object = None  # the calibrated band's ``bands.calibrated_parts``, made with the layout
+    parts: object = None  # what the band makes from the layout beforehand (``Band.prepare``), or None
 
 
 @dataclass
@@ -439,20 +443,19 @@ def _estimate_metric(metric: str, jobs: list[_Job], settings: Settings, keep: se
         base, share = done / total, len(batch) / total
         stage = f"{metric}: bootstrap"
         cells = _shared_draws(
-            batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), band=settings.band,
-            pool=pool,
+            batch, settings, lambda f, b=base, s=share, m=stage: report(b + 0.5 * s * f, m), pool=pool,
         )  # fmt: skip
         assembled = _threads(lambda item: _assemble(*item), list(zip(batch, cells, strict=True)))
-        for job, (boot, _), res in zip(batch, cells, assembled, strict=True):
+        for job, drawn, res in zip(batch, cells, assembled, strict=True):
             out.results[job.model][metric] = res
             if metric in keep:
-                out.draws.setdefault(metric, {})[job.model] = boot.cells
+                out.draws.setdefault(metric, {})[job.model] = drawn.boot.cells
             elif pool is not None:  # the frames are made and nothing refers to the draws any more
-                pool.give([boot.cells])
+                pool.give([drawn.boot.cells])
             job.lay = job.est = job.parts = None
-        # the batch's draws (and the calibrated laws) go now, not when the next batch's replace them: held
+        # the batch's draws (and the band's laws) go now, not when the next batch's replace them: held
         # through the next batch's bootstrap they were a whole batch of draws on top of its own (the peak)
-        del cells, assembled, boot, res
+        del cells, assembled, drawn, res
         done += len(batch)
         report(done / total, f"{metric}: summaries")
 
@@ -481,16 +484,17 @@ def _prepare(job: _Job) -> None:
                 f"metric '{s.metric}' has the same value for every instance and completed checkpoint used, so there "
                 "is nothing to estimate; choose a metric that varies."
             )
-        check_memory(s.draws, lay, s.band)
+        check_memory(s.draws, lay, get_band(s.band))
     except MemtuiError as exc:
         raise MemtuiError(f"{job.model}: {exc}") from None
     job.lay = lay
     job.est = did.point_estimates(lay)
     job.rows_key = np.packbits(np.isfinite(y).all(axis=1)).tobytes()
-    if s.band == "calibrated" and s.draws > 0:
-        # the variances and the aggregates' standard errors depend on the layout alone: made here, on the thread
-        # that prepares the next metric while this one's bootstrap runs, they leave the bootstrap less to wait for
-        job.parts = bands.calibrated_parts(lay, job.est, did.se_floor(lay.scale), aggregate_members(lay)[2])
+    if s.draws > 0:
+        # what the band can make from the layout alone (the calibrated band's variances and the aggregates'
+        # standard errors): made here, on the thread that prepares the next metric while this one's bootstrap runs,
+        # it leaves the bootstrap less to wait for
+        job.parts = get_band(s.band).prepare(lay, job.est, did.se_floor(lay.scale), aggregate_members(lay)[2])
 
 
 def _batches(jobs: list[_Job]) -> list[list[_Job]]:
@@ -521,31 +525,28 @@ def _threads(fn, items: list) -> list:
 
 
 def _shared_draws(
-    batch: list[_Job], settings: Settings, progress=None, band: str = "classic", pool: did.DrawsPool | None = None
-) -> list[tuple[did.BootstrapDraws, bands.CalibratedBands | None]]:
-    """The bootstrap draws of every job of ``batch`` from one set of multipliers (``did.bootstrap_shared``), so each
-    job's draws are bit for bit those ``estimate`` draws for it alone; with ``band="calibrated"`` also each job's
-    calibrated laws (``bands.calibrated_bootstraps``: the same loop, the same per-job arithmetic as a lone estimate)."""
+    batch: list[_Job], settings: Settings, progress=None, pool: did.DrawsPool | None = None, band: Band | None = None
+) -> list[BandDraws]:
+    """The bootstrap of every job of ``batch`` from one set of multipliers (``band``'s ``bootstraps``; default the
+    settings' band), so each job's draws, and what the band reads from them, are bit for bit those ``estimate``
+    makes for it alone."""
     lays, ests = [j.lay for j in batch], [j.est for j in batch]
     common = {"draws": settings.draws, "seed": settings.seed, "multiplier": settings.multiplier, "progress": progress,
               "pool": pool}  # fmt: skip
-    if band != "calibrated":
-        return [(boot, None) for boot in did.bootstrap_shared(lays, ests, **common)]
     prepared = [j.parts for j in batch] if all(j.parts is not None for j in batch) else None
     members = None if prepared else [aggregate_members(lay)[2] for lay in lays]  # made with the parts already
-    cals = bands.calibrated_bootstraps(
-        lays, ests, [cell_masks(j.lay, j.settings) for j in batch], floors=[did.se_floor(lay.scale) for lay in lays],
-        members=members, mapper=lambda fn, items: _threads(fn, list(items)), prepared=prepared, **common,
+    return (band or get_band(settings.band)).bootstraps(
+        lays, ests, [cell_masks(j.lay, j.settings) for j in batch], members,
+        floors=[did.se_floor(lay.scale) for lay in lays], mapper=lambda fn, items: _threads(fn, list(items)),
+        prepared=prepared, **common,
     )  # fmt: skip
-    return [(cal.boot, cal) for cal in cals]
 
 
-def _assemble(job: _Job, drawn: tuple[did.BootstrapDraws, bands.CalibratedBands | None]) -> EstimateResult:
+def _assemble(job: _Job, drawn: BandDraws) -> EstimateResult:
     """Every scope of one job's estimate: the very assembly ``memtui.estimation.estimate`` makes for a lone panel."""
     from memtui.estimation.estimate import _assemble as assemble
 
-    boot, cal = drawn
-    return assemble(job.panel, job.settings, job.lay, job.est, boot, cal)
+    return assemble(job.panel, job.settings, job.lay, job.est, drawn)
 
 
 @dataclass
@@ -985,10 +986,8 @@ def _joint_draws(sr: SuiteResult, metric: str) -> dict[str, np.ndarray]:
     jobs = [_Job(model=n, metric=metric, panel=p, settings=s) for n, p in zip(sr.names, sr.suite.panels, strict=True)]
     with one_blas_thread():
         _threads(_prepare, jobs)
-        boots = _shared_draws(jobs, s)  # the draws alone: the same under either band
-    sr.draws = {
-        metric: {j.model: b.cells for j, (b, _) in zip(jobs, boots, strict=True)}
-    }  # one metric's draws at a time
+        boots = _shared_draws(jobs, s, band=CLASSIC)  # the draws alone: the classic band reads nothing else
+    sr.draws = {metric: {j.model: b.boot.cells for j, b in zip(jobs, boots, strict=True)}}  # one metric at a time
     return sr.draws[metric]
 
 

@@ -12,6 +12,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.estimation.estimate import EstimateResult
 from memtui.estimation.results import persistent_cells
+from memtui.estimation.settings import DEFAULT_BAND
 
 if TYPE_CHECKING:
     from memtui.estimation.subgroups import ByResult
@@ -59,12 +60,12 @@ def export_by_frame(by: ByResult, scope: str = "profile", significant_only: bool
 
 
 def default_name(result: EstimateResult, panel_path: Path, scope: str = "profile") -> str:
-    """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv`` (``-classic`` before ``.csv`` under the classic band): two
-    exports with different settings never share a name. The panel's name and the metric come from a file: no control
-    characters or path separators from either."""
+    """``PANEL-METRIC-ESTIMATOR-SCOPE-aALPHA-dDRAWS.csv`` (``-BAND`` before ``.csv`` under a band other than the
+    default): two exports with different settings never share a name. The panel's name and the metric come from a
+    file: no control characters or path separators from either."""
     s = result.settings
     stem = "".join(ch if ch.isprintable() and ch not in "/\\" else "_" for ch in f"{Path(panel_path).stem}-{s.metric}")
-    band = "" if s.band == "calibrated" else f"-{s.band}"
+    band = "" if s.band == DEFAULT_BAND else f"-{s.band}"  # the default band's name is left out
     return f"{stem[:120]}-{s.estimator}-{scope}-a{s.alpha:g}-d{s.draws}{band}.csv"
 
 
