@@ -313,7 +313,18 @@ def render(f: Findings, *, figures_dir: str = ".", timings: dict | None = None, 
     out += ["", "The rate decays over training while the model also changes, so a correlation across cohorts can come "
             "from any trend over training; the last column removes a linear trend in the cohort's step from both "
             "(what is left is the schedule's curvature).", "", f"![tracking]({fig('tracking.svg')})"]  # fmt: skip
-    out += ["", f"## (iii) Correlation across sizes: {f.claims[2].verdict}", ""]
+    out += _correlation_section(f, fig)
+    notes = list(sr.suite.notes) + list(sr.notes) + list(f.corr.notes)
+    for name in sr.names:
+        notes += [f"{name}: {n}" for n in sr.results[name][m].notes]
+    if notes:
+        out += ["", "## Notes", ""] + [f"- {clean(n, 400)}" for n in dict.fromkeys(notes)]
+    return "\n".join(out) + "\n"
+
+
+def _correlation_section(f: Findings, fig) -> list[str]:
+    """Section (iii): the models' raw and noise-corrected profile correlations, pair by pair, and their figure."""
+    out = ["", f"## (iii) Correlation across sizes: {f.claims[2].verdict}", ""]
     rows = [
         [a, b, f"{v:.2f}", f"[{lo:.2f}, {hi:.2f}]", *_corrected(f.corr, a, b)] for a, b, v, lo, hi in _pairs(f.corr)
     ]
@@ -324,15 +335,10 @@ def render(f: Findings, *, figures_dir: str = ".", timings: dict | None = None, 
             "of true profiles\"). Where its interval is [-1, 1] the data do not determine it, and only the raw r is "
             "informative."]  # fmt: skip
     sp = f.corr.spearman
-    off = sp[~np.eye(len(sr.names), dtype=bool)]
+    off = sp[~np.eye(len(f.result.names), dtype=bool)]
     out += ["", f"Over {f.corr.n_cells} post-treatment cells (c >= g); Spearman ranges from {np.nanmin(off):.2f} to "
             f"{np.nanmax(off):.2f}.", "", f"![correlations]({fig('correlations.svg')})"]  # fmt: skip
-    notes = list(sr.suite.notes) + list(sr.notes) + list(f.corr.notes)
-    for name in sr.names:
-        notes += [f"{name}: {n}" for n in sr.results[name][m].notes]
-    if notes:
-        out += ["", "## Notes", ""] + [f"- {clean(n, 400)}" for n in dict.fromkeys(notes)]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _models_table(sr, timings: dict | None) -> str:
