@@ -151,8 +151,9 @@ def test_calibrated_pointwise_interval_is_the_welch_t_interval():
 
 
 def _paired(panel: Panel) -> np.ndarray:
-    """A cluster label per instance: the trained ones in pairs inside their cohort, the never-trained alone (-1)."""
-    labels = np.full(len(panel.ids), -1.0)
+    """A cluster label per instance: the trained ones in pairs inside their cohort, the never-trained alone (no value:
+    a covariate's missing value is a cluster of its own; -1 would be a level, one cluster of every control)."""
+    labels = np.full(len(panel.ids), np.nan)
     trained = np.flatnonzero(panel.treatment != NEVER)
     order = trained[np.argsort(panel.treatment[trained], kind="stable")]
     labels[order] = np.arange(len(order)) // 2
@@ -168,7 +169,7 @@ def test_clustered_ease_law_is_the_wild_cluster_bootstrap_t(controls):
 
     panel, _ = null_panel(cohorts=3, per_cohort=8, never=9, checkpoints=5, seed=4)
     lay, ref = _layouts(panel, controls)
-    source = JointMultipliers.clustered(_paired(panel))
+    source = JointMultipliers.clustered(np.nan_to_num(_paired(panel), nan=-1))  # -1: a cluster of its own
     cells, cols, coef, _ = did.ease_terms(lay, ref)
     n, draws, chunk, seed = len(ref.cell_group), 40, 16, 7
     post = ~ref.cell_pre
@@ -230,13 +231,13 @@ def test_clustered_calibrated_ease_holds_its_level_under_shared_cluster_shocks()
     """Null panels whose clusters (four instances of a cohort) share a shock at every checkpoint: the ease band
     clustered by them holds its family-wise error; the instance-level calibrated band over-rejects."""
     miss = {"": [], "site": []}
-    for seed in range(40):
+    for seed in range(200):
         rng = np.random.default_rng(500 + seed)
         panel, trend = null_panel(cohorts=4, per_cohort=24, never=150, checkpoints=6, seed=500 + seed)
-        site = np.full(len(panel.ids), -1.0)
+        site = np.full(len(panel.ids), np.nan)  # the never-trained: each a cluster of its own
         trained = np.flatnonzero(panel.treatment != NEVER)
         site[trained] = np.arange(len(trained)) // 4  # cohorts are contiguous blocks of 24: clusters stay inside
-        shock = rng.normal(0, SHOCK, (int(site.max()) + 1, 6))
+        shock = rng.normal(0, SHOCK, (int(np.nanmax(site)) + 1, 6))
         y = panel.values("loglik").copy()
         y[trained] += shock[site[trained].astype(int)]
         panel = replace(panel, metrics={"loglik": y}, covariates={"site": site})
@@ -245,7 +246,8 @@ def test_clustered_calibrated_ease_holds_its_level_under_shared_cluster_shocks()
             truth = trend[frame["checkpoint"].to_numpy()]
             lo, hi = frame["ease_band_low"].to_numpy(), frame["ease_band_high"].to_numpy()
             miss[cluster].append(bool(((lo > truth) | (hi < truth)).any()))
-    # measured: 12 of 40 panels (30 %) at the instance level, 0 of 40 clustered (6 clusters a cohort: the wild
-    # cluster bootstrap-t with few clusters errs on the safe side)
-    assert np.mean(miss[""]) >= 0.2, miss  # instance-level: the shared shocks look like signal
+    # measured over 1,000 panels (seeds 500-1499): 20.8 ± 1.3 % at the instance level, 6.8 ± 0.8 % clustered (6
+    # clusters a cohort, each never-trained control its own); these 200: 22.5 % and 8.5 %. (An earlier version of this
+    # test gave every control one cluster, a clustering memtui now refuses, and measured 0 of 40.)
+    assert np.mean(miss[""]) >= 0.15, miss  # instance-level: the shared shocks look like signal
     assert np.mean(miss["site"]) <= 0.1, miss
