@@ -1,0 +1,76 @@
+"""Issue 33 §5 (the workbench tried as a new user would): each case through Textual's pilot, on small synthetic
+panels. Every test failed before its fix."""
+
+from __future__ import annotations
+
+import numpy as np
+from app_pilot import run_async, settle
+from textual.app import App
+
+from memtui.app.compare import ComparePane, correlation_grid
+from memtui.estimation.settings import Settings
+from memtui.estimation.suite import load_suite
+from memtui.panel.synthetic import Simulation, write_synthetic
+
+COMPARE = ("compare",)
+
+
+class CompareHost(App):
+    computing = None  # what `settle` reads on the workbench: nothing else is estimated here
+
+    def __init__(self, suite) -> None:
+        super().__init__()
+        self.suite = suite
+
+    def compose(self):
+        yield ComparePane(self.suite, id="compare")
+
+
+def _suite(tmp_path, per_cohort: int, n_never: int, effects: tuple[float, ...]):
+    sim = dict(n_cohorts=6, per_cohort=per_cohort, n_never=n_never, n_checkpoints=8)
+    return load_suite([
+        write_synthetic(tmp_path / f"m{i}.h5", Simulation(**sim, effect=e, seed=i + 1)) for i, e in enumerate(effects)
+    ])  # fmt: skip
+
+
+async def _compare_grid(suite, size=(120, 60)) -> tuple[str, object]:
+    app = CompareHost(suite)
+    async with app.run_test(size=size) as pilot:
+        pane = app.query_one(ComparePane)
+        pane.show_settings(Settings(metric="loglik", draws=200, seed=5))
+        await settle(pilot, COMPARE)
+        ready = pane._ready[pane.settings, ""]
+        return str(pane.query_one("#compare-grid").render()), ready.pearson
+
+
+# ---- §5.2 the Compare pane's noise-corrected correlation ---------------------------------------------------------
+
+
+@run_async
+async def test_compare_pane_says_not_determined_where_the_corrected_interval_is_all_of_minus_one_to_one(tmp_path):
+    """Tiny cohorts whose noise is as large as the profiles: the corrected r's interval is [−1, 1]. The pane showed
+    `−0.73` with `[−1, 1]` and no word why; it says "not determined", and the note `memtui compare` prints."""
+    grid, corr = await _compare_grid(_suite(tmp_path, 3, 10, (0.3, 0.3)))
+    assert corr.pearson_corrected_low[0, 1] <= -1 and corr.pearson_corrected_high[0, 1] >= 1  # the case itself
+    corrected = grid.split("Raw Pearson")[0]
+    assert "n.d." in corrected and "1–2 not determined" in corrected
+    assert f"{corr.pearson_corrected[0, 1]:+.2f}".replace("-", "−") not in corrected  # no number for it
+    assert "not determined by these data" in corrected and "only the raw correlation is informative" in corrected
+    assert "1–2 [" in grid.split("Raw Pearson")[1]  # the raw r keeps its number and interval
+
+
+@run_async
+async def test_compare_pane_marks_a_clipped_corrected_correlation_and_shows_its_note(tmp_path):
+    """Equal profiles: the corrected r falls beyond 1 and is held at +1. The pane says so (a mark and the note with
+    the value before clipping), instead of a bare `+1.00`."""
+    grid, corr = await _compare_grid(_suite(tmp_path, 12, 60, (1.0, 1.0, 1.0)))
+    assert np.triu(corr.pearson_clipped, 1).any()
+    corrected = grid.split("Raw Pearson")[0]
+    assert "+1.00*" in corrected and "fell beyond ±1" in corrected
+    assert "the corrected Pearson correlation fell outside [-1, 1]" in corrected
+
+
+def test_correlation_grid_without_masks_is_unchanged():
+    m = np.array([[1.0, 0.8], [0.8, 1.0]])
+    text = correlation_grid(["a", "b"], m, m - 0.1, m + 0.05, "Pearson").plain
+    assert "n.d." not in text and "*" not in text and "1–2 [0.7, 0.85]" in text
