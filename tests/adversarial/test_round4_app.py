@@ -4,15 +4,20 @@ panels. Every test failed before its fix."""
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 from app_pilot import run_async, settle
 from textual.app import App
 
 from memtui.app.compare import ComparePane, correlation_grid
+from memtui.app.dialogs import ExportDialog
+from memtui.app.main import MemtuiApp
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import load_suite
+from memtui.panel.hdf5 import read_panel
 from memtui.panel.synthetic import Simulation, write_synthetic
 
 COMPARE = ("compare",)
+SIM = Simulation(n_cohorts=4, per_cohort=10, n_never=40, n_checkpoints=6, seed=1)
 
 
 class CompareHost(App):
@@ -74,3 +79,33 @@ def test_correlation_grid_without_masks_is_unchanged():
     m = np.array([[1.0, 0.8], [0.8, 1.0]])
     text = correlation_grid(["a", "b"], m, m - 0.1, m + 0.05, "Pearson").plain
     assert "n.d." not in text and "*" not in text and "1–2 [0.7, 0.85]" in text
+
+
+# ---- §5.3 the app's export with 0 draws --------------------------------------------------------------------------
+
+
+@run_async
+async def test_export_with_zero_draws_says_its_significance_is_pointwise(tmp_path):
+    """With 0 draws there is no simultaneous band: the dialog and the message say the rows are pointwise-significant
+    (the message said only "significant", read as the calibrated band's)."""
+    out = tmp_path / "out.csv"
+    app = MemtuiApp(read_panel(write_synthetic(tmp_path / "p.h5", SIM)), Settings(metric="loglik", draws=0))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        assert app.result is not None and app.result.settings.draws == 0
+        await pilot.press("e")
+        dialog = app.screen
+        assert isinstance(dialog, ExportDialog)
+        assert "pointwise" in str(dialog.query_one("#export-significant").label)
+        dialog.query_one("#export-path").value = str(out)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert out.exists() and not isinstance(app.screen, ExportDialog)
+        said = [n.message for n in app._notifications if str(out) in n.message]
+        assert said and "pointwise" in said[-1], said
+        assert pl.read_csv(out)["draws"].to_list() == [0] * pl.read_csv(out).height  # what the CSV is told
+        # with draws, the words stay as they were: the band is simultaneous
+        app.change_settings(draws=100)
+        await settle(pilot)
+        await pilot.press("e")
+        assert "pointwise" not in str(app.screen.query_one("#export-significant").label)

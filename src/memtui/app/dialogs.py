@@ -110,7 +110,7 @@ class ExportDialog(ModalScreen[str | None]):
             box.border_title = "Export estimates to CSV"
             yield _row("path", WriteField(self.default_path(self.scope), id="export-path"))
             yield _row("scope", Choice([(s, s) for s in SCOPES], self.scope, id="export-scope"))
-            yield _row("rows", Checkbox("significant only", True, id="export-significant"))
+            yield _row("rows", Checkbox(f"significant only{self._pointwise()}", True, id="export-significant"))
             yield Static("", id="export-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Write", variant="primary", id="export-write")
@@ -147,8 +147,12 @@ class ExportDialog(ModalScreen[str | None]):
         except MemtuiError as exc:
             self.query_one("#export-error", Static).update(clean(exc))
             return
-        which = "significant " if only else ""
+        which = f"significant{self._pointwise()} " if only else ""
         self.dismiss(clean(f"Wrote {rows} {which}{self.scope} rows to {path.resolve()}"))
+
+    def _pointwise(self) -> str:
+        """Without bootstrap draws there is no simultaneous band: "significant" is each row's pointwise interval."""
+        return " (pointwise: 0 draws)" if self.result.settings.draws == 0 else ""
 
     @on(Button.Pressed, "#export-cancel")
     def action_cancel(self) -> None:
