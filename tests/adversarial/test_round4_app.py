@@ -3,14 +3,19 @@ panels. Every test failed before its fix."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import numpy as np
 import polars as pl
-from app_pilot import run_async, settle
+import pytest
+from app_pilot import HANG_S, run_async, settle
 from textual.app import App
 
 from memtui.app.compare import ComparePane, correlation_grid
-from memtui.app.dialogs import ExportDialog
+from memtui.app.dialogs import ConfirmDialog, ExportDialog
 from memtui.app.main import MemtuiApp
+from memtui.core.errors import MemtuiError
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import load_suite
 from memtui.panel.hdf5 import read_panel
@@ -109,3 +114,90 @@ async def test_export_with_zero_draws_says_its_significance_is_pointwise(tmp_pat
         await settle(pilot)
         await pilot.press("e")
         assert "pointwise" not in str(app.screen.query_one("#export-significant").label)
+
+
+# ---- §5.4 the quit prompt while an estimate is computed ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", ["result", "error"])
+@run_async
+async def test_quit_prompt_goes_ahead_once_the_estimate_it_waits_on_is_done(tmp_path, monkeypatch, outcome):
+    """q while an estimate is computed asks "still being computed … Quit anyway?". When the estimate ends (done, or
+    failed) nothing is lost any more: the prompt stayed up, asking about work that had ended; now the quit asked for
+    goes ahead."""
+    import memtui.app.main as main
+
+    release, reported = threading.Event(), threading.Event()
+    real = main.cache.cached_estimate
+
+    def slow(panel, settings, progress=None):
+        if settings.metric == "accuracy":
+            progress(0.0, "bootstrap")
+            reported.set()
+            release.wait(HANG_S)
+            if outcome == "error":
+                raise MemtuiError("the estimate failed.")
+        return real(panel, settings, progress)
+
+    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    app = MemtuiApp(read_panel(write_synthetic(tmp_path / "p.h5", SIM)))
+    try:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await settle(pilot)
+            await pilot.press("m")
+            assert await asyncio.to_thread(reported.wait, HANG_S)
+            await pilot.press("q")
+            assert isinstance(app.screen, ConfirmDialog) and "still being computed" in app.screen.question
+            release.set()
+            for _ in range(200):  # until the app has quit (it must not wait for an answer)
+                await pilot.pause(0.05)
+                if not app.is_running:
+                    break
+            assert not app.is_running
+    finally:
+        release.set()
+    assert app.return_value == 0
+
+
+@run_async
+async def test_quit_prompt_asks_about_the_estimate_being_computed_now(tmp_path, monkeypatch):
+    """Answered "no", the prompt leaves the app as it was; a second estimate started while the prompt is up (a
+    re-read panel) keeps it up, asking about that one."""
+    import memtui.app.main as main
+
+    release, reported = threading.Event(), threading.Event()
+    real = main.cache.cached_estimate
+
+    def slow(panel, settings, progress=None):
+        if settings.metric != "loglik":
+            progress(0.0, f"bootstrap of {settings.metric}")
+            reported.set()
+            release.wait(HANG_S)
+        return real(panel, settings, progress)
+
+    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    app = MemtuiApp(read_panel(write_synthetic(tmp_path / "p.h5", SIM)))
+    try:
+        async with app.run_test(size=(100, 32)) as pilot:
+            await settle(pilot)
+            await pilot.press("m")
+            assert await asyncio.to_thread(reported.wait, HANG_S)
+            await pilot.pause()
+            first = app.computing
+            await pilot.press("q")
+            prompt = app.screen
+            assert isinstance(prompt, ConfirmDialog) and first.metric in prompt.question
+            app.change_settings(metric=app.metrics[2])  # what a re-read does under the prompt: a new estimate
+            await pilot.pause()
+            await pilot.pause()
+            assert app.screen is prompt and app.is_running
+            assert app.computing.metric == app.metrics[2] and app.metrics[2] in str(
+                prompt.query_one("#question").render()
+            )
+            await pilot.press("n")
+            assert app.is_running and not isinstance(app.screen, ConfirmDialog)
+            release.set()
+            await settle(pilot)
+            assert app.is_running  # answered no: the estimate's end quits nothing
+    finally:
+        release.set()

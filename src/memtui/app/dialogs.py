@@ -286,7 +286,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog confirm"):
-            yield Static(self.question, markup=False)
+            yield Static(self.question, id="question", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
@@ -297,6 +297,12 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
+
+    def ask(self, question: str) -> None:
+        """Ask anew while open: the question follows what it asks about (the estimate being computed changed)."""
+        self.question = question
+        if self.is_mounted:
+            self.query_one("#question", Static).update(question)
 
 
 class HelpScreen(ModalScreen[None]):

@@ -210,7 +210,8 @@ class MemtuiApp(App):
         self._reload_failures = 0
         self._reload_asked = False  # r was pressed: the next re-read says what it found
         self._stage = ""
-        self.computing: Settings | None = None
+        self._computing: Settings | None = None
+        self._quit_prompt: ConfirmDialog | None = None  # open while q waits on an estimate being computed
         self._worker: Worker | None = None
         # the split by group (b, settings): its spec, the groups' estimates for (settings, spec), the heatmap's view
         self.by = ""
@@ -226,6 +227,17 @@ class MemtuiApp(App):
             self.theme = self.preferences.theme
         if not self.preferences.animations:
             self.animation_level = "none"
+
+    @property
+    def computing(self) -> Settings | None:
+        """The settings whose estimate the worker computes (None: nothing is being computed)."""
+        return self._computing
+
+    @computing.setter
+    def computing(self, settings: Settings | None) -> None:
+        self._computing = settings
+        if self._quit_prompt is not None:  # after the handler that set it: it may start the next estimate at once
+            self.call_later(self._follow_quit_prompt)
 
     # ---- layout -------------------------------------------------------------------------------------------------
 
@@ -782,17 +794,30 @@ class MemtuiApp(App):
             return
 
         def answer(yes: bool | None) -> None:
+            self._quit_prompt = None
             if yes:
                 self.exit(0)
 
+        self._quit_prompt = ConfirmDialog(self._quit_question())
+        self.push_screen(self._quit_prompt, answer)
+
+    def _quit_question(self) -> str:
         s = self.computing
-        self.push_screen(
-            ConfirmDialog(
-                f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self._stage}); "
-                "quitting now loses it. Quit anyway?"
-            ),
-            answer,
+        return (
+            f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self._stage}); "
+            "quitting now loses it. Quit anyway?"
         )
+
+    def _follow_quit_prompt(self) -> None:
+        """The quit prompt asks only while an estimate would be lost: once it is done (or failed), nothing is lost
+        and the quit asked for goes ahead; a new estimate started meanwhile (a panel re-read) is what it asks about."""
+        prompt = self._quit_prompt
+        if prompt is None or prompt is not self.screen:
+            return
+        if self.computing is None:
+            prompt.dismiss(True)
+        else:
+            prompt.ask(self._quit_question())
 
     # ---- command palette ----------------------------------------------------------------------------------------
 
