@@ -14,7 +14,9 @@ from textual.app import App
 
 from memtui.app.compare import ComparePane, correlation_grid
 from memtui.app.dialogs import ConfirmDialog, ExportDialog
+from memtui.app.heatmap import HEADER, Heatmap
 from memtui.app.main import MemtuiApp
+from memtui.app.open_dialog import OpenPanelDialog, PanelTree
 from memtui.core.errors import MemtuiError
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import load_suite
@@ -201,3 +203,87 @@ async def test_quit_prompt_asks_about_the_estimate_being_computed_now(tmp_path, 
             assert app.is_running  # answered no: the estimate's end quits nothing
     finally:
         release.set()
+
+
+# ---- §5.5 ctrl+o: the open dialog --------------------------------------------------------------------------------
+
+OPEN = ("estimate", "reload", "summary-extras", "compare", "open-panel")
+
+
+def _footer_keys(screen) -> dict[str, str]:
+    return {key: b.binding.description for key, b in screen.active_bindings.items() if b.binding.show and b.enabled}
+
+
+@run_async
+async def test_open_dialog_takes_typing_reads_a_name_in_the_folder_shown_and_lists_enter(tmp_path, monkeypatch):
+    """The field has the focus (typed characters went nowhere: the tree had it); a typed name is read from the folder
+    the tree shows (it was read from the folder memtui started in); the footer lists enter on the field and the tree
+    (the tree's was hidden); a character typed on the tree goes to the field."""
+    shown, elsewhere = tmp_path / "shown", tmp_path / "elsewhere"
+    shown.mkdir(), elsewhere.mkdir()
+    a = write_synthetic(shown / "a.h5", SIM)
+    write_synthetic(shown / "b.h5", Simulation(n_cohorts=5, per_cohort=10, n_never=40, n_checkpoints=7, seed=3))
+    (elsewhere / "b.h5").write_text("not a panel: the folder memtui started in")
+    monkeypatch.chdir(elsewhere)
+    app = MemtuiApp(read_panel(a))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot, OPEN)
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        dialog = app.screen
+        assert isinstance(dialog, OpenPanelDialog)
+        field = dialog.query_one("#open-path")
+        assert app.focused is field
+        assert _footer_keys(dialog).get("enter") == "Open"
+        await pilot.press("tab")  # to the tree: enter is still listed
+        assert isinstance(app.focused, PanelTree) and _footer_keys(dialog).get("enter") == "Open"
+        await pilot.press("shift+tab")
+        assert app.focused is field
+        await pilot.press("ctrl+u", *"b.h5")  # the field emptied, then a bare name
+        assert field.value == "b.h5"
+        assert dialog.resolve(field.value) == shown / "b.h5"
+        await pilot.press("enter")
+        await settle(pilot, OPEN)
+        assert not isinstance(app.screen, OpenPanelDialog), str(dialog.query_one("#open-error").render())
+        assert app.panel.path == shown / "b.h5"
+        await settle(pilot, OPEN)
+        # the tree, given the focus, hands typed characters to the field
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        dialog = app.screen
+        dialog.query_one(PanelTree).focus()
+        await pilot.pause()
+        await pilot.press("x")
+        field = dialog.query_one("#open-path")
+        assert app.focused is field and field.value.endswith("/x")
+        await pilot.press("escape")
+
+
+@run_async
+async def test_the_cursor_cell_is_on_screen_after_a_new_matrix_changes_the_layout(tmp_path):
+    """On the last cohort of a panel whose matrix fits, open one whose matrix is wider than the pane: its horizontal
+    scroll bar takes a row, and the cursor's row, scrolled to before that, sat under it, off screen."""
+    narrow = write_synthetic(tmp_path / "c.h5", Simulation(n_cohorts=30, per_cohort=4, n_never=40, n_checkpoints=31,
+                                                           seed=3, step=3000))  # fmt: skip
+    wide = write_synthetic(tmp_path / "b.h5", Simulation(n_cohorts=40, per_cohort=4, n_never=40, n_checkpoints=41,
+                                                         seed=2, step=1000))  # fmt: skip
+    app = MemtuiApp(read_panel(narrow))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot, OPEN)
+        await pilot.press("G")
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        field = app.screen.query_one("#open-path")
+        field.value = str(wide)
+        field.focus()
+        await pilot.press("enter")
+        await settle(pilot, OPEN)
+        for _ in range(3):
+            await pilot.pause()
+        heatmap = app.query_one(Heatmap)
+        assert app.panel.path == wide and heatmap.row > 20
+        sx, sy = heatmap.scroll_offset
+        region = heatmap.scrollable_content_region
+        assert sy <= heatmap.row < sy + region.height - HEADER, (heatmap.row, sy, region)
+        x0 = heatmap.column * heatmap.cell_width
+        assert sx <= x0 and x0 + heatmap.cell_width <= sx + region.width - heatmap._gutter

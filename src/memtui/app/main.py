@@ -903,7 +903,7 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
             "Dialogs",
             keys(
                 Choice.BINDINGS,
-                [("tab, shift+tab", "next / previous field"), ("enter", "apply / write"), ("escape", "cancel")],
+                [("tab, shift+tab", "next / previous field"), ("enter", "apply / write / open"), ("escape", "cancel")],
             ),
         ),  # fmt: skip
     ]

@@ -189,6 +189,9 @@ class ProfilePane(Vertical):
         self._unit = "τ " + clean(result.settings.metric, 60)
         self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
         self._layout()
+        # set_data scrolled to the cursor in the old layout; the new matrix can change it (a scroll bar appears, the
+        # path plot moves beside or below, a notes line shows), which resizes no widget: scroll again once laid out
+        self.heatmap.call_after_refresh(self.heatmap.keep_cursor_visible)
         self._scale = scale
         self._base = _base_label(result)
         self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base)
