@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -14,14 +15,16 @@ from textual.app import App
 
 from memtui.app.compare import ComparePane, correlation_grid
 from memtui.app.dialogs import ConfirmDialog, ExportDialog
+from memtui.app.fmt import num
 from memtui.app.heatmap import HEADER, Heatmap
-from memtui.app.main import MemtuiApp
+from memtui.app.main import MemtuiApp, key_sections
 from memtui.app.open_dialog import OpenPanelDialog, PanelTree
+from memtui.app.profile import ProfilePane
 from memtui.core.errors import MemtuiError
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import load_suite
-from memtui.panel.hdf5 import read_panel
-from memtui.panel.synthetic import Simulation, write_synthetic
+from memtui.panel.hdf5 import create_panel, read_panel
+from memtui.panel.synthetic import Simulation, simulate, write_synthetic
 
 COMPARE = ("compare",)
 SIM = Simulation(n_cohorts=4, per_cohort=10, n_never=40, n_checkpoints=6, seed=1)
@@ -287,3 +290,102 @@ async def test_the_cursor_cell_is_on_screen_after_a_new_matrix_changes_the_layou
         assert sy <= heatmap.row < sy + region.height - HEADER, (heatmap.row, sy, region)
         x0 = heatmap.column * heatmap.cell_width
         assert sx <= x0 and x0 + heatmap.cell_width <= sx + region.width - heatmap._gutter
+
+
+# ---- §5.9 the synthetic sample's truth in the app; the docs' metrics and rows ------------------------------------
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "app.md"
+
+
+@run_async
+async def test_t_overlays_a_simulated_panels_true_profile_and_is_listed(tmp_path):
+    """The truth that README sells was shown nowhere but `memtui info`: `t` draws the cursor row's true path over the
+    path plot and gives the cell's true τ; the footer and ? list it."""
+    path = write_synthetic(tmp_path / "sim.h5", SIM)
+    panel = read_panel(path)
+    app = MemtuiApp(panel)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        assert _footer_keys(app.screen).get("t") == "Truth"
+        profile = app.query_one(ProfilePane)
+        heatmap = app.query_one(Heatmap)
+        await pilot.press("j")  # a cohort below the first
+        await pilot.press("t")
+        await settle(pilot)
+        await pilot.pause(0.2)  # the path plot redraws at most every 0.1 s
+        r, row, col = app.result, heatmap.row, heatmap.column
+        g, c = int(r.cohorts[row]), int(r.checkpoints[col])
+        truth = panel.truth["loglik"][list(panel.truth["cohorts"]).index(g), list(panel.truth["steps"]).index(c)]
+        assert f"(true {num(truth, signed=True)})" in str(app.query_one("#cell-info").render())
+        series = app.query_one("#path-plot")._series
+        assert len(series) == 2
+        cols = [list(panel.truth["steps"]).index(s) for s in r.checkpoints]
+        np.testing.assert_allclose(
+            series[1].estimate, panel.truth["loglik"][list(panel.truth["cohorts"]).index(g)][cols]
+        )
+        assert "true τ" in str(app.query_one("#by-legend").render())
+        await pilot.press("t")  # off again
+        await pilot.pause(0.2)
+        assert len(app.query_one("#path-plot")._series) == 1 and "true" not in str(app.query_one("#cell-info").render())
+        assert profile.truth_shown is False
+        await pilot.press("question_mark")
+        help_text = str(app.screen.query_one("#help-text").render())
+        assert "true profile" in help_text
+        await pilot.press("escape")
+
+
+@run_async
+async def test_t_on_a_panel_without_truth_says_so_and_stays_out_of_the_footer(tmp_path):
+    data = simulate(SIM)
+    data.pop("truth")
+    path = create_panel(tmp_path / "real.h5", metrics=list(data["values"]), **data)
+    app = MemtuiApp(read_panel(path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        assert "t" not in _footer_keys(app.screen)
+        await pilot.press("t")
+        await pilot.pause()
+        assert any("No true profile" in n.message for n in app._notifications)
+        assert len(app.query_one("#path-plot")._series) == 1
+
+
+@run_async
+async def test_help_and_docs_name_every_metric_m_steps_through():
+    """? and docs/app.md said m cycles loglik, accuracy, rank, entropy; the suite samples have six metrics."""
+    from memtui.app import open_app
+    from memtui.panel.samples import sample_paths
+
+    app = open_app(sample_paths("suite-neox-41k")[0])
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        seen = [app.settings.metric]
+        for _ in range(len(app.metrics) - 1):
+            app.action_next_metric(1)
+            seen.append(app.settings.metric)
+        assert len(set(seen)) == 6
+        sections = dict(key_sections(app))
+        m_line = dict(sections["Everywhere"])["m"]
+        assert all(metric in m_line for metric in seen), m_line
+        await settle(pilot)
+    doc = " ".join(DOCS.read_text().split())
+    metrics_sentence = doc[doc.index("`m` steps through") :][:400]
+    assert all(f"`{metric}`" in metrics_sentence for metric in seen), metrics_sentence
+
+
+@run_async
+async def test_docs_say_how_many_cohort_rows_p_gives_at_80x24():
+    """docs/app.md said `p` gives 16 cohort rows instead of 7; measured on the shipped sample."""
+    from memtui.app import open_app
+    from memtui.panel.samples import sample_paths
+
+    app = open_app(sample_paths("synthetic")[0])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        heatmap = app.query_one(Heatmap)
+        before = min(heatmap.scrollable_content_region.height - HEADER, len(app.result.cohorts))
+        await pilot.press("p")
+        await pilot.pause()
+        await pilot.pause()
+        after = min(heatmap.scrollable_content_region.height - HEADER, len(app.result.cohorts))
+    doc = " ".join(DOCS.read_text().split())
+    assert f"at 80 × 24 on the shipped sample: {after} cohort rows instead of {before}" in doc, (before, after)

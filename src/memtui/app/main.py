@@ -117,7 +117,8 @@ class MainScreen(Screen):
     # ones at 80 columns (the pane's own keys come first, then these).
     BINDINGS = [
         Binding("question_mark", "app.help", "Keys", tooltip="List every key"),
-        Binding("m", "app.next_metric(1)", "Metric", tooltip="Next metric: loglik, accuracy, rank, entropy"),
+        # ? lists the open panel's own metrics in their order (key_sections); any panel has up to six, or others
+        Binding("m", "app.next_metric(1)", "Metric", tooltip="Next metric of the panel (? lists them in order)"),
         Binding("M", "app.next_metric(-1)", "Previous metric", show=False, tooltip="Previous metric"),
         Binding("d", "app.toggle_estimator", "Estimator", tooltip="Next estimator: DiD, difference, extractable"),
         Binding("o,comma", "app.settings", "Settings", tooltip="Band family, alpha, bootstrap draws, final checkpoint"),
@@ -857,9 +858,20 @@ class MemtuiApp(App):
             "Path plot: show / hide", "Give the heatmap the path plot's rows", self.query_one(ProfilePane).toggle_plot
         )
         yield SystemCommand(
+            "True profile: show / hide", "A simulated panel's truth over the path plot (t)", self._toggle_truth
+        )
+        yield SystemCommand(
             "Animations: on / off", "The tab underline slide (remembered)", self.action_toggle_animations
         )
         yield SystemCommand("Keys", "List every key", self.action_help)
+
+    def _toggle_truth(self) -> None:
+        self.action_pane("profile")
+        pane = self.query_one(ProfilePane)
+        if pane.check_action("toggle_truth", ()):
+            pane.action_toggle_truth()
+        else:
+            pane.action_no_truth()
 
     def _launch(self) -> None:
         self.action_pane("extraction")
@@ -884,13 +896,17 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
     """Every key, from the bindings themselves, grouped by where it works."""
     from memtui.app.dialogs import Choice
 
+    # what depends on the panel open: the metrics m steps through, in its order
+    metrics = ", ".join(clean(m, 40) for m in app.metrics)
+    told = {"app.next_metric(1)": f"Next metric: {metrics}"}
+
     def keys(bindings, extra=()) -> list[tuple[str, str]]:
         out = []
         for b in bindings:
-            if b.action == "app.needs_suite":  # the same keys as Compare and Model, saying why they are off
+            if b.action in ("app.needs_suite", "no_truth"):  # the same keys as others, saying why they are off
                 continue
             key = b.key_display or ", ".join(_key_name(k) for k in b.key.split(","))
-            out.append((key, b.tooltip or b.description))
+            out.append((key, told.get(b.action, b.tooltip or b.description)))
         return out + list(extra)
 
     return [
