@@ -140,6 +140,8 @@ class ProfilePane(Vertical):
             "t", "toggle_truth", "Truth",
             tooltip="A simulated panel's true profile: its path over the plot, its τ in the cell line (on / off)",
         ),
+        # a suite's footer has no room for it (n takes the slot): the same key, listed by ? only
+        Binding("t", "toggle_truth_unlisted", show=False),
         Binding("t", "no_truth", show=False),  # a panel with no known truth: t says so (and stays out of the footer)
     ]  # fmt: skip
 
@@ -182,11 +184,22 @@ class ProfilePane(Vertical):
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """t overlays the truth where there is one; elsewhere its other binding says there is none."""
+        suite = len(getattr(self.app, "models", ())) > 1
         if action == "toggle_truth":
-            return self._truth is not None
+            return self.has_truth and not suite
+        if action == "toggle_truth_unlisted":
+            return self.has_truth and suite
         if action == "no_truth":
-            return self._truth is None
+            return not self.has_truth
         return True
+
+    @property
+    def has_truth(self) -> bool:
+        """Whether the estimate shown has a known true profile to overlay (a simulated panel's)."""
+        return self._truth is not None
+
+    def action_toggle_truth_unlisted(self) -> None:
+        self.action_toggle_truth()
 
     def action_toggle_truth(self) -> None:
         self.truth_shown = not self.truth_shown
