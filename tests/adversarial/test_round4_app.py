@@ -391,39 +391,6 @@ async def test_docs_say_how_many_cohort_rows_p_gives_at_80x24():
     assert f"at 80 × 24 on the shipped sample: {after} cohort rows instead of {before}" in doc, (before, after)
 
 
-# ---- §5.11 what a key did before its first paint ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("key", ["e", "o", "ctrl+o", "ctrl+p", "question_mark"])
-@run_async
-async def test_a_dialogs_first_open_parses_no_css(tmp_path, monkeypatch, key):
-    """The first `e` (and `o`, ctrl+o, ctrl+p, ?) parsed the default CSS of every widget class the dialog was the
-    first to mount, and rebuilt the stylesheet's rule map, before it could paint (a third of the key's time). The app
-    does that once, when the first estimate is on screen; the key itself parses nothing."""
-    from textual.css.stylesheet import Stylesheet
-
-    app = MemtuiApp(read_panel(write_synthetic(tmp_path / "p.h5", SIM)))
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        await pilot.pause()
-        assert app._heap_frozen  # what runs once the first estimate shows has run
-        parsed = []
-        real = Stylesheet._parse_rules
-
-        def counting(self, css, read_from, is_default_rules=False, tie_breaker=0, scope=""):
-            if (css, read_from, is_default_rules, tie_breaker, scope) not in self._parse_cache:
-                parsed.append(read_from)
-            return real(self, css, read_from, is_default_rules, tie_breaker, scope)
-
-        monkeypatch.setattr(Stylesheet, "_parse_rules", counting)
-        screen = app.screen
-        await pilot.press(key)
-        await pilot.pause()
-        assert app.screen is not screen  # the dialog is open
-        assert parsed == [], parsed
-        await pilot.press("escape")
-
-
 @run_async
 async def test_t_works_on_a_suite_of_simulated_panels_whose_footer_has_no_room_for_it(tmp_path):
     paths = [write_synthetic(tmp_path / f"m{i}.h5", Simulation(**{**SIM.__dict__, "seed": i})) for i in (1, 2)]

@@ -263,34 +263,9 @@ class MemtuiApp(App):
         that lands while a key is handled added 40-100 ms to it (Textual pauses the collector while scrolling for
         the same reason); new objects are still collected as before."""
         if not self._heap_frozen:
-            self._prewarm()
             gc.collect()
             gc.freeze()
             self._heap_frozen = True
-
-    def _prewarm(self) -> None:
-        """Do now, once, with the first estimate on screen, what the first press of a dialog's key did before it
-        could paint: import the Open dialog's tree, and parse the default CSS of every widget the dialogs and the
-        command palette are made of (Textual parses a widget class's CSS when the first one mounts, and rebuilds its
-        rule map: a third of the first `e` or `o`)."""
-        from textual.command import CommandInput, CommandList, CommandPalette, SearchIcon
-        from textual.containers import VerticalScroll
-        from textual.screen import ModalScreen
-        from textual.widgets import Button, Checkbox, Input, Label, LoadingIndicator
-
-        from memtui.app.dialogs import ApplyField, Choice, WriteField
-        from memtui.app.open_dialog import OpenField, OpenPanelDialog, PanelTree
-
-        classes = [ModalScreen, ExportDialog, SettingsDialog, ConfirmDialog, HelpScreen, OpenPanelDialog, Button,
-                   Checkbox, Input, Label, Choice, ApplyField, WriteField, VerticalScroll, PanelTree, OpenField,
-                   CommandPalette, CommandInput, CommandList, SearchIcon, LoadingIndicator]  # fmt: skip
-        for cls in classes:
-            node = object.__new__(cls)  # not constructed: only its class's CSS is read, as mounting one reads it
-            for read_from, css, tie_breaker, scope in node._get_default_css():
-                self.stylesheet.add_source(
-                    css, read_from=read_from, is_default_css=True, tie_breaker=tie_breaker, scope=scope
-                )
-        self.stylesheet.rules_map  # noqa: B018 - parsed and mapped here, not under the first key
 
     def main_screen_ready(self) -> None:
         """The panes exist (the main screen mounts after the app): show the opening estimate."""

@@ -138,7 +138,7 @@ class ProfilePane(Vertical):
         Binding("p", "toggle_plot", "Plot", tooltip="Hide / show the path plot (the heatmap takes its rows)"),
         Binding(
             "t", "toggle_truth", "Truth",
-            tooltip="A simulated panel's true profile: its path over the plot, its τ in the cell line (on / off)",
+            tooltip="A simulated panel's true profile, over the estimate (on/off)",
         ),
         # a suite's footer has no room for it (n takes the slot): the same key, listed by ? only
         Binding("t", "toggle_truth_unlisted", show=False),
