@@ -1006,7 +1006,7 @@ async def test_help_has_one_key_column_and_no_duplicates_and_palette_one_keys_en
             assert len(keys) == len(set(keys))
             assert len({k for k, _ in keys}) == len(keys), keys  # one meaning per key in a section
         dialogs = dict(sections)["Dialogs"]
-        assert [d for k, d in dialogs if k == "enter"] == ["apply / write"]  # not also "Next option"
+        assert [d for k, d in dialogs if k == "enter"] == ["apply / write / open"]  # not also "Next option"
         await pilot.press("question_mark")
         text = str(app.screen.query_one("#help-text").render())
         width = max(len(k) for _, keys in sections for k, _ in keys) + 2

@@ -57,33 +57,56 @@ def correlation_grid(
     title: str,
     scheme: palette.Scheme = palette.DARK,
     line_width: int = 10_000,
+    *,
+    undetermined: np.ndarray | None = None,
+    clipped: np.ndarray | None = None,
 ) -> Text:
     """A k × k grid of correlations, each cell coloured on the heatmap's ramp (so +1 is the strongest warm colour),
-    with the bootstrap interval of each pair listed under it, in lines of ``line_width`` that break between pairs."""
+    with the bootstrap interval of each pair listed under it, in lines of ``line_width`` that break between pairs.
+
+    ``undetermined`` marks the pairs whose value the data do not determine (a corrected correlation whose interval is
+    all of [-1, 1]): their cell says ``n.d.`` and their interval "not determined", never a number that looks like a
+    finding. ``clipped`` marks values held at ±1 (the estimate fell beyond it): a ``*`` follows them."""
+    k = len(names)
+    undetermined = np.zeros((k, k), bool) if undetermined is None else undetermined
+    clipped = np.zeros((k, k), bool) if clipped is None else clipped
     width = max(6, *(len(clean(n, 24)) for n in names))
     text = Text(f"{title}\n", style="bold")
-    text.append(" " * (width + 1) + "".join(f"{i + 1:>7}" for i in range(len(names))) + "\n")
+    text.append(" " * (width + 1) + "".join(f"{i + 1:>7}" for i in range(k)) + "\n")
     lv = palette.levels(np.nan_to_num(matrix, nan=0.0), 1.0)
     for i, name in enumerate(names):
         text.append(f"{i + 1} {clean(name, 24):<{width}}")
-        for j in range(len(names)):
+        for j in range(k):
             value = matrix[i, j]
             if not math.isfinite(value):
                 text.append(f"{'—':>7}")
                 continue
+            if undetermined[i, j] and i != j:
+                text.append(f"{'n.d.':>6} ", style="dim")
+                continue
             bg = scheme.ramp[int(lv[i, j])]
+            mark = "*" if clipped[i, j] and i != j else " "
+            style = Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg))
             text.append(" ")
-            text.append(minus(f"{value:+.2f} "), style=Style(color=palette.readable_on(bg), bgcolor=palette.cube(bg)))
+            text.append(minus(f"{value:+.2f}{mark}"), style=style)
         text.append("\n")
     pairs = [
-        Text(f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]", style="dim")
-        for i in range(len(names))
-        for j in range(i + 1, len(names))
+        Text(f"{i + 1}–{j + 1} not determined" if undetermined[i, j]
+             else f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]", style="dim")
+        for i in range(k)
+        for j in range(i + 1, k)
         if math.isfinite(low[i, j])
-    ]
+    ]  # fmt: skip
     if pairs:
         text.append_text(pack(Text("intervals:", style="dim"), pairs, line_width))
         text.append("\n")
+    keys = []
+    if np.triu(undetermined, 1).any():
+        keys.append("n.d.: not determined by these data (interval [−1, 1]); the raw correlation below is informative")
+    if np.triu(clipped & ~undetermined, 1).any():
+        keys.append("*: the corrected value fell beyond ±1 and is shown at the bound")
+    for line in keys:
+        text.append(line + "\n", style="dim")
     return text
 
 
@@ -324,7 +347,9 @@ class ComparePane(VerticalScroll, can_focus=True):
         title = f"Pearson correlation of the true profiles, corrected for noise ({c.n_cells} cells)"
         width = self._width()
         grid = correlation_grid(names, c.pearson_corrected, c.pearson_corrected_low, c.pearson_corrected_high, title,
-                                scheme, width)  # fmt: skip
+                                scheme, width, undetermined=undetermined(c), clipped=c.pearson_clipped)  # fmt: skip
+        for note in c.notes:  # what the correlations could not say (as `memtui compare` prints them)
+            grid.append(f"⚠ {clean(note, 1000)}\n", style="dim")
         grid.append("\n")
         raw = "Raw Pearson correlation of the profiles (estimated: attenuated by their noise)"
         grid.append_text(correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, raw, scheme, width))
@@ -333,6 +358,13 @@ class ComparePane(VerticalScroll, can_focus=True):
             correlation_grid(names, c.spearman, c.spearman_low, c.spearman_high, "Raw Spearman", scheme, width)
         )
         self.query_one("#compare-grid", Static).update(grid)
+
+
+def undetermined(c) -> np.ndarray:
+    """The pairs whose corrected correlation the data do not determine: its interval, clipped, is all of [-1, 1]
+    (``estimation.suite._corrected_record`` notes the same pairs)."""
+    with np.errstate(invalid="ignore"):
+        return (c.pearson_corrected_low <= -1) & (c.pearson_corrected_high >= 1)
 
 
 def seed_lines(pooled) -> list[str]:

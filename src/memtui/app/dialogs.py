@@ -110,7 +110,7 @@ class ExportDialog(ModalScreen[str | None]):
             box.border_title = "Export estimates to CSV"
             yield _row("path", WriteField(self.default_path(self.scope), id="export-path"))
             yield _row("scope", Choice([(s, s) for s in SCOPES], self.scope, id="export-scope"))
-            yield _row("rows", Checkbox("significant only", True, id="export-significant"))
+            yield _row("rows", Checkbox(f"significant only{self._pointwise()}", True, id="export-significant"))
             yield Static("", id="export-error", classes="error", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button("Write", variant="primary", id="export-write")
@@ -147,8 +147,12 @@ class ExportDialog(ModalScreen[str | None]):
         except MemtuiError as exc:
             self.query_one("#export-error", Static).update(clean(exc))
             return
-        which = "significant " if only else ""
+        which = f"significant{self._pointwise()} " if only else ""
         self.dismiss(clean(f"Wrote {rows} {which}{self.scope} rows to {path.resolve()}"))
+
+    def _pointwise(self) -> str:
+        """Without bootstrap draws there is no simultaneous band: "significant" is each row's pointwise interval."""
+        return " (pointwise: 0 draws)" if self.result.settings.draws == 0 else ""
 
     @on(Button.Pressed, "#export-cancel")
     def action_cancel(self) -> None:
@@ -282,7 +286,7 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog", classes="dialog confirm"):
-            yield Static(self.question, markup=False)
+            yield Static(self.question, id="question", markup=False)
             with Horizontal(classes="buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
@@ -293,6 +297,12 @@ class ConfirmDialog(ModalScreen[bool]):
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)
+
+    def ask(self, question: str) -> None:
+        """Ask anew while open: the question follows what it asks about (the estimate being computed changed)."""
+        self.question = question
+        if self.is_mounted:
+            self.query_one("#question", Static).update(question)
 
 
 class HelpScreen(ModalScreen[None]):

@@ -117,7 +117,8 @@ class MainScreen(Screen):
     # ones at 80 columns (the pane's own keys come first, then these).
     BINDINGS = [
         Binding("question_mark", "app.help", "Keys", tooltip="List every key"),
-        Binding("m", "app.next_metric(1)", "Metric", tooltip="Next metric: loglik, accuracy, rank, entropy"),
+        # ? lists the open panel's own metrics in their order (key_sections); any panel has up to six, or others
+        Binding("m", "app.next_metric(1)", "Metric", tooltip="Next metric of the panel (? lists them in order)"),
         Binding("M", "app.next_metric(-1)", "Previous metric", show=False, tooltip="Previous metric"),
         Binding("d", "app.toggle_estimator", "Estimator", tooltip="Next estimator: DiD, difference, extractable"),
         Binding("o,comma", "app.settings", "Settings", tooltip="Band family, alpha, bootstrap draws, final checkpoint"),
@@ -210,7 +211,8 @@ class MemtuiApp(App):
         self._reload_failures = 0
         self._reload_asked = False  # r was pressed: the next re-read says what it found
         self._stage = ""
-        self.computing: Settings | None = None
+        self._computing: Settings | None = None
+        self._quit_prompt: ConfirmDialog | None = None  # open while q waits on an estimate being computed
         self._worker: Worker | None = None
         # the split by group (b, settings): its spec, the groups' estimates for (settings, spec), the heatmap's view
         self.by = ""
@@ -226,6 +228,17 @@ class MemtuiApp(App):
             self.theme = self.preferences.theme
         if not self.preferences.animations:
             self.animation_level = "none"
+
+    @property
+    def computing(self) -> Settings | None:
+        """The settings whose estimate the worker computes (None: nothing is being computed)."""
+        return self._computing
+
+    @computing.setter
+    def computing(self, settings: Settings | None) -> None:
+        self._computing = settings
+        if self._quit_prompt is not None:  # after the handler that set it: it may start the next estimate at once
+            self.call_later(self._follow_quit_prompt)
 
     # ---- layout -------------------------------------------------------------------------------------------------
 
@@ -782,17 +795,30 @@ class MemtuiApp(App):
             return
 
         def answer(yes: bool | None) -> None:
+            self._quit_prompt = None
             if yes:
                 self.exit(0)
 
+        self._quit_prompt = ConfirmDialog(self._quit_question())
+        self.push_screen(self._quit_prompt, answer)
+
+    def _quit_question(self) -> str:
         s = self.computing
-        self.push_screen(
-            ConfirmDialog(
-                f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self._stage}); "
-                "quitting now loses it. Quit anyway?"
-            ),
-            answer,
+        return (
+            f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self._stage}); "
+            "quitting now loses it. Quit anyway?"
         )
+
+    def _follow_quit_prompt(self) -> None:
+        """The quit prompt asks only while an estimate would be lost: once it is done (or failed), nothing is lost
+        and the quit asked for goes ahead; a new estimate started meanwhile (a panel re-read) is what it asks about."""
+        prompt = self._quit_prompt
+        if prompt is None or prompt is not self.screen:
+            return
+        if self.computing is None:
+            prompt.dismiss(True)
+        else:
+            prompt.ask(self._quit_question())
 
     # ---- command palette ----------------------------------------------------------------------------------------
 
@@ -832,9 +858,20 @@ class MemtuiApp(App):
             "Path plot: show / hide", "Give the heatmap the path plot's rows", self.query_one(ProfilePane).toggle_plot
         )
         yield SystemCommand(
+            "True profile: show / hide", "A simulated panel's truth over the path plot (t)", self._toggle_truth
+        )
+        yield SystemCommand(
             "Animations: on / off", "The tab underline slide (remembered)", self.action_toggle_animations
         )
         yield SystemCommand("Keys", "List every key", self.action_help)
+
+    def _toggle_truth(self) -> None:
+        self.action_pane("profile")
+        pane = self.query_one(ProfilePane)
+        if pane.has_truth:
+            pane.action_toggle_truth()
+        else:
+            pane.action_no_truth()
 
     def _launch(self) -> None:
         self.action_pane("extraction")
@@ -859,13 +896,17 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
     """Every key, from the bindings themselves, grouped by where it works."""
     from memtui.app.dialogs import Choice
 
+    # what depends on the panel open: the metrics m steps through, in its order
+    metrics = ", ".join(clean(m, 40) for m in app.metrics)
+    told = {"app.next_metric(1)": f"Next metric: {metrics}"}
+
     def keys(bindings, extra=()) -> list[tuple[str, str]]:
         out = []
         for b in bindings:
-            if b.action == "app.needs_suite":  # the same keys as Compare and Model, saying why they are off
+            if b.action in ("app.needs_suite", "no_truth", "toggle_truth_unlisted"):  # the same keys as others
                 continue
             key = b.key_display or ", ".join(_key_name(k) for k in b.key.split(","))
-            out.append((key, b.tooltip or b.description))
+            out.append((key, told.get(b.action, b.tooltip or b.description)))
         return out + list(extra)
 
     return [
@@ -878,7 +919,7 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
             "Dialogs",
             keys(
                 Choice.BINDINGS,
-                [("tab, shift+tab", "next / previous field"), ("enter", "apply / write"), ("escape", "cancel")],
+                [("tab, shift+tab", "next / previous field"), ("enter", "apply / write / open"), ("escape", "cancel")],
             ),
         ),  # fmt: skip
     ]

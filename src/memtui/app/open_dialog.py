@@ -1,13 +1,17 @@
 """The "Open panel…" dialog (as toolong's and harlequin's file pickers): a tree of the folders and panel files under
 the current panel's folder, and a path field; the chosen file is read in a thread, so a large or damaged panel never
-freezes the app, and a file that is not a panel is a one-line message in the dialog."""
+freezes the app, and a file that is not a panel is a one-line message in the dialog.
+
+The field has the focus when the dialog opens (typing a name is the quickest way to a file), and a character typed
+on the tree goes to it; a relative path is read from the folder the tree shows, not the folder memtui started in.
+``enter`` opens from either, and the footer says so."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -27,6 +31,20 @@ PANEL_COMPANIONS = (".memtui-cache", ".work")
 
 class PanelTree(DirectoryTree):
     """Folders and panel files only; hidden entries and memtui's own folders beside a panel left out."""
+
+    # the Tree's own enter is hidden from the footer; in this dialog it is the key that opens
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Open", tooltip="Open the file, or expand the folder, under the cursor")
+    ]
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed on the tree goes to the path field (the tree takes no letters), which takes the focus."""
+        if event.is_printable and event.character and event.character != " ":
+            event.stop()
+            event.prevent_default()
+            field = self.screen.query_one(OpenField)
+            field.focus()
+            field.insert_text_at_cursor(event.character)
 
     def filter_paths(self, paths: Iterable[Path]) -> Iterable[Path]:
         def shown(p: Path) -> bool:
@@ -65,6 +83,16 @@ class OpenPanelDialog(ModalScreen[Panel | None]):
             yield Static("", id="open-error", classes="error", markup=False)
         yield Footer(compact=True)
 
+    def on_mount(self) -> None:
+        field = self.query_one(OpenField)
+        field.focus()
+        field.cursor_position = len(field.value)
+
+    def resolve(self, text: str) -> Path:
+        """The path typed in the field: ``~`` expanded, a relative one under the folder the tree shows."""
+        path = Path(text.strip() or ".").expanduser()
+        return path if path.is_absolute() else Path(self.query_one(PanelTree).path) / path
+
     @on(DirectoryTree.FileSelected)
     def _file_chosen(self, event: DirectoryTree.FileSelected) -> None:
         self.query_one("#open-path", Input).value = str(event.path)
@@ -76,7 +104,7 @@ class OpenPanelDialog(ModalScreen[Panel | None]):
 
     @on(Input.Submitted)
     def action_open(self) -> None:
-        path = Path(self.query_one("#open-path", Input).value.strip() or ".").expanduser()
+        path = self.resolve(self.query_one("#open-path", Input).value)
         self.query_one("#open-error", Static).update(f"reading {clean(path.name, 80)}…")
         self._read(path)
 

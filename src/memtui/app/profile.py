@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -15,10 +16,12 @@ from memtui.app import palette
 from memtui.app.by_view import View, legend_text, view_result
 from memtui.app.fmt import integer, minus_signs, num, nums, short_step
 from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
+from memtui.app.legend import pack, swatch
 from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summary_lines import note_lines
 from memtui.core.text import clean
 from memtui.estimation.estimate import EstimateResult
+from memtui.panel.model import Panel
 
 PLOT_EVERY_S = 0.1
 WIDE_PLOT = 50  # columns the path plot needs beside the heatmap
@@ -104,6 +107,27 @@ def _fit(variants: list[str], width: int | None) -> str:
     return variants[-1][: max(0, width - 1)] + "…"
 
 
+def truth_matrix(panel: Panel | None, result: EstimateResult) -> np.ndarray | None:
+    """The simulated panel's true τ on the result's cohorts x checkpoints (NaN where the truth has no such cell), or
+    None where the panel stores no truth for the metric (every panel but a simulated one: ``panel.synthetic``).
+    τ = sign x ATT is what the estimates estimate, and the truth is stored as τ: they compare as they are."""
+    truth = getattr(panel, "truth", None)
+    metric = result.settings.metric
+    if not truth or metric not in truth or "cohorts" not in truth or "steps" not in truth:
+        return None
+    tau = np.asarray(truth[metric], dtype=float)
+    cohorts, steps = np.asarray(truth["cohorts"]), np.asarray(truth["steps"])
+    if tau.shape != (len(cohorts), len(steps)):
+        return None
+    rows = np.clip(np.searchsorted(cohorts, result.cohorts), 0, max(len(cohorts) - 1, 0))
+    cols = np.clip(np.searchsorted(steps, result.checkpoints), 0, max(len(steps) - 1, 0))
+    out = np.full((len(result.cohorts), len(result.checkpoints)), np.nan)
+    if len(cohorts) and len(steps):
+        ok = (cohorts[rows] == result.cohorts)[:, None] & (steps[cols] == result.checkpoints)[None, :]
+        out[ok] = tau[np.ix_(rows, cols)][ok]
+    return out
+
+
 def _base_label(result: EstimateResult) -> str:
     """The first checkpoint, when its column has no estimate at all (the base period of a varying base)."""
     est = result.matrix("estimate")
@@ -115,7 +139,16 @@ def _base_label(result: EstimateResult) -> str:
 class ProfilePane(Vertical):
     """Heatmap of tau(g, c); the cursor's cell is described below it and its cohort's path plotted."""
 
-    BINDINGS = [Binding("p", "toggle_plot", "Plot", tooltip="Hide / show the path plot (the heatmap takes its rows)")]
+    BINDINGS = [
+        Binding("p", "toggle_plot", "Plot", tooltip="Hide / show the path plot (the heatmap takes its rows)"),
+        Binding(
+            "t", "toggle_truth", "Truth",
+            tooltip="A simulated panel's true profile, over the estimate (on/off)",
+        ),
+        # a suite's footer has no room for it (n takes the slot): the same key, listed by ? only
+        Binding("t", "toggle_truth_unlisted", show=False),
+        Binding("t", "no_truth", show=False),  # a panel with no known truth: t says so (and stays out of the footer)
+    ]  # fmt: skip
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -128,6 +161,8 @@ class ProfilePane(Vertical):
         self._plot_timer = None
         self._base = ""
         self.plot_hidden = False  # p: the heatmap takes the path plot's rows
+        self.truth_shown = False  # t: the simulated panel's true profile over the estimate
+        self._truth: np.ndarray | None = None  # the true τ on the result's cells (None: no known truth)
         self.split: tuple | None = None  # (ByResult, by_view.View) while the views are split by group
         self._paths_of = None  # the split whose groups' paths are in _paths
         self._paths: dict = {}
@@ -152,6 +187,41 @@ class ProfilePane(Vertical):
 
     def action_toggle_plot(self) -> None:
         self.toggle_plot()
+
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        """t overlays the truth where there is one; elsewhere its other binding says there is none."""
+        suite = len(getattr(self.app, "models", ())) > 1
+        if action == "toggle_truth":
+            return self.has_truth and not suite
+        if action == "toggle_truth_unlisted":
+            return self.has_truth and suite
+        if action == "no_truth":
+            return not self.has_truth
+        return True
+
+    @property
+    def has_truth(self) -> bool:
+        """Whether the estimate shown has a known true profile to overlay (a simulated panel's)."""
+        return self._truth is not None
+
+    def action_toggle_truth_unlisted(self) -> None:
+        self.action_toggle_truth()
+
+    def action_toggle_truth(self) -> None:
+        self.truth_shown = not self.truth_shown
+        self._show_by_legend()
+        if self.result is not None:
+            self._plotted = None  # the same row, drawn again with (or without) its true path
+            self._describe(self.heatmap.row, self.heatmap.column)
+            self._plot_row(self.heatmap.row, self.heatmap.column)
+
+    def action_no_truth(self) -> None:
+        why = "split views compare groups" if self.split is not None else "only a simulated panel stores one"
+        self.app.notify(
+            f"No true profile to show: {why} (`memtui sample synthetic` makes one; `memtui info` says if a panel "
+            "has it).",
+            markup=False,
+        )
 
     def toggle_plot(self) -> None:
         self.plot_hidden = not self.plot_hidden
@@ -179,12 +249,18 @@ class ProfilePane(Vertical):
         self._show_by_legend()
         if result is None:
             self._mats = {}
+            self._truth = None
+            self.refresh_bindings()
             self.heatmap.set_data(None)
             self.query_one(Legend).show(None, "dim", "")
             self.query_one("#cell-info", Static).update("")
             self.query_one(BandPlot).display = False
             return
         self.query_one(BandPlot).display = not self.plot_hidden
+        # the truth is the whole panel's: not a group's, nor a difference of groups
+        self._truth = truth_matrix(getattr(self.app, "panel", None), result) if self.split is None else None
+        self.refresh_bindings()
+        self._show_by_legend()
         est = result.matrix("estimate")
         sig = result.matrix("significant") == 1
         self._mats = {"estimate": est, **{name: result.matrix(name) for name in _COLUMNS}}
@@ -193,6 +269,9 @@ class ProfilePane(Vertical):
         self._unit = "τ " + clean(result.settings.metric, 60)
         self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
         self._layout()
+        # set_data scrolled to the cursor in the old layout; the new matrix can change it (a scroll bar appears, the
+        # path plot moves beside or below, a notes line shows), which resizes no widget: scroll again once laid out
+        self.heatmap.call_after_refresh(self.heatmap.keep_cursor_visible)
         self._scale = scale
         self._base = _base_label(result)
         self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base)
@@ -207,11 +286,21 @@ class ProfilePane(Vertical):
     def _show_by_legend(self) -> None:
         """The split's line above the heatmap: what it shows, and each group's colour in the path plot, its size."""
         line = self.query_one("#by-legend", Static)
-        line.display = self.split is not None and self.result is not None
+        truth = self._truth_on()
+        line.display = (self.split is not None or truth) and self.result is not None
         if line.display:
-            colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark).models
+            colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark)
             width = self.size.width - 2 if self.size.width > 2 else 10_000
-            line.update(legend_text(*self.split, colours, width))
+            if self.split is not None:
+                line.update(legend_text(*self.split, colours.models, width))
+            else:  # the truth's line in the path plot, told apart from the estimate's
+                items = [Text.assemble(("━━", Style(color=swatch(colours.line))), " estimate"),
+                         Text.assemble(("━━", Style(color=swatch(colours.models[1]))), " true τ (simulated)"),
+                         Text("··· band", style="dim")]  # fmt: skip
+                line.update(pack(Text(), items, width))
+
+    def _truth_on(self) -> bool:
+        return self.truth_shown and self._truth is not None
 
     def on_heatmap_cursor_moved(self, event: Heatmap.CursorMoved) -> None:
         self._describe(event.row, event.column)
@@ -254,6 +343,9 @@ class ProfilePane(Vertical):
         nt, nc = (int(n) if known else 0 for n in counts)
         full, short = ([f"n {nt} treated / {nc} control"], [f"n {nt}/{nc}"]) if known else ([], [])
         t = f"τ {tau_text}"
+        if self._truth_on():  # beside the estimate: the true τ it estimates
+            true = self._truth[row, column]
+            t += f" (true {num(true, signed=True)})" if np.isfinite(true) else " (true —)"
         variants = [
             " │ ".join([f"g {g}  c {c}  c−g {integer(c - g)}", *placebo, f"{t}  {se}", f"band [{low}, {high}]",
                         "significant" if sig else "not significant", *full]),
@@ -308,11 +400,18 @@ class ProfilePane(Vertical):
             titles = (f"{diff}: path τ(g = {short_step(g)}, c), with band", f"difference τ(g = {short_step(g)}, c)")
         else:
             titles = ()
-        self.query_one(BandPlot).show(
-            r.checkpoints,
-            m["estimate"][row],
-            m["band_low"][row],
-            m["band_high"][row],
+        series = [Series(r.checkpoints, m["estimate"][row], m["band_low"][row], m["band_high"][row])]
+        if self._truth_on():  # the true path, in the next colour, with no band of its own
+            nan = np.full(len(r.checkpoints), np.nan)
+            series.append(Series(r.checkpoints, self._truth[row], nan, nan, colour=1))
+            titles = titles or (
+                f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band and the true path",
+                f"path τ(g = {short_step(g)}, c), with band and the true path",
+                f"path τ(g = {short_step(g)}, c) and its truth",
+                f"τ(g = {short_step(g)}, c)",
+            )
+        self.query_one(BandPlot).show_series(
+            series,
             title=titles
             or (
                 f"memorisation path τ(g = {short_step(g)}, c) over checkpoints c, with band",

@@ -1,0 +1,178 @@
+"""Per key of the workbench: the time from the key reaching the app to the first frame drawn after it (what a user
+sees answer), through Textual's pilot, headless, animations off, estimates cached on disk.
+
+    python benchmarks/app_keys.py                          # 120 x 40 and 80 x 24, median of 5 rounds
+    python benchmarks/app_keys.py --size 120x40 --rounds 9
+    python benchmarks/app_keys.py --profile e              # pyinstrument over that key, from press to first frame
+
+A frame is caught where Textual hands a rendered update to the driver (``App._display``): the first one after the
+key's event was handled is its first paint. A theme is timed from setting ``App.theme`` (what the palette's theme
+command does) to the first frame after. The machine this runs on may be shared: compare keys and runs made in the
+same process (ratios), not one figure against a figure taken on another day.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from textual import events
+
+from memtui.app.heatmap import Heatmap
+from memtui.app.main import MemtuiApp
+from memtui.estimation.cache import cached_estimate
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.synthetic import Simulation, write_synthetic
+
+SIM = Simulation(n_cohorts=40, per_cohort=50, n_never=500, n_checkpoints=41)  # the paper's shape, scaled down
+# (label, key or "theme:NAME", pane it is pressed on or None, what the first frame of its answer shows)
+KEYS = [
+    ("2", "2", None, "pane summaries"), ("3", "3", None, "pane estimates"), ("4", "4", None, "pane extraction"),
+    ("5", "5", None, "pane compare"), ("1", "1", None, "pane profile"),
+    ("m", "m", "profile", "settings"), ("M", "M", "profile", "settings"), ("d", "d", "profile", "settings"),
+    ("e", "e", "profile", "ExportDialog"), ("esc (e)", "escape", None, "MainScreen"),
+    ("o", "o", "profile", "SettingsDialog"), ("esc (o)", "escape", None, "MainScreen"),
+    ("?", "question_mark", None, "HelpScreen"), ("esc (?)", "escape", None, "MainScreen"),
+    ("ctrl+o", "ctrl+o", None, "OpenPanelDialog"), ("esc (ctrl+o)", "escape", None, "MainScreen"),
+    ("ctrl+p", "ctrl+p", None, "CommandPalette"), ("esc (ctrl+p)", "escape", None, "MainScreen"),
+    ("theme light", "theme:textual-light", None, "theme"), ("theme dark", "theme:textual-dark", None, "theme"),
+]  # fmt: skip
+
+
+def answered(app: MemtuiApp, screen, what: str, before) -> bool:
+    """Whether a frame of ``screen`` shows the key's answer: the pane, the dialog, the new settings' estimate."""
+    if what.startswith("pane "):
+        return type(screen).__name__ == "MainScreen" and app.active_pane == what[5:]
+    if what == "settings":
+        return app.settings != before and app.result is not None and app.result.settings == app.settings
+    if what == "theme":
+        return True
+    return type(screen).__name__ == what
+
+
+def _send_key(app: MemtuiApp, key: str) -> None:
+    """What ``Pilot.press`` does minus its wait for the whole process to go idle."""
+    event = events.Key(key, None if len(key) > 1 else key)
+    event.set_sender(app)
+    app._driver.send_message(event)  # noqa: SLF001 - the driver is where a terminal's keys arrive
+
+
+async def _until(condition, timeout: float = 60.0) -> None:
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise TimeoutError
+        await asyncio.sleep(0.001)
+
+
+def panels(workdir: Path) -> list[Path]:
+    """Two models of one design (so the Compare pane exists), their estimates cached for every key's settings."""
+    paths = []
+    for name, seed in (("a", 1), ("b", 2)):
+        path = workdir / f"{name}.h5"
+        if not path.exists():
+            write_synthetic(path, Simulation(**{**SIM.__dict__, "seed": seed}))
+        panel = read_panel(path)
+        for metric in ("loglik", "accuracy", "rank"):
+            for estimator in ("did", "difference", "extractable"):
+                cached_estimate(panel, Settings(metric=metric, estimator=estimator))
+        paths.append(path)
+    return paths
+
+
+async def one_round(paths: list[Path], size: tuple[int, int], profile: str | None = None) -> dict[str, float]:
+    """Each key once, in order, on a fresh app: seconds from the key to the first frame answering it (wall clock,
+    and ``LABEL cpu``: CPU time of the thread the event loop runs in)."""
+    from memtui.app import open_app
+
+    app = open_app(paths)
+    app.animation_level = "none"
+    frames: list[float] = []
+    watch: list = [None]  # (what, settings before): a frame answering it is recorded
+    display = app._display  # noqa: SLF001 - the one place every frame passes
+
+    def record(screen, renderable) -> None:
+        display(screen, renderable)
+        if watch[0] is not None and answered(app, screen, *watch[0]):
+            frames.append((time.perf_counter(), time.thread_time()))
+            watch[0] = None
+
+    app._display = record  # noqa: SLF001
+    out: dict[str, float] = {}
+    async with app.run_test(size=size) as pilot:
+        await _until(lambda: app.query_one(Heatmap).painted_at is not None)
+        await pilot.pause(1.0)  # the panes' own workers (summaries' extras, Compare's suite) settle
+        for label, key, pane, what in KEYS:
+            if pane is not None and app.active_pane != pane:
+                _send_key(app, {"profile": "1"}[pane])
+                await pilot.pause(0.5)
+            profiler = None
+            if profile == label:
+                from pyinstrument import Profiler
+
+                profiler = Profiler(interval=0.0005, async_mode="disabled")
+                profiler.start()
+            frames.clear()
+            watch[0] = (what, app.settings)
+            t, cpu = time.perf_counter(), time.thread_time()
+            if key.startswith("theme:"):
+                app.theme = key.split(":", 1)[1]
+            else:
+                _send_key(app, key)
+            try:
+                await _until(lambda: bool(frames), timeout=20)  # the loop runs in this thread: its CPU is the key's
+            except TimeoutError:
+                print(f"  {label}: no frame", file=sys.stderr)
+                watch[0] = None
+                continue
+            out[label] = frames[0][0] - t
+            out[f"{label} cpu"] = frames[0][1] - cpu
+            if profiler is not None:
+                profiler.stop()
+                print(profiler.output_text(unicode=True, color=False, show_all=False, flat=True), file=sys.stderr)
+            await pilot.pause(0.4)  # what the key started (a pane's estimate) runs before the next key
+            await _until(lambda: app.computing is None)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", action="append", help="WxH (repeatable; default 120x40 and 80x24)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--profile", metavar="LABEL", help="pyinstrument over this key (one round)")
+    parser.add_argument("--workdir", type=Path)
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="memtui-app-keys-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = panels(workdir)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in (args.size or ["120x40", "80x24"])]
+    if args.profile:
+        asyncio.run(one_round(paths, sizes[0], args.profile))
+        return 0
+    for size in sizes:
+        runs = []
+        for _ in range(args.rounds):
+            gc.collect()  # what the round before left does not fall on this one
+            runs.append(asyncio.run(one_round(paths, size)))
+        print(f"{size[0]}x{size[1]}: from each key to the first frame answering it, ms, median / max of {args.rounds} "
+              "rounds: wall clock, and CPU time of the event loop's thread (on a loaded machine the steadier figure; "
+              "compare keys within one run)")  # fmt: skip
+        print(f"  {'key':<14} {'wall':>13} {'cpu':>13}")
+        for label, *_ in KEYS:
+            wall = [r[label] for r in runs if label in r]
+            cpu = [r[f"{label} cpu"] for r in runs if label in r]
+            if wall:
+                print(f"  {label:<14} {statistics.median(wall) * 1000:6.0f} / {max(wall) * 1000:4.0f}"
+                      f" {statistics.median(cpu) * 1000:6.0f} / {max(cpu) * 1000:4.0f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
