@@ -107,7 +107,8 @@ ok3 = ("sup", "rank", "entropy")
 
 def test_the_docs_table_is_the_registrys():
     doc = (ROOT / "docs" / "panel-format.md").read_text()
-    assert registry.docs_table() in doc, "regenerate the table: python -c 'from memtui.panel import metrics; ..."
+    fix = "python -c 'from memtui.panel import metrics; print(metrics.docs_table())'"
+    assert registry.docs_table() in doc, f"docs/panel-format.md: paste the registry's table, printed by {fix}"
     rows = re.findall(r"^\| `([a-z_]+)` \| (higher|lower) \|", doc.split("## Metrics", 1)[1], flags=re.M)
     assert [name for name, _ in rows] == list(registry.NAMES)
     assert all((better == "higher") == (registry.sign(name) > 0) for name, better in rows)
