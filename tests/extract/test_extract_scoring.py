@@ -101,7 +101,8 @@ def test_ties_rank_counts_strictly_greater():
     y = torch.tensor([1, 2, 4, 2, 0])
     z64 = z.double()
     lp = torch.log_softmax(z64, -1)
-    logp, rank, ent = reduce_logits(z.clone(), y, torch.empty_like(z))
+    got = reduce_logits(z.clone(), y, torch.empty_like(z))
+    logp, rank, ent = got.logp, got.rank, got.entropy
     assert rank.tolist() == [0, 0, 0, 2, 3]
     np.testing.assert_allclose(logp.numpy(), lp.gather(1, y[:, None]).squeeze(1).numpy(), rtol=1e-6)
     np.testing.assert_allclose(ent.numpy(), (-(lp.exp() * lp).sum(1)).numpy(), rtol=1e-5, atol=1e-6)
@@ -206,3 +207,23 @@ def test_bf16_body_keeps_rotary_frequencies_in_fp32():
     assert all(p.dtype == torch.bfloat16 for p in net.parameters())
     freqs = [b for name, b in net.named_buffers() if "inv_freq" in name]
     assert freqs and all(b.dtype == torch.float32 for b in freqs)
+
+
+def test_scores_are_a_record_with_a_field_per_extracted_metric_of_the_registry():
+    """The scorer's record has exactly the registry's extracted metrics, in its order, read by name; one without
+    (k, l) holds no extractability metrics."""
+    import dataclasses
+
+    from memtui.extract.scoring import Scores
+    from memtui.panel import metrics as registry
+
+    assert tuple(f.name for f in dataclasses.fields(Scores)) == registry.EXTRACTED
+    model = tiny_model()
+    tokens, lengths = random_rows(3, 20, lengths=[20, 4, 1], model=model)  # row 1: fewer than k + l = 5 tokens
+    plain = Scorer(model, torch.device("cpu")).score(tokens, lengths)
+    flags = Scorer(model, torch.device("cpu"), extractable=(2, 3)).score(tokens, lengths)
+    assert list(plain) == list(registry.FROM_LOGITS) and list(flags) == list(registry.EXTRACTED)
+    assert plain.extractable is None and "extractable" not in plain
+    with pytest.raises(KeyError):
+        plain["extractable"]
+    assert plain.loglik is plain["loglik"] and np.isnan(plain.loglik[2]) and np.isnan(flags.extractable[1])

@@ -10,17 +10,17 @@ import threading
 
 from memtui.estimation.estimate import EstimateResult
 from memtui.estimation.settings import Settings
-from memtui.panel.model import METRICS, Panel
+from memtui.panel import metrics as registry
+from memtui.panel.model import Panel
 
 
 def metric_order(panel: Panel) -> list[str]:
-    """The panel's metrics, the paper's four first (loglik, accuracy, rank, entropy), then any others."""
-    return [m for m in METRICS if m in panel.metrics] + [m for m in panel.metrics if m not in METRICS]
+    """The panel's metrics (the ``m`` key's cycle): the registry's in its order, then any others."""
+    return registry.ordered(panel.metrics)
 
 
 def default_settings(panel: Panel) -> Settings:
-    metrics = metric_order(panel)
-    return Settings(metric="loglik" if "loglik" in metrics else metrics[0])
+    return Settings(metric=panel.default_metric)  # the one rule, as the CLI's
 
 
 class Prefetch:

@@ -21,8 +21,9 @@ def add_arguments(p) -> None:
 
 
 def run(args) -> int:
+    from memtui.panel import metrics as registry
     from memtui.panel.hdf5 import read_panel
-    from memtui.panel.model import METRIC_LABEL, NEVER
+    from memtui.panel.model import NEVER
 
     path = panel_path(args)
     p = read_panel(path)
@@ -53,7 +54,7 @@ def run(args) -> int:
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0
         better = "higher" if p.sign(name) > 0 else "lower"
-        label = clean(METRIC_LABEL.get(name, name), 80)
+        label = clean(registry.label(name), 80)
         rows.append(("metric", f"{clean(name, 40):<{width}} {label} ({better} is better), {coverage:.1%} filled"))
     rows.append(("tokens", "stored" if p.has_tokens else "not stored"))
     if p.n_parameters:

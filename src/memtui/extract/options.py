@@ -161,7 +161,7 @@ class ExtractOptions:
         with when given. One-line refusals; a launcher can call it before any worker starts."""
         from memtui.extract.units import METRICS, panel_metrics
         from memtui.panel.hdf5 import read_extractable
-        from memtui.panel.model import EXTRACTABLE_METRICS
+        from memtui.panel.metrics import EXTRACTABILITY
 
         metrics = panel_metrics(panel.metrics)
         if not metrics:
@@ -169,7 +169,7 @@ class ExtractOptions:
                 f"{panel_path}: the panel has none of the metrics extraction computes ({', '.join(METRICS)}); "
                 "build a panel for extraction with `memtui build`."
             )
-        kl = read_extractable(panel_path) if set(metrics) & set(EXTRACTABLE_METRICS) else None
+        kl = read_extractable(panel_path) if set(metrics) & set(EXTRACTABILITY) else None
         wanted = self.extractable_kl()
         if wanted is not None and kl is None:
             raise MemtuiError(

@@ -42,14 +42,64 @@ the maximal logit by the lowest index (``torch.argmax``) can differ from this on
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from memtui.core.errors import MemtuiError
+from memtui.panel import metrics as registry
 
-PANEL_METRICS = ("loglik", "accuracy", "rank", "entropy")
-EXTRACTABLE_METRICS = ("extractable", "extractable_len")
+
+@dataclass(frozen=True)
+class TokenStats:
+    """Per-target numbers, targets of one row after another in row order: ``logp`` (fp32), ``rank`` (int64) and
+    ``entropy`` (fp32); ``rows`` is each target's row in the batch (None for the targets of one row, ``head_stats``)."""
+
+    logp: torch.Tensor
+    rank: torch.Tensor
+    entropy: torch.Tensor
+    rows: torch.Tensor | None = None
+
+    @classmethod
+    def cat(cls, parts: list[TokenStats], rows: torch.Tensor) -> TokenStats:
+        """The parts' targets one after another, each part one row's."""
+        return cls(
+            logp=torch.cat([p.logp for p in parts]),
+            rank=torch.cat([p.rank for p in parts]),
+            entropy=torch.cat([p.entropy for p in parts]),
+            rows=rows,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Scores(Mapping):
+    """Per-instance metrics of a batch (float64, one value per row): a field per metric the registry says extraction
+    computes (``memtui.panel.metrics.EXTRACTED``; a test checks the two agree); the extractability ones are None
+    unless the scorer was given (k, l). Read by name: ``scores.loglik``, or as a mapping of the computed metrics
+    (``scores["loglik"]``, ``set(scores)``), in the registry's order."""
+
+    loglik: np.ndarray
+    accuracy: np.ndarray
+    rank: np.ndarray
+    entropy: np.ndarray
+    extractable: np.ndarray | None = None
+    extractable_len: np.ndarray | None = None
+
+    def _computed(self) -> list[str]:
+        return [name for name in registry.EXTRACTED if getattr(self, name, None) is not None]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._computed():
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
 
 
 def resolve_device(device: str = "auto") -> torch.device:
@@ -114,8 +164,9 @@ def micro_rows(length: int) -> int:
     return min(MICRO_ROWS, 1 << (m.bit_length() - 1))
 
 
-def reduce_logits(z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """Reduce fp32 logits ``z`` (P x V, overwritten) to (logp, rank, entropy), each (P,); ``buf`` is P x V scratch.
+def reduce_logits(z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor) -> TokenStats:
+    """Reduce fp32 logits ``z`` (P x V, overwritten) to the targets' logp, rank and entropy, each (P,); ``buf`` is
+    P x V scratch.
 
     Four cache-friendly passes and no allocation of the size of ``z``: rank (compare into the fp32 scratch and sum,
     far faster than summing a bool tensor), max, shift-and-exp, and the dot products sum_v e_v z_v.
@@ -130,7 +181,7 @@ def reduce_logits(z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor) -> 
     log_s = torch.log(s)
     logp = (t - m).squeeze(1) - log_s
     entropy = log_s - ez / s
-    return logp, rank, entropy
+    return TokenStats(logp=logp, rank=rank, entropy=entropy)
 
 
 def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -198,8 +249,8 @@ class Scorer:
             self._bufs = (z, buf)
         return self._bufs
 
-    def head_stats(self, h: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per-target (logp fp32, rank int64, entropy fp32) of hidden states ``h`` (n x d) and targets ``y`` (n,)."""
+    def head_stats(self, h: torch.Tensor, y: torch.Tensor) -> TokenStats:
+        """Per-target logp (fp32), rank (int64) and entropy (fp32) of hidden states ``h`` (n x d) and targets ``y``."""
         n = len(y)
         dev = h.device
         logp = torch.empty(n, dtype=torch.float32, device=dev)
@@ -219,12 +270,13 @@ class Scorer:
             for r in range(0, e - s, self.red_chunk):
                 r2 = min(e - s, r + self.red_chunk)
                 a, b = s + r, s + r2
-                logp[a:b], rank[a:b], ent[a:b] = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r])
-        return logp, rank.long(), ent
+                got = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r])
+                logp[a:b], rank[a:b], ent[a:b] = got.logp, got.rank, got.entropy
+        return TokenStats(logp=logp, rank=rank.long(), entropy=ent)
 
     @torch.inference_mode()
-    def token_stats(self, tokens: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Per-target (logp, rank, entropy) for a right-padded batch, plus each target's row index."""
+    def token_stats(self, tokens: torch.Tensor, lengths: torch.Tensor) -> TokenStats:
+        """Per-target stats for a right-padded batch, with each target's row index."""
         b, L = tokens.shape
         pos = torch.arange(L, device=tokens.device)
         mask = pos[None, :] < lengths[:, None]
@@ -237,14 +289,14 @@ class Scorer:
         del hidden
         y = ids[:, 1:][valid]
         rows = torch.arange(b, device=tokens.device)[:, None].expand(b, L - 1)[valid]
-        logp, rank, ent = self.head_stats(h, y)
-        return logp, rank, ent, rows
+        stats = self.head_stats(h, y)
+        return TokenStats(logp=stats.logp, rank=stats.rank, entropy=stats.entropy, rows=rows)
 
     @torch.inference_mode()
-    def row_stats(self, tokens: np.ndarray, lengths: np.ndarray) -> tuple[torch.Tensor, ...]:
+    def row_stats(self, tokens: np.ndarray, lengths: np.ndarray) -> TokenStats:
         """What :meth:`token_stats` returns (rows one after another, in row order), by the invariant path: rows
         grouped by length, unpadded micro-batches of ``micro_rows(length)`` rows, the head per row."""
-        per_row: list[tuple[torch.Tensor, ...] | None] = [None] * len(lengths)
+        per_row: list[TokenStats | None] = [None] * len(lengths)
         for length in np.unique(lengths[lengths >= 2]):
             group = np.flatnonzero(lengths == length)
             m = micro_rows(length)
@@ -258,22 +310,21 @@ class Scorer:
         stats = [s for s in per_row if s is not None]
         if not stats:
             empty = torch.empty(0, device=self.device)
-            return empty, empty.long(), empty, empty.long()
-        logp, rank, ent = (torch.cat(x) for x in zip(*stats, strict=True))
+            return TokenStats(logp=empty, rank=empty.long(), entropy=empty, rows=empty.long())
         counts = torch.as_tensor(np.maximum(np.asarray(lengths) - 1, 0))
-        return logp, rank, ent, torch.repeat_interleave(torch.arange(len(lengths)), counts)
+        return TokenStats.cat(stats, rows=torch.repeat_interleave(torch.arange(len(lengths)), counts))
 
-    def score(self, tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.ndarray]:
+    def score(self, tokens: np.ndarray, lengths: np.ndarray) -> Scores:
         """The four panel metrics for each row (NaN for rows with fewer than two tokens), and with ``extractable``
         the two extractability metrics (NaN for rows with fewer than k + l tokens)."""
         b = len(tokens)
         tokens, lengths = np.asarray(tokens, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
         if self.invariant:
-            logp, rank, ent, rows = self.row_stats(tokens, lengths)
+            stats = self.row_stats(tokens, lengths)
         else:
             t = torch.as_tensor(tokens).to(self.device, non_blocking=True)
-            logp, rank, ent, rows = self.token_stats(t, torch.as_tensor(lengths).to(self.device))
-        return per_instance(b, rows, logp, rank, ent, extractable=self.extractable)
+            stats = self.token_stats(t, torch.as_tensor(lengths).to(self.device))
+        return per_instance(b, stats, extractable=self.extractable)
 
 
 def check_extractable(kl) -> tuple[int, int]:
@@ -305,12 +356,12 @@ def extractability(count: torch.Tensor, top1: torch.Tensor, k: int, ell: int) ->
     return {"extractable": extractable, "extractable_len": out_len}
 
 
-def per_instance(b: int, rows, logp, rank, ent, extractable: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+def per_instance(b: int, stats: TokenStats, extractable: tuple[int, int] | None = None) -> Scores:
     """Sum / mean per-target quantities into per-row metrics (float64 accumulation).
 
     Done on the CPU (a few MB per batch): deterministic, unlike float64 atomics on CUDA, and MPS has no float64.
     """
-    rows, logp, rank, ent = (x.cpu() for x in (rows, logp, rank, ent))
+    rows, logp, rank, ent = (x.cpu() for x in (stats.rows, stats.logp, stats.rank, stats.entropy))
     dev = logp.device
 
     def total(x):
@@ -330,7 +381,7 @@ def per_instance(b: int, rows, logp, rank, ent, extractable: tuple[int, int] | N
     out["loglik"][n == 0] = math.nan
     if extractable is not None:
         out.update(extractability(count.to(torch.int64), top1, *extractable))  # counts are exact in float64
-    return out
+    return Scores(**out)
 
 
 def check_head(model: torch.nn.Module, scorer: Scorer, vocab: int) -> None:
@@ -340,7 +391,7 @@ def check_head(model: torch.nn.Module, scorer: Scorer, vocab: int) -> None:
     with torch.inference_mode():
         ref = torch.log_softmax(model(input_ids=x).logits[0, :-1].float(), -1)
         ref = ref.gather(1, x[0, 1:, None]).squeeze(1)
-        logp, *_ = scorer.token_stats(x, torch.tensor([8], device=scorer.device))
+        logp = scorer.token_stats(x, torch.tensor([8], device=scorer.device)).logp
     tol = 1e-3 if scorer.body_dtype == torch.float32 else 5e-2
     if not torch.allclose(logp, ref, atol=tol, rtol=tol):
         raise MemtuiError(

@@ -44,10 +44,12 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.core.files import WriteError
 from memtui.extract.locking import create_with_content, holder_of, process_alive
+from memtui.panel.metrics import EXTRACTED
 
-# Every metric extraction can compute, in part-file order. A panel holds some of them (panels made before
-# extractability have the first four): workers score and commit only those (``panel_metrics``).
-METRICS = ("loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len")
+# Every metric extraction can compute (the registry's extracted ones), in part-file order. A panel holds some of
+# them (panels made before extractability have the first four): workers score and commit only those
+# (``panel_metrics``).
+METRICS = EXTRACTED
 
 
 def panel_metrics(names) -> tuple[str, ...]:

@@ -20,14 +20,8 @@ from memtui import __version__
 from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write, refuse_existing
 from memtui.core.text import clean
-from memtui.panel.model import (
-    EXTRACTABLE_DEFAULT,
-    EXTRACTABLE_METRICS,
-    METRIC_SIGN,
-    METRICS,
-    NEVER,
-    Panel,
-)
+from memtui.panel import metrics as registry
+from memtui.panel.model import EXTRACTABLE_DEFAULT, NEVER, Panel
 from memtui.panel.names import MAX_COVARIATE_NAME, is_covariate_name
 from memtui.panel.superblock import read_superblock
 
@@ -94,7 +88,7 @@ def create_panel(
     ids: Sequence[int],
     treatment: Sequence[int],
     steps: Sequence[int],
-    metrics: Sequence[str] = METRICS,
+    metrics: Sequence[str] = registry.EXTRACTED,
     values: Mapping[str, np.ndarray] | None = None,
     split: Sequence[str] | None = None,
     source_index: Sequence[int] | None = None,
@@ -276,8 +270,8 @@ def _write_metrics(
     for name in metrics:
         data = values.get(name, np.full((n, t), np.nan))
         ds = _put(grp, name, np.asarray(data, dtype=np.float64), chunks=(n, 1))
-        ds.attrs["sign"] = int((signs or {}).get(name, METRIC_SIGN.get(name, 1)))
-        if name in EXTRACTABLE_METRICS:  # fixed-size ints: two more compact attributes in the header
+        ds.attrs["sign"] = int((signs or {}).get(name, registry.sign(name)))
+        if name in registry.EXTRACTABILITY:  # fixed-size ints: two more compact attributes in the header
             ds.attrs["k"], ds.attrs["l"] = np.int64(extractable[0]), np.int64(extractable[1])
 
 
@@ -570,7 +564,7 @@ def _read_metrics(f: h5py.File, path: Path, n: int, t: int) -> tuple[dict[str, n
         values = _dataset(f, path, f"metrics/{name}", "f", (n, t), label=f"metric '{shown}'")
         metrics[name] = values.astype(np.float64, copy=False)
         try:
-            sign = int(group[name].attrs.get("sign", METRIC_SIGN.get(name, 1)))
+            sign = int(group[name].attrs.get("sign", registry.sign(name)))
         except (TypeError, ValueError):
             sign = 0
         if sign not in (1, -1):
@@ -688,7 +682,7 @@ def read_extractable(path: str | os.PathLike) -> tuple[int, int] | None:
 def _extractable_kl(f: h5py.File, path: Path) -> tuple[int, int] | None:
     """The (k, l) recorded on the extractability metrics' datasets; None without either metric."""
     found = set()
-    for name in EXTRACTABLE_METRICS:
+    for name in registry.EXTRACTABILITY:
         if f"metrics/{name}" not in f:
             continue
         attrs = _dataset_handle(f, path, f"metrics/{name}", "f").attrs

@@ -21,8 +21,9 @@ import polars as pl
 from memtui.core.errors import MemtuiError
 from memtui.core.memory import require_memory, require_shape
 from memtui.core.text import clean
+from memtui.panel import metrics as registry
 from memtui.panel.hdf5 import create_panel
-from memtui.panel.model import METRIC_SIGN, NEVER
+from memtui.panel.model import NEVER
 
 # Steps and treatment values are read through float64 where the column is not integer: beyond 2^53 a float no longer
 # holds every whole number, so a larger value could silently become another step.
@@ -399,7 +400,7 @@ def import_table(
     require_memory(shape[0] * shape[1] * 8 * (len(metrics) + 2), f"a panel of {shape[0]:,} x {shape[1]:,}", fix)
     require_shape(*shape, fix)
     values = {m: _metric_matrix(table[m], m, codes, col, shape) for m in metrics}
-    signs = {m: (-1 if m in spec.lower_is_better else METRIC_SIGN.get(m, 1)) for m in metrics}
+    signs = {m: (-1 if m in spec.lower_is_better else registry.sign(m)) for m in metrics}
     path = create_panel(
         out,
         ids=ids,

@@ -11,24 +11,17 @@ from pathlib import Path
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.panel import metrics as registry
 
 NEVER = -1  # treatment step stored for never-treated (validation) instances
 PAD = -1  # token id stored after the end of a shorter instance
-METRICS = ("loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len")
-# +1 where a higher value means the model predicts better, so memorisation tau = sign * ATT is positive for
-# "does better on what it trained on". Metrics not listed here default to +1 unless the dataset says otherwise.
-METRIC_SIGN = {"loglik": 1, "accuracy": 1, "rank": -1, "entropy": -1, "extractable": 1, "extractable_len": 1}
-METRIC_LABEL = {
-    "loglik": "sequence log-likelihood",
-    "accuracy": "mean token accuracy",
-    "rank": "mean rank of the true token",
-    "entropy": "mean predictive entropy",
-    "extractable": "(k, l)-extractable: greedy decoding from k tokens reproduces the next l",
-    "extractable_len": "suffix tokens greedy decoding reproduces before its first mismatch",
-}
+# Views of the metric registry (``memtui.panel.metrics``, the one list), kept for the modules that import them here.
+METRICS = registry.NAMES
+METRIC_SIGN = {name: m.sign for name, m in registry.REGISTRY.items()}
+METRIC_LABEL = {name: m.label for name, m in registry.REGISTRY.items()}
+EXTRACTABLE_METRICS = registry.EXTRACTABILITY
 # Carlini et al.'s (k, l)-extractability as Biderman et al. measured it on Pythia: 32 prefix, 32 suffix tokens. The
 # (k, l) a panel's extractability metrics are defined with are the attributes `k` and `l` of their datasets.
-EXTRACTABLE_METRICS = ("extractable", "extractable_len")
 EXTRACTABLE_DEFAULT = (32, 32)
 
 
@@ -84,7 +77,7 @@ class Panel:
         return self.treatment == NEVER
 
     def sign(self, metric: str) -> int:
-        return self.signs.get(metric, METRIC_SIGN.get(metric, 1))
+        return self.signs.get(metric, registry.sign(metric))
 
     def values(self, metric: str) -> np.ndarray:
         """The metric's matrix restricted to completed checkpoints (columns where ``done``)."""
@@ -108,7 +101,7 @@ class Panel:
 
     def _too_short_for(self, metric: str) -> str | None:
         """Why an extractability metric can have no value: every row shorter than k + l (None if some row is not)."""
-        if metric not in EXTRACTABLE_METRICS or self.lengths is None or not len(self.lengths):
+        if metric not in registry.EXTRACTABILITY or self.lengths is None or not len(self.lengths):
             return None
         k, ell = self.extractable_kl or EXTRACTABLE_DEFAULT
         if (self.lengths >= k + ell).any():
@@ -121,12 +114,12 @@ class Panel:
 
     @property
     def default_metric(self) -> str:
-        """The metric shown and estimated when none is named: loglik where it has values, else the first that has."""
-        filled = [m for m, y in self.metrics.items() if self.done.any() and np.isfinite(y[:, self.done]).any()]
-        for name in (*METRICS, *self.metrics):
-            if name in filled:
-                return name
-        return "loglik" if "loglik" in self.metrics else next(iter(self.metrics))
+        """The metric shown and estimated when none is named, by the one rule (``panel.metrics.default_metric``):
+        the first in the registry's order that has values, loglik where it has; else the first in that order."""
+        return registry.default_metric(self.metrics, self._has_values)
+
+    def _has_values(self, metric: str) -> bool:
+        return bool(self.done.any() and np.isfinite(self.metrics[metric][:, self.done]).any())
 
     @property
     def done_steps(self) -> np.ndarray:

@@ -23,6 +23,7 @@ import polars as pl
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.panel import metrics as registry
 from memtui.panel.importing import (
     Imported,
     ImportSpec,
@@ -78,11 +79,14 @@ def import_preset(
         raise MemtuiError(f"--max-step must be 0 or more, not {max_step}.")
     source = Path(source)
     if name == "pythia-stats":
-        table, metrics = stats_table(source), ("loglik", "accuracy", "rank", "entropy")
+        table = stats_table(source)
         if max_step is not None:
             table = table.filter(pl.col("step") <= max_step)
     else:
-        table, metrics = tokens_table(source, max_step=max_step), TOKEN_METRICS
+        table = tokens_table(source, max_step=max_step)
+    # the registry's metrics the preset's table maps (stats: the four from the logits; tokens: every one extraction
+    # computes, as it computes them), in the registry's order
+    metrics = tuple(m for m in registry.NAMES if m in table.columns)
     spec = ImportSpec(
         unit="seq_idx",
         time="step",
@@ -157,8 +161,6 @@ def stats_table(source: Path) -> pl.DataFrame:
 
 
 # ------------------------------------------------------------------------------------------ per-token statistics
-
-TOKEN_METRICS = ("loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len")
 
 
 def checkpoint_files(folder: Path, max_step: int | None = None) -> list[tuple[int, Path]]:
