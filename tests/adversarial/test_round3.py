@@ -521,7 +521,7 @@ def test_the_mde_line_keeps_the_sign(sim_result):
 
     negative = replace(sim_result, instantaneous=sim_result.instantaneous.with_columns(pl.lit(-0.08).alias("estimate")))
     line = mde_line(0.8, negative)
-    assert "is −0.1× that" in line, line
+    assert "is −0.10× that" in line, line  # the sign kept (and, since round 4, its trailing zero)
 
 
 @pytest.mark.parametrize(
