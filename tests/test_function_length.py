@@ -39,9 +39,6 @@ ALLOWED: dict[str, str] = {
         "samples the instances, adds insertions and validation controls, then writes one panel or hands the seed "
         "suite to _write_seed_suite."
     ),
-    "extract/fetch.py:_fetch": (
-        "Another change is editing extract/fetch.py right now; its split belongs with that change, not beside it."
-    ),
     "cli/build.py:add_arguments": (
         "A linear list of argparse options in their help groups: splitting it would scatter the command's interface."
     ),

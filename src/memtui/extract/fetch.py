@@ -404,36 +404,57 @@ def fetch_from_args(args) -> int:
 def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
     """The download (or --dry-run) of the ``missing`` steps; one line per failed revision at the end."""
     cache = cache_location()
-    err = sys.stderr
+    if args.dry_run:
+        return _fetch_dry_run(api, model, steps, template, missing, cache)
     failures: list[tuple[str, str]] = []
     planned: dict[str, dict[str, str]] = {}  # revision -> weight file -> sha256, from the hub's listing
-
-    if args.dry_run:
-        total, unknown = 0, 0
-        for step in missing:
-            revision = template.format(step=step)
-            if _offline():
-                print(f"{clean(revision)}: missing (size unknown: HF_HUB_OFFLINE is set)")
-                unknown += 1
-                continue
-            try:
-                plan = _plan(api, model, revision)
-            except Exception as exc:  # noqa: BLE001 - every failure becomes one line at the end
-                failures.append((revision, _reason(exc, model)))
-                continue
-            planned[revision] = plan.hashes
-            size = human_decimal(plan.size) if plan.size is not None else "size unknown"
-            print(f"{clean(revision)}: missing, {len(plan.files)} files, {size} ({clean(', '.join(plan.files))})")
-            if plan.size is None:
-                unknown += 1
-            else:
-                total += plan.size
-        more = f" (+{unknown} of unknown size)" if unknown else ""
-        _report_duplicates(model, steps, template, planned, cache)
-        print(f"dry run: {len(missing)} of {len(steps)} revisions missing, {human_decimal(total)} to download{more}")
-        return _report(failures)
-
     progress = _Progress()
+    fetched = _download_missing(api, model, template, missing, cache, args.workers, progress, planned, failures)
+    print(
+        f"fetched {fetched} of {len(missing)} missing revisions ({human_decimal(progress.received)} downloaded), "
+        f"{have} were already cached, {len(failures)} failed; cache: {clean(cache)}"
+    )
+    _report_duplicates(model, steps, template, planned, cache)
+    if not failures:
+        print(f"on compute nodes run: {hint}")
+    return _report(failures)
+
+
+def _fetch_dry_run(api, model, steps, template, missing, cache) -> int:
+    """What a fetch would download: each missing revision's files and size (from the hub's listing), nothing
+    downloaded; one line per revision that could not be listed at the end."""
+    failures: list[tuple[str, str]] = []
+    planned: dict[str, dict[str, str]] = {}
+    total, unknown = 0, 0
+    for step in missing:
+        revision = template.format(step=step)
+        if _offline():
+            print(f"{clean(revision)}: missing (size unknown: HF_HUB_OFFLINE is set)")
+            unknown += 1
+            continue
+        try:
+            plan = _plan(api, model, revision)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one line at the end
+            failures.append((revision, _reason(exc, model)))
+            continue
+        planned[revision] = plan.hashes
+        size = human_decimal(plan.size) if plan.size is not None else "size unknown"
+        print(f"{clean(revision)}: missing, {len(plan.files)} files, {size} ({clean(', '.join(plan.files))})")
+        if plan.size is None:
+            unknown += 1
+        else:
+            total += plan.size
+    more = f" (+{unknown} of unknown size)" if unknown else ""
+    _report_duplicates(model, steps, template, planned, cache)
+    print(f"dry run: {len(missing)} of {len(steps)} revisions missing, {human_decimal(total)} to download{more}")
+    return _report(failures)
+
+
+def _download_missing(api, model, template, missing, cache, workers, progress, planned, failures) -> int:
+    """Downloads the ``missing`` steps' revisions on ``workers`` threads, adding each listing to ``planned`` and each
+    failure to ``failures``; a line per revision when stderr is not a terminal, a live count when it is. Returns how
+    many were fetched. Ctrl-c stops what is under way at its next chunk and re-raises."""
+    err = sys.stderr
     bar = _quiet_bar(progress)
     tty = err.isatty()
     fetched = 0
@@ -453,7 +474,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
             line += f", {len(failures)} failed"
         print("\r" + line + "\x1b[K", end="\n" if final else "", file=err, flush=True)
 
-    pool = ThreadPoolExecutor(max_workers=min(args.workers, len(missing)), thread_name_prefix="memtui-fetch")
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(missing)), thread_name_prefix="memtui-fetch")
     futures = {pool.submit(job, step): template.format(step=step) for step in missing}
     try:
         pending = set(futures)
@@ -482,15 +503,7 @@ def _fetch(api, model, steps, template, missing, have, hint, args) -> int:
     pool.shutdown(wait=True)
     if tty:
         show(final=True)
-
-    print(
-        f"fetched {fetched} of {len(missing)} missing revisions ({human_decimal(progress.received)} downloaded), "
-        f"{have} were already cached, {len(failures)} failed; cache: {clean(cache)}"
-    )
-    _report_duplicates(model, steps, template, planned, cache)
-    if not failures:
-        print(f"on compute nodes run: {hint}")
-    return _report(failures)
+    return fetched
 
 
 def _reason(exc: BaseException, model: str) -> str:
