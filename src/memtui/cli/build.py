@@ -99,7 +99,7 @@ def _chosen(args) -> str:
     if args.order:
         return args.order
     for name, order in ORDERS.items():
-        if getattr(order, "selected_by", None) and given(args, order.selected_by):
+        if order.selected_by and given(args, order.selected_by):
             return name
     raise MemtuiError("give either --memmap (with --validation) or --tokens, or --order FAMILY.")
 

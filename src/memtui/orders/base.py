@@ -74,6 +74,7 @@ class Order(Protocol):
     revisions: tuple[str, ...]  # the revision presets (memtui.orders.revisions.PRESETS) naming its checkpoints
     shared: frozenset[str]  # the build's common options (argparse dests) it honours
     refusals: Mapping[str, str]  # common options it does not take, with the one-line reason (else a generic line)
+    selected_by: str | None  # an option of its own that picks it when --order is not given (--memmap: memmap)
 
     def add_arguments(self, group: argparse._ArgumentGroup) -> None:
         """Declare its own options (an option another order declared already is skipped: see OptionGroup)."""
@@ -95,6 +96,7 @@ class OrderBase:
     revisions: tuple[str, ...] = ()
     shared: frozenset[str] = frozenset()
     refusals: Mapping[str, str] = {}
+    selected_by: str | None = None
 
     def outputs(self, out: Path) -> list[Path]:
         return [Path(out)]
