@@ -26,13 +26,13 @@ from memtui.core.errors import MemtuiError
 
 @dataclass(frozen=True)
 class SamplingSpec:
-    """The sampling arguments every order shares.
+    """The sampling arguments every order shares (what ``build_from_*`` each took separately before).
 
-    ``steps``: the panel's checkpoints (None: the order's default, e.g. every ``macro`` steps); ``macro``: steps per
-    cohort when ``steps`` is None (None: the order's default); ``k`` x ``m``: batches per cohort x instances per batch
-    ; ``n_controls``: never-trained controls to draw (None: the order's default);
-    ``controls``: "beyond" the last trained step or "validation" (a held-out set); ``train_steps``: the model's last
-    training step; ``seed``: of every draw."""
+    ``steps``: the panel's checkpoints, sorted (None: the order's default, e.g. every ``macro`` steps); ``macro``:
+    steps per cohort when ``steps`` is None (None: the order's default); ``k`` x ``m``: batches per cohort x instances
+    per batch; ``n_controls``: never-trained controls to draw (None: the order's default); ``controls``: "beyond" the
+    last trained step or "validation" (a held-out set); ``train_steps``: the model's last training step (None: the
+    last checkpoint); ``seed``: of every draw."""
 
     steps: Sequence[int] | None = None
     macro: int | None = None
