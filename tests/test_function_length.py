@@ -34,14 +34,6 @@ ALLOWED: dict[str, str] = {
         "The public writer's signature has eighteen keyword options and a docstring that documents them; the body is "
         "already a short sequence of named validation steps and group writers."
     ),
-    "extract/build.py:build_from_neox": (
-        "Its twenty-line signature mirrors the build command's options and its docstring explains them; the body "
-        "samples the instances, adds insertions and validation controls, then writes one panel or hands the seed "
-        "suite to _write_seed_suite."
-    ),
-    "cli/build.py:add_arguments": (
-        "A linear list of argparse options in their help groups: splitting it would scatter the command's interface."
-    ),
     "orders/olmo.py:olmo_core_stage": (
         "A linear reader of an OLMo-core config: each field is checked with its own one-line error in the order the "
         "file nests them, then one Stage is returned."

@@ -27,6 +27,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.paths import input_file
+from memtui.core.text import clean
 from memtui.orders.neox import IndexedTokens, NeoxOrder, cohort
 from memtui.orders.records import load_json, whole
 
@@ -145,7 +146,7 @@ def hubble_instances(
                     "give the folder of tokenised perturbation datasets."
                 )
             if r.file not in datasets:
-                datasets[r.file] = IndexedTokens(Path(examples) / r.file)
+                datasets[r.file] = IndexedTokens(_example_path(examples, r.file, k + 1))
             tokens = datasets[r.file].document(r.index)
             if not np.array_equal(sequences[k, : len(tokens)], tokens):
                 raise MemtuiError(
@@ -166,6 +167,18 @@ def hubble_instances(
         files=[key[0] for key in keys],
         tokens=[example_tokens[key] for key in keys],
     )
+
+
+def _example_path(examples: str | os.PathLike, name: str, record: int) -> Path:
+    """The perturbation dataset ``name`` inside the ``examples`` folder: a name from the record is a file name, never a
+    path, so that a record cannot point the build at a file outside the folder the user gave."""
+    separators = {"/", "\\", os.sep, os.altsep or "/", "\x00"}
+    if name in (".", "..") or ".." in name or any(c in name for c in separators):
+        raise MemtuiError(
+            f"perturbation record {record}: perturbation_file {clean(repr(name), 60)} is not a file name in the "
+            "examples folder; name the dataset only (no '..', no path separators)."
+        )
+    return Path(examples) / name
 
 
 def hubble_checkpoints(last_step: int) -> list[int]:

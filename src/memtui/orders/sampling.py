@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.orders.base import Instances
 from memtui.orders.repetition import RepetitionFilter
 from memtui.orders.tokenfiles import TokenFiles
 
@@ -256,3 +257,37 @@ def _progress(progress, label):
     if progress is None:
         return None
     return lambda done, total: progress(label, done, total)
+
+
+def controls_kind(controls: str) -> str:
+    """``build --controls`` in the sampler's words: "beyond", or "held-out" for "validation"."""
+    if controls not in ("beyond", "validation"):
+        raise MemtuiError(f"--controls must be beyond or validation, not '{controls}'.")
+    return "held-out" if controls == "validation" else "beyond"
+
+
+def sampled_instances(sampled: SampledOrder, *, order: str, source: str, attrs: dict | None, documents: bool):
+    """A panel's instances from an OLMo / OLMo-core / Amber sample, each with its provenance (stage, file, offset,
+    position, and with ``documents`` Dolma's per-document metadata where a .csv.gz lies beside a token file)."""
+    files = [f for stage_files in sampled.files for f in stage_files]
+    first_file = np.cumsum([0, *(len(f) for f in sampled.files)])[:-1]
+    prov = {
+        "position": sampled.position,
+        "stage": sampled.stage,
+        "file": first_file[sampled.stage] + sampled.file,
+        "offset": sampled.offset,
+        "stage_names": np.array(sampled.stage_names, dtype=object),
+        "file_names": np.array(files, dtype=object),
+    }
+    if sampled.source is not None:
+        prov["source"] = np.asarray(sampled.source).astype(str)
+    if documents:
+        from memtui.orders.dolma import document_of
+
+        prov |= document_of(files, prov["file"], np.asarray(sampled.offset)) or {}
+    counts = ", ".join(f"{key} {value}" for key, value in sampled.counts.items())
+    base = {"source": source, "order": order, "order_notes": "; ".join([*sampled.notes, counts])[:4000],
+            **(attrs or {})}  # fmt: skip
+    return Instances(ids=sampled.ids, treatment=sampled.treatment, steps=sampled.steps, tokens=sampled.tokens,
+                     lengths=np.full(len(sampled.ids), sampled.tokens.shape[1]), provenance=prov,
+                     revisions=sampled.revisions, attrs=base)  # fmt: skip

@@ -1,0 +1,20 @@
+"""The data orders `memtui build` knows, one line each, in `build --help`'s order. Adding an order: a module in
+``memtui.orders.kinds`` and a line here (docs/architecture.md, "How to add a data order")."""
+
+from __future__ import annotations
+
+from memtui.orders.base import Order
+from memtui.orders.kinds.amber import Amber
+from memtui.orders.kinds.memmap import Memmap
+from memtui.orders.kinds.neox import Neox
+from memtui.orders.kinds.olmo import Olmo, OlmoCore
+from memtui.orders.kinds.table import Table
+
+ORDERS: dict[str, Order] = {
+    "memmap": Memmap(),
+    "table": Table(),
+    "neox": Neox(),
+    "olmo": Olmo(),
+    "olmo-core": OlmoCore(),
+    "amber": Amber(),
+}
