@@ -115,3 +115,39 @@ def test_plot_y_ticks_are_even_cover_the_data_and_include_zero(low, high, ticks,
     assert [tick_label(t, got) for t in got] == labels
     steps = np.diff(got)
     assert np.allclose(steps, steps[0]) and got[0] <= min(low, 0) and got[-1] >= max(high, 0)
+
+
+@run_async
+async def test_the_summaries_words_paint_before_their_plots_are_built(panel, settings):
+    """`2` spent four fifths of its first paint building three plotext plots: the words paint first, the plots are
+    blank in that frame (never the previous estimate's lines) and are built right after it."""
+    from memtui.app.plots import BandPlot
+
+    app = MemtuiApp(panel, settings)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, GROUPS)
+        built = []
+        for plot in app.query(BandPlot):
+            plot._build = (lambda original, p: lambda: built.append(p.id) or original())(plot._build, plot)
+        pane = app.query_one("#summaries-pane")
+        plots = list(pane.query(BandPlot))
+        frames = []  # at each frame Textual hands the driver: the pane shown, the words, the plots held, built
+        display = app._display
+
+        def caught(screen, update):
+            frames.append((app.active_pane, "Memorisation τ" in str(pane.query_one("#summary-text").render()),
+                           all(p._held for p in plots), len(built)))  # fmt: skip
+            return display(screen, update)
+
+        app._display = caught
+        await pilot.press("2")
+        for _ in range(5):
+            await pilot.pause()
+        first = next(f for f in frames if f[0] == "summaries")
+        assert first == ("summaries", True, True, 0), frames  # the words' frame: nothing built before it
+        assert not any(p._held for p in plots) and "plot-instantaneous" in built  # (one below the fold: not drawn)
+        assert all(p.drawn_title.startswith(("Instantaneous", "Persistent")) for p in plots if p.id in built)
+        # a newer estimate before the plots were drawn: only its plots are drawn, never the older one's
+        app.change_settings(draws=100)
+        await settle(pilot, GROUPS)
+        assert all(not p._held for p in plots) and pane._result is app.result

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -20,6 +20,7 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
+from textual.widgets.input import Selection
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
@@ -80,7 +81,18 @@ class ApplyField(Input):
 
 
 class WriteField(Input):
+    """The export's path. Selected whole when focused (typing replaces it), as Input does, but with the cursor at its
+    start: Input put it at the end and scrolled there, so a path one cell wider than the field lost its first
+    letter, a longer one its start, which is what names the file."""
+
     BINDINGS = [Binding("enter", "submit", "Write", tooltip="Write the CSV (asks first if the file exists)")]
+
+    def _on_focus(self, event: events.Focus) -> None:
+        # Textual calls each class's handler, this one first: Input's, after it, selects with the cursor at the end
+        self.call_later(self.show_start)
+
+    def show_start(self) -> None:
+        self.selection = Selection(len(self.value), 0)  # the cursor is a selection's end
 
 
 def _row(label: str, widget: Widget) -> Horizontal:
@@ -120,9 +132,10 @@ class ExportDialog(ModalScreen[str | None]):
 
     @on(Choice.Changed, "#export-scope")
     def _scope_changed(self, event: Choice.Changed) -> None:
-        path = self.query_one("#export-path", Input)
+        path = self.query_one("#export-path", WriteField)
         if path.value == self.default_path(self.scope):  # keep a path the user typed
             path.value = self.default_path(event.choice.value)
+            path.show_start()
         self.scope = event.choice.value
 
     @on(Input.Submitted)

@@ -20,6 +20,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.message import Message
+from textual.notifications import Notify
 from textual.screen import Screen
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
 from textual.worker import Worker, WorkerState, get_current_worker
@@ -32,9 +33,11 @@ from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import POLL_S, ExtractionPane, job_indicator
 from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
+from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order
 from memtui.app.profile import ProfilePane
 from memtui.app.summaries import SummariesPane
+from memtui.app.title import TitleBar, short_names, title_wordings
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.estimation import cache
@@ -148,7 +151,7 @@ class MainScreen(Screen):
         app = self.app
         with Horizontal(id="topbar"):
             # markup off wherever text from the panel is shown: a metric named "[@click=app.quit]" stays words
-            yield Static("", id="title", markup=False)
+            yield TitleBar(id="title")
             yield Static("", id="job", markup=False)
             yield Static("", id="busy-label", markup=False)
             yield ProgressBar(total=1.0, show_eta=False, id="busy")
@@ -301,16 +304,33 @@ class MemtuiApp(App):
     def _pane_widget(self, name: str):
         return self.query_one(f"#{name}-pane")
 
+    def notify(self, message: str, *, title: str = "", severity="information", timeout=None, markup=True) -> None:
+        """As App.notify, with paths in plain-text notices shortened from their start to a toast's line
+        (``notices.fit_paths``): Rich broke them mid-word over several lines."""
+        if not markup:
+            message = fit_paths(message, toast_text_width(self.size.width))
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
+    def _on_notify(self, event: Notify) -> None:
+        # one notice of a kind (its title and severity) at a time: a newer one replaces it, where several in a row
+        # (re-read, opened, exported) stacked over the heatmap
+        new = event.notification
+        for old in [n for n in self._notifications if (n.title, n.severity) == (new.title, new.severity)]:
+            self._unnotify(old, refresh=False)
+        super()._on_notify(event)
+
     def update_title(self) -> None:
         s = self.settings
         done, total = int(self.panel.done.sum()), self.panel.n_checkpoints
-        name = clean(self.panel.path.name, 80) if self.panel.path else "panel"
+        name = short = clean(self.panel.path.name, 80) if self.panel.path else "panel"
         if len(self.models) > 1:
-            name = f"{name} ({self._model_index() + 1}/{len(self.models)})"
-        settings = f"α {s.alpha:g} · {s.draws} draws · {s.family}"
+            i = self._model_index()
+            names = [clean(m.path.name, 80) if m.path else "panel" for m in self.models]
+            name, short = (f"{n} ({i + 1}/{len(self.models)})" for n in (name, short_names(names)[i]))
         by = f" │ by {clean(self.by, 40)}" if self.by else ""
-        self.query_one("#title", Static).update(
-            f"{name} │ {clean(s.metric, 60)} · {s.estimator}{by} │ {settings} │ {done}/{total} ckpts"
+        what = f"{clean(s.metric, 60)} · {s.estimator}{by}"
+        self.query_one("#title", TitleBar).show(
+            title_wordings(name, short, what, (f"α {s.alpha:g} · {s.draws} draws", s.family), (done, total))
         )
 
     # ---- estimation ---------------------------------------------------------------------------------------------

@@ -327,6 +327,13 @@ class BandPlot(PlotextPlot):
         self._band_marker = "braille"
         self.drawn_title = ""  # what the last render wrote above the plot (the tests read it)
         self.drawn_axis: YAxis | None = None
+        self._held = False  # blank until the next show: its owner paints its words first, the plot a frame later
+
+    def hold(self) -> None:
+        """Draw nothing until the next ``show``/``show_series`` (not the lines of data about to be replaced)."""
+        if not self._held:
+            self._held = True
+            self.refresh()
 
     def show(
         self,
@@ -357,9 +364,12 @@ class BandPlot(PlotextPlot):
         self._titles = (title,) if isinstance(title, str) else tuple(title)
         self._xlabel, self._marks, self._steps, self._band_marker = xlabel, marks, steps, band_marker
         self._version += 1
+        self._held = False
         self.refresh()
 
     def render(self):
+        if self._held:
+            return Text("")
         key = (self._version, self.size, self.app.theme)
         if self._built is None or self._built[0] != key:
             self._built = (key, self._build())

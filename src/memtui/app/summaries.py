@@ -82,6 +82,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
         self._result: EstimateResult | None = None
         self._extras: dict[int, SummariesPane.Extras] = {}  # by id of the result they belong to
         self.split: ByResult | None = None  # the groups' estimates while the views are split by group
+        self._plots_due = 0  # which show() the plots scheduled after the first paint belong to
 
     def compose(self) -> ComposeResult:
         yield Static("", id="summary-text", markup=False)  # metric names and notes are shown as written
@@ -95,6 +96,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
         text = self.query_one("#summary-text", Static)
         plots = list(self.query(BandPlot))
         self._result = result
+        self._plots_due += 1  # what an earlier show() scheduled is out of date
         if result is None:
             text.update(message or "No estimate yet.")
             self.query_one("#summary-extras", Static).update("")
@@ -130,6 +132,16 @@ class SummariesPane(VerticalScroll, can_focus=True):
             self._compute_extras(getattr(self.app, "panel", None), result)
 
         self._show_legend()
+        # the words paint first, the plots right after that frame: building three plotext plots is ~4/5 of what
+        # `2` did before its first paint (§5.11). Blank until then, never the previous estimate's lines
+        for plot in plots:
+            plot.hold()
+        self._plots_due += 1
+        self.call_after_refresh(self._show_plots, self._plots_due, result, final)
+
+    def _show_plots(self, due: int, result: EstimateResult, final: int) -> None:
+        if due != self._plots_due or result is not self._result:  # a newer show() came first: its call draws
+            return
         if self.split is not None:
             self._show_group_plots(self.split, final)
             return

@@ -111,10 +111,11 @@ def calibration_line(result: EstimateResult, measured=None) -> str:
     """Whether the estimate's band holds its level at this design: ``measured`` (a cached `memtui calibrate` of these
     settings, ``estimation.calibration.Calibration``) where there is one, else the nearest design of the calibration
     study (``estimation.evidence``), computed from the result alone (instant: no simulation, no file)."""
+    from memtui.engine.band_registry import BANDS, DEFAULT_BAND
     from memtui.estimation.evidence import MISCALIBRATED_BELOW, nearest
 
-    band = getattr(result, "band", "") or getattr(result.settings, "band", "calibrated")
-    other = "classic" if band == "calibrated" else "calibrated"
+    band = getattr(result, "band", "") or getattr(result.settings, "band", DEFAULT_BAND)
+    other = next(b for b in BANDS if b != band)  # the band this one is compared with (the registry has two)
     if not result.settings.draws:
         return "Calibration: pointwise bands (no bootstrap): no simultaneous band to calibrate."
     if measured is not None:
