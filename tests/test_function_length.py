@@ -53,9 +53,6 @@ ALLOWED: dict[str, str] = {
     "cli/compare.py:_suite_lines": (
         "A linear text writer of the compare command's suite table, one block of lines per section in output order."
     ),
-    "app/summaries.py:SummariesPane.show": (
-        "A linear view update: the text summary, then the three plots, each a single call with its titles."
-    ),
     "estimation/crosscheck.py:estimate_with_differences": (
         "Ten of its lines are lazy imports (results imports this module); the rest is the per-cell columns that one "
         "small closure turns into the profile, instantaneous and residual frames."
