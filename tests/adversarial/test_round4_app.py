@@ -82,13 +82,15 @@ async def test_compare_pane_marks_a_clipped_corrected_correlation_and_shows_its_
     assert np.triu(corr.pearson_clipped, 1).any()
     corrected = grid.split("Raw Pearson")[0]
     assert "+1.00*" in corrected and "fell beyond ±1" in corrected
-    assert "the corrected Pearson correlation fell outside [-1, 1]" in corrected
+    words = " ".join(corrected.split())  # the note is wrapped to the pane, with the app's minus sign
+    assert "the corrected Pearson correlation fell outside [−1, 1]" in words
+    assert all(len(line) <= 120 for line in corrected.splitlines()), corrected
 
 
 def test_correlation_grid_without_masks_is_unchanged():
     m = np.array([[1.0, 0.8], [0.8, 1.0]])
     text = correlation_grid(["a", "b"], m, m - 0.1, m + 0.05, "Pearson").plain
-    assert "n.d." not in text and "*" not in text and "1–2 [0.7, 0.85]" in text
+    assert "n.d." not in text and "*" not in text and "1–2 [0.70, 0.85]" in text
 
 
 # ---- §5.3 the app's export with 0 draws --------------------------------------------------------------------------

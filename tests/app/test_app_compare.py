@@ -45,7 +45,7 @@ def test_correlation_grid_shows_every_pair_and_its_interval():
     m = np.array([[1.0, 0.8], [0.8, 1.0]])
     text = correlation_grid(names, m, m - 0.1, m + 0.05, "Pearson").plain
     assert text.count("+0.80") == 2 and text.count("+1.00") == 2
-    assert "1–2 [0.7, 0.85]" in text
+    assert "1–2 [0.70, 0.85]" in text
     assert "small" in text and "large" in text
 
 

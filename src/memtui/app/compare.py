@@ -15,6 +15,7 @@ cycling back to a metric is immediate."""
 from __future__ import annotations
 
 import math
+import textwrap
 
 import numpy as np
 from rich.style import Style
@@ -348,8 +349,9 @@ class ComparePane(VerticalScroll, can_focus=True):
         width = self._width()
         grid = correlation_grid(names, c.pearson_corrected, c.pearson_corrected_low, c.pearson_corrected_high, title,
                                 scheme, width, undetermined=undetermined(c), clipped=c.pearson_clipped)  # fmt: skip
-        for note in c.notes:  # what the correlations could not say (as `memtui compare` prints them)
-            grid.append(f"⚠ {clean(note, 1000)}\n", style="dim")
+        for note in c.notes:  # what the correlations could not say (as `memtui compare` prints them), wrapped
+            lines = textwrap.wrap(minus_signs(f"⚠ {clean(note, 1000)}"), max(width, 20), subsequent_indent="  ")
+            grid.append("\n".join(lines) + "\n", style="dim")
         grid.append("\n")
         raw = "Raw Pearson correlation of the profiles (estimated: attenuated by their noise)"
         grid.append_text(correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, raw, scheme, width))
