@@ -7,7 +7,6 @@ panel's ``done`` flags; when a checkpoint completes, the app re-reads the panel 
 
 from __future__ import annotations
 
-import importlib
 import math
 import time
 from pathlib import Path
@@ -33,11 +32,13 @@ RUNNING = ("running",)  # the job states that mean workers are at it (progress.S
 
 
 def load_jobs() -> ModuleType | None:
-    """The extraction job API, or None where this install has none (imported lazily: it pulls in torch)."""
+    """The extraction job API (imported when the pane first needs it, not at the app's start; it never imports torch
+    or transformers, which an import-linter contract holds), or None where it cannot be imported."""
     try:
-        return importlib.import_module("memtui.extract.jobs")
+        from memtui.extract import jobs
     except ImportError:
         return None
+    return jobs
 
 
 def read_done(path: Path) -> np.ndarray | None:
