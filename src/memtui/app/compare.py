@@ -15,6 +15,7 @@ cycling back to a metric is immediate."""
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 
 import numpy as np
@@ -106,9 +107,16 @@ def correlation_grid(
         keys.append("n.d.: not determined by these data (interval [−1, 1]); the raw correlation below is informative")
     if np.triu(clipped & ~undetermined, 1).any():
         keys.append("*: the corrected value fell beyond ±1 and is shown at the bound")
-    for line in keys:
-        text.append(line + "\n", style="dim")
+    for line in keys:  # wrapped to the pane (80 columns leave about 78)
+        text.append(wrapped(line, line_width) + "\n", style="dim")
     return text
+
+
+def wrapped(line: str, width: int) -> str:
+    """``line`` in lines of at most ``width`` (at least 20) columns, broken between words but never inside an
+    interval ``[a, b]``, which stays whole on one line as the grid's own intervals do."""
+    kept = re.sub(r"\[[^\[\]]*\]", lambda m: m.group(0).replace(" ", "\xa0"), line)  # textwrap breaks at ASCII spaces
+    return "\n".join(textwrap.wrap(kept, max(width, 20), subsequent_indent="  ")).replace("\xa0", " ")
 
 
 PLOTS = ("instantaneous", "persistent", "residual")
@@ -350,8 +358,7 @@ class ComparePane(VerticalScroll, can_focus=True):
         grid = correlation_grid(names, c.pearson_corrected, c.pearson_corrected_low, c.pearson_corrected_high, title,
                                 scheme, width, undetermined=undetermined(c), clipped=c.pearson_clipped)  # fmt: skip
         for note in c.notes:  # what the correlations could not say (as `memtui compare` prints them), wrapped
-            lines = textwrap.wrap(minus_signs(f"⚠ {clean(note, 1000)}"), max(width, 20), subsequent_indent="  ")
-            grid.append("\n".join(lines) + "\n", style="dim")
+            grid.append(wrapped(minus_signs(f"⚠ {clean(note, 1000)}"), width) + "\n", style="dim")
         grid.append("\n")
         raw = "Raw Pearson correlation of the profiles (estimated: attenuated by their noise)"
         grid.append_text(correlation_grid(names, c.pearson, c.pearson_low, c.pearson_high, raw, scheme, width))
