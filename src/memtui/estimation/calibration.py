@@ -24,7 +24,7 @@ it on memtui's own simulated designs. This module measures it on panels *matched
   full re-colouring by each group's estimated covariance (whitened by the pooled one, re-coloured by the group's, as
   calibrate once did) is a noisy matrix that mixes every change of a trajectory into every other. Mixing with weights
   of both signs averages the third moments away: on a random walk of skewed steps (30 per cohort, 20 x 21) it
-  reported 31 % for the pre-trend test where ``estimate`` rejects 46 % of independent null panels
+  reported 31-35 % for the pre-trend test where ``estimate`` rejects 44-50 % of independent null panels
   (tests/estimation/test_calibration_skew.py holds the two equal within Monte-Carlo error).
 
 Every simulated panel gets one multiplier bootstrap (the estimate's draws and seed rule), which serves both bands: the
