@@ -371,6 +371,15 @@ def describe(model: NullModel) -> dict:
     }
 
 
+def _drop_refused(got: dict, hits: dict, crit_sum: dict, skipped: dict) -> tuple[str, ...]:
+    """A band that refused a null panel is not calibrated at all: its counts go, its reason joins ``skipped``; the
+    bands still running."""
+    for b in [b for b in hits if "error" in got[b]]:
+        skipped[b] = got[b]["error"]
+        del hits[b], crit_sum[b]
+    return tuple(hits)
+
+
 def run_calibration(
     model: NullModel,
     *,
@@ -404,10 +413,7 @@ def run_calibration(
         rng = np.random.default_rng([seed, done])
         lay = simulate(model, rng)
         got = panel_flags(lay, s, draws=draws, seed=int(rng.integers(2**63)), alpha=alpha, bands=names)
-        for b in [b for b in names if "error" in got[b]]:  # a band refusing a null panel is not calibrated at all
-            skipped[b] = got[b]["error"]
-            del hits[b], crit_sum[b]
-        names = tuple(hits)
+        names = _drop_refused(got, hits, crit_sum, skipped)
         for b in names:
             crit_sum[b] += got[b]["crit"]
             for f in FAMILIES:
