@@ -1,0 +1,43 @@
+"""benchmarks/placebo.py: placebo panels from a panel's never-trained rows keep every row's real values and give fake
+cohorts at random (the truth is zero), and each band is run as `memtui estimate` runs it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import placebo as pb
+from memtui.engine.band_registry import BANDS
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.model import NEVER
+
+SAMPLES = Path(__file__).parents[2] / "sample_panels"
+
+
+def test_a_placebo_panel_is_the_never_trained_rows_with_fake_cohorts():
+    panel = read_panel(SAMPLES / "tiny-gptneox.h5")
+    y = pb.never_rows(panel, "loglik")
+    assert len(y) == int((panel.treatment == NEVER).sum()) == 512
+    cohorts, per = pb.design(len(y), len(panel.done_steps), None, None)
+    assert (cohorts, per) == (8, 32)
+    a = pb.placebo(y, panel.done_steps, cohorts, per, np.random.default_rng(1))
+    b = pb.placebo(y, panel.done_steps, cohorts, per, np.random.default_rng(2))
+    assert np.array_equal(a.metrics["loglik"], y)  # the real values, untouched
+    steps, counts = np.unique(a.treatment[a.treatment != NEVER], return_counts=True)
+    assert len(steps) == 8 and (counts == 32).all() and (a.treatment == NEVER).sum() == 256
+    assert set(steps) <= set(panel.done_steps[1:])
+    assert not np.array_equal(a.treatment, b.treatment)  # fake cohorts drawn at random
+
+
+def test_every_band_runs_on_a_placebo_or_says_why_not():
+    panel = read_panel(SAMPLES / "suite-neox-41k.h5")
+    y = pb.never_rows(panel, "loglik")
+    fake = pb.placebo(y, panel.done_steps, 4, 40, np.random.default_rng(0))
+    for band in BANDS:
+        s = pb.band_settings(band, 100, 0.05)
+        assert isinstance(s, Settings | str)
+        if isinstance(s, Settings):
+            post, pre = pb.flags(fake, s, seed=3)
+            assert isinstance(post, bool) and isinstance(pre, bool)
