@@ -43,5 +43,16 @@ def test_every_band_runs_on_a_placebo_or_says_why_not():
         s = pb.band_settings(band, 100, 0.05)
         assert isinstance(s, Settings | str)
         if isinstance(s, Settings):
-            post, pre = pb.flags(fake, s, seed=3)
-            assert isinstance(post, bool) and isinstance(pre, bool)
+            post, pre, share = pb.flags(fake, s, seed=3)
+            assert isinstance(post, bool) and isinstance(pre, bool) and 0 <= share <= 1 and (share > 0) == post
+
+
+def test_the_skewed_design_has_its_effect_on_post_cells_only():
+    base = pb.skewed(30, 0.0, np.random.default_rng(4))
+    moved = pb.skewed(30, 0.5, np.random.default_rng(4))
+    d = moved.metrics["loglik"] - base.metrics["loglik"]
+    treated = base.treatment != NEVER
+    assert (base.treatment == NEVER).sum() == 200 and treated.sum() == 600 and base.n_checkpoints == 21
+    after = base.steps[None, :] >= base.treatment[:, None]
+    assert np.allclose(d[treated][after[treated]], 0.5) and np.allclose(d[treated][~after[treated]], 0)
+    assert np.allclose(d[~treated], 0)
