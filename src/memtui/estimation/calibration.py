@@ -27,11 +27,15 @@ it on memtui's own simulated designs. This module measures it on panels *matched
   reported 31-35 % for the pre-trend test where ``estimate`` rejects 44-50 % of independent null panels
   (tests/estimation/test_calibration_skew.py holds the two equal within Monte-Carlo error).
 
-Every simulated panel gets one multiplier bootstrap (the estimate's draws and seed rule), which serves both bands: the
-calibrated one (``engine.bands``) and the classic one (the same draws: bitwise those of ``did.bootstrap``), each
-assembled as ``estimation.estimate`` assembles it. Counted per panel, as in benchmarks/calibration.py: whether the
-band of the post-treatment cells flags a cell (``post``), the same for every cell as one family (``all``), the
-pre-trend test rejecting (``pretrend``), and the instantaneous (c = g) and persistent (event times e >= 0) bands.
+Every band of the registry (``engine.band_registry.BANDS``) is measured on the same simulated panels. One multiplier
+bootstrap (the estimate's draws and seed rule) serves every band that reads only its draws: the calibrated one
+(``engine.bands``) and the classic one (the same draws: bitwise those of ``did.bootstrap``); a band that forms its own
+laws runs its own (``Band.from_draws`` is None). Each is assembled as ``estimation.estimate`` assembles it, the
+pre-trend test by the estimate's own function. A band that refuses the settings (``Band.refusal``) or a simulated
+panel (a one-line ``MemtuiError`` from its bootstrap) is reported as not calibrated, with the reason. Counted per
+panel, as in benchmarks/calibration.py: whether the band of the post-treatment cells flags a cell (``post``), the
+same for every cell as one family (``all``), the pre-trend test rejecting (``pretrend``), and the instantaneous
+(c = g) and persistent (event times e >= 0) bands.
 The family-wise error is the share of panels with a flag; its Monte-Carlo standard error sqrt(p (1 - p) / R).
 
 A verdict ("holds its level", "over-rejects", the table's "!") needs enough panels to tell the nominal level alpha
