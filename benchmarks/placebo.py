@@ -148,7 +148,7 @@ def main() -> None:
         raise SystemExit("give panels (or --skewed N) and --panels of at least 1")
     names = tuple(BANDS) if args.band == "all" else (args.band,)
     settings = {b: band_settings(b, args.draws, args.alpha) for b in names}
-    hits = {b: [0, 0, 0.0] for b in names}
+    hits = {b: [0, 0, 0.0, 0.0] for b in names}  # post flags, pre-trend rejections, share of post cells and its square
     total, began = 0, time.perf_counter()
     for k, (label, make) in enumerate(sources(args)):
         print(label, flush=True)
@@ -158,8 +158,9 @@ def main() -> None:
             seed = int(rng.integers(2**31))
             for b, s in settings.items():
                 if isinstance(s, Settings):
-                    for j, got in enumerate(flags(panel, s, seed)):
-                        hits[b][j] += got
+                    got = flags(panel, s, seed)
+                    for j, value in enumerate((*got, got[2] ** 2)):
+                        hits[b][j] += value
         total += args.n
     took = time.perf_counter() - began
     print(f"\n{total} panels ({args.n} per source), B = {args.draws}, alpha {args.alpha:g}, seed {args.seed}, "
@@ -168,8 +169,12 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for b, s in settings.items():
         if isinstance(s, Settings):
-            post, pre, cells = hits[b]
-            print(f"| {b} | {total} | {rate(post, total)} | {rate(pre, total)} | {100 * cells / total:.1f} |")
+            post, pre, cells, squares = hits[b]
+            mean = cells / total
+            spread = math.sqrt(max(squares / total - mean**2, 0) / max(total - 1, 1))  # MC error of the mean share
+            print(
+                f"| {b} | {total} | {rate(post, total)} | {rate(pre, total)} | {100 * mean:.1f} ± {100 * spread:.1f} |"
+            )
         else:
             print(f"| {b} | - | refused: {s} | | |")
 
