@@ -23,6 +23,7 @@ def test_table_and_json_on_a_real_panel(cli):
     code, out, err = cli("provenance", SAMPLES / "suite-neox-858k.h5", "--permutations", "99", "--json")
     d = json.loads(out)
     assert d["rejects"] and d["p_value"] == 0.01 and len(d["checkpoints"]) == 41 and d["statistic"] == "change"
+    assert d["checkpoints"][-1]["change_rho"] is None and "NaN" not in out  # strict JSON
 
 
 def test_a_panel_shuffled_after_the_fact_is_not_rejected(cli, tmp_path):

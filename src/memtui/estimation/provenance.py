@@ -89,7 +89,8 @@ class Provenance:
             "p_value": self.p_value,
             "rejects": self.rejects,
             "reference_step": self.reference_step,
-            "checkpoints": [vars(r) for r in self.rows],
+            # NaN (no change after the last checkpoint, a metric constant there) as null: strict JSON has no NaN
+            "checkpoints": [{k: None if v != v else v for k, v in vars(r).items()} for r in self.rows],
             "notes": self.notes,
         }
 
