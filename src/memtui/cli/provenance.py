@@ -68,8 +68,9 @@ def _print(panel, got) -> None:
     )
     print(f"statistic      Spearman correlation of the training position with {what}")
     verdict = "trained on this data in this order" if got.rejects else "no evidence of training in this order"
-    print(f"test           rho = {got.rho:.4f}, exact p = {got.p_value:.4g} ({got.permutations} permutations, seed "
-          f"{got.seed}; one-sided: the later trained, the better the metric) at alpha {got.alpha:g}: {verdict}")  # fmt: skip
+    print(f"test           rho = {got.rho:.4f}, exact p = {got.p_value:.4g} ({got.permutations} permutations, "
+          f"seed {got.seed}; one-sided: the later trained, the better the metric) at alpha {got.alpha:g}: "
+          f"{verdict}")  # fmt: skip
     print("order-likelihood correlation over checkpoints (pointwise permutation p-values):")
     print(f"  {'step':>10} {'level rho':>10} {'p':>8} {'change since rho':>17} {'p':>8}")
     for r in got.rows:
