@@ -102,3 +102,33 @@ def test_refusals_are_one_line():
         assert "\n" not in str(exc.value)
     with pytest.raises(MemtuiError, match="no metric"):
         provenance(panel, "rank")
+
+
+def test_correlations_are_scipys_and_the_p_value_is_the_exhaustive_one():
+    """Against independent implementations: every correlation of the table is scipy's Spearman, and on 10 instances
+    at 2 positions the permutation p-value matches the exact one over all C(10, 5) = 252 assignments of the
+    positions (within the Monte-Carlo error of 20,000 permutations)."""
+    from itertools import combinations
+
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(14)  # a draw whose exact p-value is near alpha (0.048), where the answer matters
+    treatment = np.array([1] * 5 + [2] * 5 + [NEVER] * 4)
+    y = rng.normal(0, 1, (14, 3)) + np.cumsum(rng.exponential(1, (14, 3)), axis=1)
+    y[treatment == 2, 2] += 1.5  # the later position ends higher
+    panel = Panel(ids=np.arange(14), treatment=treatment, steps=np.arange(3), done=np.ones(3, bool),
+                  metrics={"loglik": y}, signs={"loglik": 1})  # fmt: skip
+    got = provenance(panel, "loglik", statistic="level", permutations=20_000, seed=2)
+    yt = y[:10]
+    for c, row in enumerate(got.rows):
+        assert row.level_rho == pytest.approx(spearmanr(treatment[:10], yt[:, c])[0], abs=1e-12)
+        if c < 2:
+            assert row.change_rho == pytest.approx(spearmanr(treatment[:10], yt[:, 2] - yt[:, c])[0], abs=1e-12)
+    rho = spearmanr(treatment[:10], yt[:, 2])[0]
+    every = []
+    for late in combinations(range(10), 5):
+        pos = np.ones(10)
+        pos[list(late)] = 2
+        every.append(spearmanr(pos, yt[:, 2])[0] >= rho - 1e-12)
+    exact = float(np.mean(every))
+    assert got.p_value == pytest.approx(exact, abs=4 * math.sqrt(exact * (1 - exact) / 20_000) + 1e-4)
