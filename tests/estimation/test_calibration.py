@@ -75,7 +75,9 @@ def test_panel_flags_are_the_estimates_significance(band, controls):
 
 
 def test_null_model_reproduces_each_groups_covariance():
-    """Simulated panels have each group's (shrunk) residual covariance, zero means, and no treatment effect left."""
+    """Simulated panels have zero means and no treatment effect left; Gaussian noise has each group's (shrunk)
+    residual covariance, resampled noise each group's (shrunk) variance of every change and the pooled correlation
+    between changes (a diagonal scaling: no change is mixed into another, test_calibration_skew.py)."""
     panel = panel_of(Simulation(n_cohorts=4, per_cohort=40, n_never=200, n_checkpoints=6, effect=5.0, seed=1))
     for noise in cb.NOISES:
         model = cb.model_from_panel(panel, Settings(), noise)
@@ -83,11 +85,16 @@ def test_null_model_reproduces_each_groups_covariance():
         rng = np.random.default_rng(0)
         sims = [cb.simulate(model, rng) for _ in range(60)]
         k = int(lay.cohort_groups[-1])
-        target = model.roots[k] @ model.roots[k]
-        got = np.mean([np.cov(s.y[lay.rows(k), :t], rowvar=False) for s in sims], axis=0)
+        if noise == "gaussian":
+            target = model.roots[k] @ model.roots[k]
+            got = np.mean([np.cov(s.y[lay.rows(k), :t], rowvar=False) for s in sims], axis=0)
+        else:
+            pooled = np.cov(model.pool, rowvar=False, bias=True)
+            target = pooled * np.outer(model.scales[k], model.scales[k])
+            got = np.mean([np.cov(cb._changes(s.y[lay.rows(k), :t]), rowvar=False) for s in sims], axis=0)
         assert np.allclose(got, target, atol=0.15 * np.abs(target).max()), noise
         means = np.mean([s.means[:, :t] for s in sims], axis=0)
-        assert np.abs(means).max() < 4 * math.sqrt(target.diagonal().max() / lay.group_n.min() / 60)
+        assert np.abs(means).max() < 4 * math.sqrt(target.diagonal().max() * t / lay.group_n.min() / 60)
 
 
 def test_calibrated_band_holds_its_level_on_a_matched_simulation():

@@ -14,6 +14,7 @@ VERBS = {
     "plan": "plan",
     "calibrate": "calibrate",
     "sensitivity": "sensitivity",
+    "provenance": "provenance",
     "import": "import_table",
     "sample": "sample",
     "build": "build",

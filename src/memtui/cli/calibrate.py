@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-SUMMARY = "family-wise error of the classic and calibrated bands at this panel's design (null simulation)"
+SUMMARY = "family-wise error of every band at this panel's design (null simulation)"
 
 
 def add_arguments(p) -> None:
@@ -64,7 +64,7 @@ def run(args) -> int:
 
 def _print(panel, settings, result) -> None:
     from memtui.core.text import clean
-    from memtui.estimation.calibration import BAND_NAMES, FAMILIES
+    from memtui.estimation.calibration import FAMILIES
     from memtui.estimation.settings import DEFAULT_BAND
 
     d = result.design
@@ -74,25 +74,27 @@ def _print(panel, settings, result) -> None:
           f"{settings.control_group.replace('_', ' ')}, base {settings.base_period}")  # fmt: skip
     print(f"design         {d['cohorts']} cohorts of {sizes} instances, {d['validation']} validation, "
           f"{d['checkpoints']} checkpoints: {d['cells']} cells ({d['post_cells']} post-treatment)")  # fmt: skip
-    print(f"simulated      {result.panels} null panels ({result.noise} noise, each group's covariance from the "
-          f"panel's residuals; B = {result.draws}, seed {result.seed}) in {result.seconds:.0f} s")  # fmt: skip
+    how = ("the panel's residual trajectories, each change scaled to its group's spread" if result.noise == "resampled"
+           else "normal, each group's covariance from the panel's residuals")  # fmt: skip
+    print(f"simulated      {result.panels} null panels ({result.noise} noise: {how}; B = {result.draws}, seed "
+          f"{result.seed}) in {result.seconds:.0f} s")  # fmt: skip
     print(
         f"family-wise error, % of null panels with a false positive (nominal {100 * result.alpha:g}; "
-        "± Monte-Carlo s.e.):"
+        "± Monte-Carlo s.e.), one row per band:"
     )
-    print(f"  {'family':<14}" + "".join(f"{b:>16}" for b in BAND_NAMES))
-    for f in FAMILIES:
+    print(f"  {'band':<13}" + "".join(f"{f:>16}" for f in FAMILIES) + f"{'crit (post)':>13}")
+    for b in result.bands:
+        if b in result.skipped:
+            print(f"  {b:<13} not calibrated: {clean(result.skipped[b], limit=None)}")
+            continue
         cells = []
-        for b in BAND_NAMES:
+        for f in FAMILIES:
             p, se = result.rate(b, f)
-            mark = "!" if result.over(b, f) else " "
-            cells.append(f"{100 * p:5.1f} ± {100 * se:4.1f}{mark}")
-        print(f"  {f:<14}" + "".join(f"{c:>16}" for c in cells))
-    print(f"  {'crit (post)':<14}" + "".join(f"{result.crit[b]:>15.3f} " for b in BAND_NAMES))
+            cells.append(f"{100 * p:5.1f} ± {100 * se:4.1f}{'!' if result.over(b, f) else ' '}")
+        print(f"  {b:<13}" + "".join(f"{c:>16}" for c in cells) + f"{result.crit[b]:>13.3f}")
     print("  (! : above nominal by more than two Monte-Carlo errors)")
     band = getattr(settings, "band", DEFAULT_BAND)
-    print(f"verdict        {result.verdict(band)}")
-    other = next(b for b in BAND_NAMES if b != band)
-    print(f"               {result.verdict(other)}")
+    for i, b in enumerate(sorted(result.bands, key=lambda name: name != band)):  # the settings' band first
+        print(f"{'verdict' if i == 0 else '':<15}{clean(result.verdict(b), limit=None)}")
     for note in result.notes:
         print(f"note           {clean(note, limit=None)}")
