@@ -104,6 +104,7 @@ class _Stage(OrderBase):
             "tokens_per_step": str(stage.batch * stage.files.seq_len),
             "batch_size": str(stage.batch),
             "step_offset": str(int(self.step_offset)),
+            **stage.attrs,  # what the order never trained, its shuffle strategy
         }  # what extraction's revision presets read
         return [
             sampled_instances(
