@@ -8,6 +8,7 @@ from memtui.orders.kinds.amber import Amber
 from memtui.orders.kinds.memmap import Memmap
 from memtui.orders.kinds.neox import Neox
 from memtui.orders.kinds.olmo import Olmo, OlmoCore
+from memtui.orders.kinds.pico import Pico
 from memtui.orders.kinds.table import Table
 
 ORDERS: dict[str, Order] = {
@@ -17,4 +18,5 @@ ORDERS: dict[str, Order] = {
     "olmo": Olmo(),
     "olmo-core": OlmoCore(),
     "amber": Amber(),
+    "pico": Pico(),
 }

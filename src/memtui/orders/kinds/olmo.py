@@ -51,7 +51,8 @@ class _Stage(OrderBase):
         group.add_argument(
             "--heldout",
             nargs="+",
-            help="never-trained files for --controls validation (olmo: token files; amber: valid/*.jsonl)",
+            help="never-trained files for --controls validation (olmo: token files; amber: valid/*.jsonl; pico: "
+            "parquet files of input_ids rows)",
         )
         group.add_argument(
             "--stage-name", help="the stage's name (stage1, stage2-ingredient1, ...), recorded per instance"
