@@ -6,6 +6,7 @@ from __future__ import annotations
 from memtui.orders.base import Order
 from memtui.orders.kinds.amber import Amber
 from memtui.orders.kinds.memmap import Memmap
+from memtui.orders.kinds.nanoset import Nanoset
 from memtui.orders.kinds.neox import Neox
 from memtui.orders.kinds.olmo import Olmo, OlmoCore
 from memtui.orders.kinds.pico import Pico
@@ -19,4 +20,5 @@ ORDERS: dict[str, Order] = {
     "olmo-core": OlmoCore(),
     "amber": Amber(),
     "pico": Pico(),
+    "nanoset": Nanoset(),
 }

@@ -39,7 +39,11 @@ class _Stage(OrderBase):
     options: dict = field(default_factory=dict)  # the family's own reader options
 
     def add_arguments(self, group) -> None:
-        group.add_argument("--config", type=Path, help="olmo: the training YAML; olmo-core: the run's config.json")
+        group.add_argument(
+            "--config",
+            type=Path,
+            help="olmo: the training YAML; olmo-core: the run's config.json; nanoset: nanotron's YAML",
+        )
         if self.name == "olmo":
             group.add_argument("--global-indices", type=Path, help="olmo: the run's global_indices.npy (else rebuilt)")
         group.add_argument("--data-root", help="read the config's token files from this mirror instead")
