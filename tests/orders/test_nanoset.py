@@ -142,6 +142,9 @@ def test_panel_equals_the_nanoset_index_with_repeats(tmp_path, cli, seed, weight
             assert not len(where) or where[0] // batch + 1 > max(panel_steps)
     assert (prov["exposures"] > 1).any()  # repeats were drawn and counted
     assert panel.attrs["order"] == "nanoset" and "first exposure" in panel.attrs["repeats"]
+    code, _, err = cli("covariates", out, "--only", "exposures")  # the dose, for --by exposures
+    assert code == 0, err
+    np.testing.assert_array_equal(read_panel(out).covariates["exposures"], prov["exposures"])
 
 
 def test_one_folder_and_the_cut_at_t(tmp_path, cli):

@@ -102,39 +102,57 @@ class NanosetOrder:
         perm = np.arange(self.epoch, dtype=np.uint32)
         np.random.RandomState(self.seed).shuffle(perm)  # the permutation both of Nanoset's shuffles apply
         self.perm = perm
-        self.inverse = np.empty_like(perm)
-        self.inverse[perm] = np.arange(self.epoch, dtype=np.uint32)
+        if len(self.lengths) == 1:  # one dataset: helper index j is sample j (no arrays: 800 MB saved at 1e8)
+            self.picks, self.rank = None, None
+            return
         self.picks = [np.flatnonzero(self.dataset == d).astype(np.uint32) for d in range(len(self.lengths))]
         self.rank = np.empty(self.epoch, dtype=np.uint32)  # j's place among its dataset's picks
         for p in self.picks:
             self.rank[p] = np.arange(len(p), dtype=np.uint32)
 
+    def _rank(self, j: np.ndarray) -> np.ndarray:
+        return j.astype(np.int64) if self.rank is None else self.rank[j].astype(np.int64)
+
     def instance(self, positions: np.ndarray) -> np.ndarray:
         """The global instance number (dataset offset + sample) at each position of the index."""
         j = self.perm[np.asarray(positions, dtype=np.int64) % self.epoch]
         d = self.dataset[j].astype(np.int64)
-        return self.offsets[d] + self.rank[j].astype(np.int64) % np.asarray(self.lengths, dtype=np.int64)[d]
+        return self.offsets[d] + self._rank(j) % np.asarray(self.lengths, dtype=np.int64)[d]
+
+    def positions_of(self, js: np.ndarray) -> np.ndarray:
+        """The epoch position the shuffle moved each helper index to (perm's inverse there, one pass over perm)."""
+        js = np.asarray(js, dtype=np.int64)
+        if not js.size:
+            return js
+        at = np.flatnonzero(np.isin(self.perm, js, kind="table"))  # a table of max(js) bits, not a sort of perm
+        lookup = dict(zip(self.perm[at].tolist(), at.tolist(), strict=True))
+        return np.array([lookup[j] for j in js.tolist()], dtype=np.int64)
 
     def exposures(self, instances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(first position below T, or -1; the number of positions below T) of each instance."""
         instances = np.asarray(instances, dtype=np.int64)
+        d_of = np.searchsorted(self.offsets, instances, side="right") - 1
+        helper = []  # each instance's helper indices: sample j once, or every pick of its dataset that wraps to it
+        for inst, d in zip(instances.tolist(), d_of.tolist(), strict=True):
+            sample, length = inst - int(self.offsets[d]), self.lengths[d]
+            picks = None if self.picks is None else self.picks[d]
+            helper.append(np.array([sample]) if picks is None else picks[sample : len(picks) : length])
+        sizes = [len(h) for h in helper]
+        q_all = self.positions_of(np.concatenate(helper) if helper else np.zeros(0, np.int64))
         first = np.full(len(instances), -1, dtype=np.int64)
         count = np.zeros(len(instances), dtype=np.int64)
-        d_of = np.searchsorted(self.offsets, instances, side="right") - 1
-        for i, (inst, d) in enumerate(zip(instances.tolist(), d_of.tolist(), strict=True)):
-            sample, length, picks = inst - int(self.offsets[d]), self.lengths[d], self.picks[d]
-            q = self.inverse[picks[sample : len(picks) : length]].astype(np.int64)  # its epoch positions
-            if not len(q):
-                continue
-            reps = (self.total - 1 - q) // self.epoch + 1  # positions q, q + S, ... below T
-            reps = np.where(q < self.total, reps, 0)
-            count[i] = int(reps.sum())
-            if count[i]:
-                first[i] = int(q[q < self.total].min())
+        for i, (a, b) in enumerate(zip(np.cumsum([0, *sizes[:-1]]).tolist(), np.cumsum(sizes).tolist(), strict=True)):
+            q = q_all[a:b]  # its epoch positions, repeated every S below T
+            q = q[q < self.total]
+            if len(q):
+                count[i] = int(((self.total - 1 - q) // self.epoch + 1).sum())
+                first[i] = int(q.min())
         return first, count
 
     def never_in_epoch(self) -> int:
         """Samples no epoch position holds (a dataset weighted below its share)."""
+        if self.picks is None:
+            return 0
         return int(sum(max(0, n - len(p)) for n, p in zip(self.lengths, self.picks, strict=True)))
 
 
