@@ -199,3 +199,18 @@ def test_configs_memtui_cannot_read_are_refused_in_one_line(tmp_path, expect):
     with pytest.raises(MemtuiError) as exc:
         olmo_core_stage(_config(tmp_path, REFUSALS[expect]))
     assert expect in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_the_classic_loaders_dropped_tail_is_recorded_and_never_sampled(tmp_path, cli):
+    from test_olmo import _olmo_core_run
+
+    paths = write_tokens(tmp_path, [50 * L + 5, 37 * L, 91 * L + 15], np.uint32, seed=1)  # 178 instances
+    config, batches = _olmo_core_run(tmp_path, paths, seed=4, batch_tokens=8 * L)
+    assert sum(len(b["index"]) for b in batches) == 176  # the library trains 22 whole batches
+    out = tmp_path / "classic.h5"
+    code, _, err = cli("build", out, "--order", "olmo-core", "--config", config, "--steps", "0,10,20",
+                       "-k", 2, "-m", 2, "--n-validation", 50)  # fmt: skip
+    assert code == 0, err
+    panel = read_panel(out)
+    assert "2 instances at the order's tail fill no whole batch" in panel.attrs["never_trained"]
+    assert panel.provenance["position"].max() < 176

@@ -44,6 +44,7 @@ from memtui.core.text import clean
 from memtui.orders.tokenfiles import TokenFiles
 
 DATATROVE_SEED = 42  # DatatroveFolderDataset's default seed: Nanoset passes none
+_SCAN = 1 << 23  # positions of the permutation scanned at a time
 
 
 def blend(lengths: list[int], weights: np.ndarray) -> np.ndarray:
@@ -124,7 +125,11 @@ class NanosetOrder:
         js = np.asarray(js, dtype=np.int64)
         if not js.size:
             return js
-        at = np.flatnonzero(np.isin(self.perm, js, kind="table"))  # a table of max(js) bits, not a sort of perm
+        wanted = np.zeros(self.epoch, dtype=bool)  # a byte an index, scanned against perm a piece at a time
+        wanted[js] = True
+        at = np.concatenate(
+            [lo + np.flatnonzero(wanted[self.perm[lo : lo + _SCAN]]) for lo in range(0, self.epoch, _SCAN)]
+        )
         lookup = dict(zip(self.perm[at].tolist(), at.tolist(), strict=True))
         return np.array([lookup[j] for j in js.tolist()], dtype=np.int64)
 
