@@ -336,7 +336,8 @@ def sample_nanoset(run: NanosetRun, steps, *, k: int, m: int, n_controls: int, h
     parts = [_read(stage, 0, first, treat, inst, counts, "treated", None)]
     extra = [exposures, pos]
     if heldout is None and n_controls:
-        cpos, cinst, cexp = _beyond(order, rng, n_controls, last * run.batch)
+        cpos, cinst, cexp, dropped = _beyond(order, rng, n_controls, last * run.batch)
+        counts["nanoset/controls_exposed_earlier"] = dropped  # drawn after the panel, trained before its end: dropped
         parts.append(_read(stage, 0, cpos, np.full(len(cpos), NEVER), cinst, counts, "controls", None))
         extra = [np.concatenate([exposures, cexp]), np.concatenate([pos, cpos])]
     elif n_controls:
@@ -376,4 +377,4 @@ def _beyond(order: NanosetOrder, rng, n_controls: int, lo: int):
     cpos = cpos[keep]
     first, count = order.exposures(cinst)
     clean_ = (first < 0) | (first >= lo)  # no exposure before the panel's last step
-    return cpos[clean_], cinst[clean_], count[clean_]
+    return cpos[clean_], cinst[clean_], count[clean_], int((~clean_).sum())
