@@ -51,6 +51,21 @@ PICO_SHARDS = {
 }
 
 
+def _damage_middle(p):
+    data = bytearray(p.read_bytes())
+    data[100 : len(data) // 2] = b"\xff" * (len(data) // 2 - 100)  # the footer intact, the pages not
+    p.write_bytes(bytes(data))
+
+
+def _truncate(p):
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])
+
+
+PICO_SHARDS["is damaged"] = _damage_middle
+PICO_SHARDS["not a readable parquet shard  "] = _truncate
+
+
 @pytest.mark.parametrize("expect", list(PICO_SHARDS))
 def test_pico_damaged_shards(tmp_path, cli, expect):
     root = _dolma(tmp_path / "dolma")
@@ -205,6 +220,7 @@ def _source(cfg):
 
 
 COMPOSABLE = {
+    "not a readable JSON config": lambda c: c["data_loader"].update(seed=float("nan")),
     "shuffle_strategy 'random_source' is not one memtui knows": lambda c: c["data_loader"].update(
         shuffle_strategy="random_source"
     ),

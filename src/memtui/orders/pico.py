@@ -177,11 +177,22 @@ class DolmaRows:
         out = np.empty((len(rows), self.seq_len), dtype=np.int64)
         for g in np.unique(group):
             at = np.flatnonzero(group == g)
-            column = pf.read_row_group(int(g), columns=["input_ids"]).column(0)
-            picked = column.take(rows[at] - starts[g]).to_pylist()
+            picked = self._take(pf, s, int(g), rows[at] - starts[g])
             for k, ids in zip(at, picked, strict=True):
                 out[k] = self._row(ids, s, int(rows[k]))
         return out
+
+    def _take(self, pf, shard: int, group: int, rows: np.ndarray) -> list:
+        """Rows of one row group as lists of ids; a damaged group is refused, naming the shard."""
+        import pyarrow as pa
+
+        try:
+            return pf.read_row_group(group, columns=["input_ids"]).column(0).take(rows).to_pylist()
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise MemtuiError(
+                f"{clean(self.paths[shard], 200)}: row group {group} cannot be read ({clean(exc, 100)}); the shard is "
+                "damaged: fetch it again."
+            ) from None
 
     def _row(self, ids, shard: int, row: int) -> np.ndarray:
         where = f"{clean(self.paths[shard], 200)} row {row}"
