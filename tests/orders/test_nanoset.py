@@ -106,7 +106,9 @@ def library(folders, weights, seed, total):
 SIZES = {"web": [30, 22], "code": [17], "math": [9, 6]}  # 52, 17, 15 samples
 
 
-@pytest.mark.parametrize(("seed", "weights", "steps"), [(1234, [0.5, 0.3, 0.2], 14), (7, [0.2, 0.2, 0.6], 16), (99, None, 13)])
+@pytest.mark.parametrize(
+    ("seed", "weights", "steps"), [(1234, [0.5, 0.3, 0.2], 14), (7, [0.2, 0.2, 0.6], 16), (99, None, 13)]
+)
 def test_panel_equals_the_nanoset_index_with_repeats(tmp_path, cli, seed, weights, steps):
     folders = write_folders(tmp_path / "data", SIZES, seed)
     config = write_config(tmp_path / "config.yaml", folders, weights, seed=seed, steps=steps)
