@@ -9,6 +9,15 @@ with the pages cached, the same reads again and a baseline, the same ids read on
 ``GPT2Dataset.__getitem__`` does; their ratio is printed.
 
     python benchmarks/build_orders.py [--sequences 150000000] [--keep DIR]
+
+``--suites N`` instead times the orders of issue 30 at N instances (default 1e8), each in a fresh process (its peak
+RSS its own), from sparse token files (their sizes fix the numbering; the panel's instances read as zeros): OLMo-core's
+composable loader with ``intra_source`` over three sources, and a one-folder Nanoset (a FineWeb ablation's layout).
+Each panel is 100 cohorts x 10 x 10 instances + 1,000 controls. The blended Nanoset replays nanotron's helper in a
+Python loop, ~1 us a sample and dataset: it is timed at ``--blend`` samples (default 1e6) to give the rate. Pico's
+order is the row number itself (no arithmetic to time); its cost is the parquet row groups a panel touches.
+
+    python benchmarks/build_orders.py --suites 100000000
 """
 
 from __future__ import annotations
@@ -106,6 +115,87 @@ def build(folder: Path, last: int) -> dict:
     return {"instances": len(panel.ids), "seconds": elapsed, "warm_seconds": warm, "baseline_seconds": baseline}
 
 
+def _grid(steps: int) -> list[int]:
+    """100 cohorts over the first 90 % of the run's steps (controls come after)."""
+    return sorted({int(s) for s in np.linspace(0, max(1, int(0.9 * steps)), 101)})
+
+
+def build_suite(kind: str, folder: Path, n: int) -> dict:
+    """One issue-30 order at n instances, from sparse files written here: config -> panel instances."""
+    from memtui.orders.sampling import sample_order
+
+    seq = 2048
+    t0 = time.perf_counter()
+    if kind == "composable":
+        from memtui.orders.olmo import olmo_core_stage
+
+        paths = []
+        for k, share in enumerate((0.5, 0.3, 0.2)):
+            path = folder / f"source{k}.npy"
+            with open(path, "wb") as f:
+                f.truncate(int(n * share) * seq * 4)
+            paths.append(str(path))
+        pkg = "olmo_core.data.composable"
+        doc = f"{pkg}.numpy_document_source.NumpyDocumentSourceConfig"
+        cfg = {"dataset": [{"_CLASS_": f"{pkg}.concat_and_chunk_instance_source.ConcatAndChunkInstanceSourceConfig",
+                            "sequence_length": seq, "label": f"s{k}",
+                            "sources": [{"_CLASS_": doc, "source_paths": [p], "dtype": "uint32"}]}
+                           for k, p in enumerate(paths)],
+               "data_loader": {"_CLASS_": f"{pkg}.data_loader.ComposableDataLoaderConfig", "seed": 7,
+                               "global_batch_size": 1024 * seq, "shuffle_strategy": "intra_source"}}  # fmt: skip
+        config = folder / "config.json"
+        config.write_text(json.dumps(cfg))
+        stage = olmo_core_stage(config)
+        sampled = sample_order([stage], _grid(n // 1024), k=10, m=10, n_controls=1000, seed=0)
+        count = len(sampled.ids)
+    else:
+        import yaml
+
+        from memtui.orders.nanoset import read_run, sample_nanoset
+
+        folders = []
+        for name, share in (("fineweb", 1.0),) if kind == "nanoset" else (("a", 0.5), ("b", 0.3), ("c", 0.2)):
+            sub = folder / name
+            sub.mkdir(exist_ok=True)
+            with open(sub / "000_x.ds", "wb") as f:
+                f.truncate(int(n * share) * (seq + 1) * 2)
+            folders.append(str(sub))
+        steps = n // 1024
+        dataset = {"dataset_folder": folders, "token_size_in_bytes": 2}
+        cfg = {
+            "tokens": {
+                "sequence_length": seq,
+                "train_steps": steps,
+                "micro_batch_size": 4,
+                "batch_accumulation_per_replica": 4,
+            },
+            "parallelism": {"dp": 64},
+            "data_stages": [{"name": "s", "data": {"dataset": dataset, "seed": 1234}}],
+        }
+        (folder / "config.yaml").write_text(yaml.safe_dump(cfg))
+        run = read_run(folder / "config.yaml")
+        sampled, _ = sample_nanoset(run, _grid(steps), k=10, m=10, n_controls=1000)
+        count = len(sampled.ids)
+    return {"instances": count, "seconds": time.perf_counter() - t0}
+
+
+def suites(n: int, blend_n: int) -> None:
+    for kind, size in (("composable", n), ("nanoset", n), ("nanoset-blended", blend_n)):
+        folder = Path(tempfile.mkdtemp(prefix="memtui-suites-"))
+        try:
+            cmd = [sys.executable, __file__, "--suite-only", kind, "--folder", str(folder), "--sequences", str(size)]
+            run = subprocess.run(cmd, capture_output=True, text=True)
+            if run.returncode:
+                raise SystemExit(run.stderr)
+            r = json.loads(run.stdout.strip().splitlines()[-1])
+            load = os.getloadavg()[0]
+            print(f"{kind}: panel of {r['instances']:,} instances from {size:,}: {r['seconds']:.1f} s "
+                  f"({r['cpu_seconds']:.1f} s CPU, the process's whole life), peak RSS "
+                  f"{r['peak_rss_mb']:.0f} MB (limits 60 s, 2048 MB; load average {load:.1f})")  # fmt: skip
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _watch_rss() -> dict[str, float]:
     """Peak private (RssAnon) and file-backed (RssFile: pages of the memory-mapped maps, which the kernel can drop and
     other processes share) resident memory, sampled every 10 ms: the peak RSS alone counts both."""
@@ -133,7 +223,21 @@ def main() -> None:
     ap.add_argument("--keep", help="generate into (or reuse) this folder and keep it")
     ap.add_argument("--build-only", help=argparse.SUPPRESS)
     ap.add_argument("--last", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--suites", type=float, nargs="?", const=1e8, help="time issue 30's orders at this many instances")
+    ap.add_argument("--blend", type=float, default=1e6, help="samples for the blended Nanoset (with --suites)")
+    ap.add_argument("--suite-only", help=argparse.SUPPRESS)
+    ap.add_argument("--folder", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.suite_only:
+        result = build_suite(args.suite_only, Path(args.folder), args.sequences)
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        result["peak_rss_mb"] = usage.ru_maxrss / 1024
+        result["cpu_seconds"] = usage.ru_utime + usage.ru_stime  # the machine may be shared: CPU time is its own
+        print(json.dumps(result))
+        return
+    if args.suites:
+        suites(int(args.suites), int(args.blend))
+        return
     if args.build_only:
         peaks = _watch_rss()
         result = build(Path(args.build_only), args.last)

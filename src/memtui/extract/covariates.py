@@ -36,7 +36,7 @@ from memtui.panel.names import check_covariate_name
 
 NGRAM = 13
 TOKEN_COVARIATES = ("length", "zlib")
-PROVENANCE_COVARIATES = ("source", "duplicates")
+PROVENANCE_COVARIATES = ("source", "duplicates", "exposures")
 CORPUS_COVARIATES = ("duplicates_exact", f"ngram{NGRAM}_seen")
 STANDARD = (*TOKEN_COVARIATES, *PROVENANCE_COVARIATES, *CORPUS_COVARIATES)
 
@@ -71,14 +71,15 @@ def token_covariates(tokens: np.ndarray, lengths: np.ndarray) -> dict[str, np.nd
 
 
 def provenance_covariates(panel: Panel) -> dict[str, np.ndarray]:
-    """``source`` and ``duplicates`` where the panel's build recorded them (one value per instance)."""
+    """``source``, ``duplicates`` and ``exposures`` where the panel's build recorded them (one value per instance)."""
     out = {}
     source = panel.provenance.get("source")
     if source is not None and source.ndim == 1:
         out["source"] = np.array([str(v) for v in source], dtype=object)
-    dose = panel.provenance.get("duplicates")
-    if dose is not None and dose.ndim == 1:
-        out["duplicates"] = np.asarray(dose, dtype=np.float64)
+    for name in ("duplicates", "exposures"):  # Hubble's insertions; the Nanoset's repeats (issue 30)
+        dose = panel.provenance.get(name)
+        if dose is not None and dose.ndim == 1:
+            out[name] = np.asarray(dose, dtype=np.float64)
     return out
 
 

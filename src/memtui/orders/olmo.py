@@ -14,7 +14,9 @@
   and ``data_loader`` (``global_batch_size`` in tokens, ``seed``). ``NumpyFSLDataLoader._build_global_indices``:
   ``get_rng(seed + epoch)`` (PCG64) shuffles ``arange(N, uint32)``, or, with ``max_target_sequence_length = c·L``,
   shuffles chunks of c instances; epochs count from 1 (``Trainer.epoch``). B = global_batch_size // L, and the
-  trainer's step s (incremented before each batch) trains batch s-1.
+  trainer's step s (incremented before each batch) trains batch s-1. The loader keeps whole batches only: the
+  tail of ``N mod B`` instances is never trained (recorded as ``never_trained``). A run of the composable loader
+  (``dataset`` a list of sources; its ``shuffle_strategy``) is read by :mod:`memtui.orders.olmo_composable`.
 
 Both shuffles are numpy's ``Generator.shuffle`` of the same uint32 array. A panel reads that order at its positions
 only: :class:`memtui.orders.globalindices.ShuffledOrder` traces them back through the shuffle's swaps, replayed from
@@ -36,6 +38,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.paths import input_file
 from memtui.core.text import clean
 from memtui.orders.globalindices import ShuffledOrder
+from memtui.orders.olmo_composable import composable, is_composable
 from memtui.orders.records import load_json
 from memtui.orders.repetition import RepetitionFilter
 from memtui.orders.sampling import Stage
@@ -238,9 +241,17 @@ def olmo_core_stage(
     for :func:`olmo_stage`."""
     path = Path(config)
     cfg = _read_json(path)
+    _whole(epoch, "epoch", path)
+    if is_composable(cfg):
+        run = composable(cfg, path, epoch=epoch, data_root=data_root, cache=cache)
+        return _composable_stage(cfg, path, run, epoch, name, offset, heldout, data_root, revision_prefix)
     ds, dl = cfg.get("dataset"), cfg.get("data_loader")
     if not isinstance(ds, dict) or not isinstance(dl, dict):
         raise MemtuiError(f"{path}: an OLMo-core config needs 'dataset' and 'data_loader' sections.")
+    if dl.get("shuffle_strategy") is not None or dl.get("shuffle") is False:  # a loader memtui does not know
+        raise MemtuiError(
+            f"{path}: data_loader sets shuffle/shuffle_strategy but is not the composable loader; its order is unknown."
+        )
     kind = str(ds.get("_CLASS_", ""))
     if (kind and not kind.endswith(("NumpyDatasetConfig", "NumpyFSLDatasetConfig"))) or ds.get("name") == "vsl":
         raise MemtuiError(f"{path}: dataset {clean(kind or ds.get('name'), 80)} is not a fixed-length numpy dataset.")
@@ -268,7 +279,6 @@ def olmo_core_stage(
     if dl.get("seed") is None:
         raise MemtuiError(f"{path}: data_loader.seed is missing; the order cannot be rebuilt without it.")
     seed = _whole(dl["seed"], "data_loader.seed", path, minimum=0)
-    _whole(epoch, "epoch", path)
     target = ds.get("max_target_sequence_length")
     chunk = 1
     if target is not None:
@@ -290,8 +300,12 @@ def olmo_core_stage(
         notes.append(f"{files.ignored_tokens:,} tokens at file ends make no whole instance and were never trained")
     if epoch > 1:
         notes.append(f"epoch {epoch}: every instance was trained in an earlier epoch; use held-out controls")
+    attrs = {}
+    if n % batch:  # the loader's total_size: whole batches only (get_local_indices)
+        notes.append(f"{n % batch:,} instances at the order's tail fill no whole batch (dropped by the loader)")
+        attrs["never_trained"] = notes[-1] + ": never trained, never sampled (neither treated nor controls)"
 
-    # read at the panel's positions only; the loader's total_size: whole batches only
+    # read at the panel's positions only
     order = ShuffledOrder(n // chunk, seed + epoch, chunk, length=batch * (n // batch), cache=cache)
 
     return Stage(
@@ -305,4 +319,26 @@ def olmo_core_stage(
         revision=revision_template(revision_prefix, tokens),
         first_epoch=epoch == 1,
         notes=notes,
+        attrs=attrs,
+    )
+
+
+def _composable_stage(cfg, path, run, epoch, name, offset, heldout, data_root, revision_prefix) -> Stage:
+    """A stage of a composable OLMo-core run (:mod:`memtui.orders.olmo_composable`)."""
+    files = run.files
+    notes = list(run.notes)
+    if epoch > 1:
+        notes.append(f"epoch {epoch}: instances may have been trained in an earlier epoch; use held-out controls")
+    return Stage(
+        name=name or str(cfg.get("run_name") or path.parent.name or path.stem),
+        files=files,
+        indices=_lazy(lambda: run.order),
+        batch=run.batch,
+        offset=offset,
+        instance_filter=run.instance_filter,
+        heldout=TokenFiles.open(remap(heldout, data_root), files.dtype, files.seq_len) if heldout else None,
+        revision=revision_template(revision_prefix, run.tokens),
+        first_epoch=epoch == 1,
+        notes=notes,
+        attrs=run.attrs,
     )

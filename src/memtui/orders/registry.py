@@ -6,8 +6,10 @@ from __future__ import annotations
 from memtui.orders.base import Order
 from memtui.orders.kinds.amber import Amber
 from memtui.orders.kinds.memmap import Memmap
+from memtui.orders.kinds.nanoset import Nanoset
 from memtui.orders.kinds.neox import Neox
 from memtui.orders.kinds.olmo import Olmo, OlmoCore
+from memtui.orders.kinds.pico import Pico
 from memtui.orders.kinds.table import Table
 
 ORDERS: dict[str, Order] = {
@@ -17,4 +19,6 @@ ORDERS: dict[str, Order] = {
     "olmo": Olmo(),
     "olmo-core": OlmoCore(),
     "amber": Amber(),
+    "pico": Pico(),
+    "nanoset": Nanoset(),
 }

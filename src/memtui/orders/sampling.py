@@ -46,6 +46,7 @@ class Stage:
     revision: Callable[[int], str] | None = None  # a local step's checkpoint name on the hub
     first_epoch: bool = True  # False: every instance was trained in an earlier epoch, none is "beyond" the panel
     notes: list[str] = field(default_factory=list)
+    attrs: dict[str, str] = field(default_factory=dict)  # panel attributes (what the order never trained)
 
     def steps_in_order(self, n_positions: int) -> int:
         held = n_positions // self.batch

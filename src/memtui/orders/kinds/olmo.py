@@ -39,7 +39,11 @@ class _Stage(OrderBase):
     options: dict = field(default_factory=dict)  # the family's own reader options
 
     def add_arguments(self, group) -> None:
-        group.add_argument("--config", type=Path, help="olmo: the training YAML; olmo-core: the run's config.json")
+        group.add_argument(
+            "--config",
+            type=Path,
+            help="olmo: the training YAML; olmo-core: the run's config.json; nanoset: nanotron's YAML",
+        )
         if self.name == "olmo":
             group.add_argument("--global-indices", type=Path, help="olmo: the run's global_indices.npy (else rebuilt)")
         group.add_argument("--data-root", help="read the config's token files from this mirror instead")
@@ -51,7 +55,8 @@ class _Stage(OrderBase):
         group.add_argument(
             "--heldout",
             nargs="+",
-            help="never-trained files for --controls validation (olmo: token files; amber: valid/*.jsonl)",
+            help="never-trained files for --controls validation (olmo: token files; amber: valid/*.jsonl; pico: "
+            "parquet files of input_ids rows)",
         )
         group.add_argument(
             "--stage-name", help="the stage's name (stage1, stage2-ingredient1, ...), recorded per instance"
@@ -104,6 +109,7 @@ class _Stage(OrderBase):
             "tokens_per_step": str(stage.batch * stage.files.seq_len),
             "batch_size": str(stage.batch),
             "step_offset": str(int(self.step_offset)),
+            **stage.attrs,  # what the order never trained, its shuffle strategy
         }  # what extraction's revision presets read
         return [
             sampled_instances(
