@@ -177,6 +177,15 @@ def _print_fwer(args, pilot, plan) -> None:
         print(f"  simulated    {got.verdict(band)} ({got.panels} null panels of the planned design)")
 
 
+def _pilot_band_line(plan, res, own_crit: float) -> str:
+    """The pilot's own critical value beside the plan's, and why they differ."""
+    # a band that plans with the large-sample value: its pilot's bootstrap runs lower in small cohorts
+    same = get_band(plan.band).small_sample_plan
+    why = "the same band" if same else f"the {plan.band} bootstrap runs lower in small cohorts"
+    return (f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes, "
+            f"{plan.band} band; {why})")  # fmt: skip
+
+
 def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> None:
     from memtui.estimation.settings import coverage
 
@@ -197,14 +206,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
           f"cells: {how}")  # fmt: skip
     if args.draws:
-        # a band that plans with the large-sample value: its pilot's bootstrap runs lower in small cohorts
-        why = (
-            "the same band"
-            if get_band(plan.band).small_sample_plan
-            else f"the {plan.band} bootstrap runs lower in small cohorts"
-        )
-        print(f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes, "
-              f"{plan.band} band; {why})")  # fmt: skip
+        print(_pilot_band_line(plan, res, own_crit))
     print(f"pilot MDE      {mde:.4g}: the instantaneous memorisation the pilot itself detects with "
           f"{args.power:.0%} power (a median cohort)")  # fmt: skip
     if pilot.row_length is None:
