@@ -22,7 +22,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from memtui.estimation.estimate import _ease, compare, estimate
+from memtui.estimation.compare import _ease, compare
+from memtui.estimation.estimate import estimate
 from memtui.estimation.results import z_value
 from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER, Panel

@@ -12,7 +12,8 @@ from app_pilot import APP_GROUPS, run_async, settle
 from memtui.app.fmt import num, nums, short_step
 from memtui.app.main import MemtuiApp
 from memtui.app.summary_lines import estimators_lines, mde_line, means_lines, scope_means
-from memtui.estimation.estimate import compare, estimate
+from memtui.estimation.compare import compare
+from memtui.estimation.estimate import estimate
 from memtui.estimation.plan import minimum_detectable_effect
 from memtui.estimation.settings import Settings
 from memtui.panel.hdf5 import read_panel

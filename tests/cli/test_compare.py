@@ -12,7 +12,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui.estimation.estimate import compare, estimate
+from memtui.estimation.compare import compare
+from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
 from memtui.estimation.suite import correlations, estimate_suite, headline, load_suite
 from memtui.panel.hdf5 import create_panel, read_panel

@@ -19,7 +19,8 @@ from memtui.engine.band_classic import CLASSIC
 from memtui.engine.band_registry import BANDS, DEFAULT_BAND, BandName, get_band
 from memtui.engine.layout import build_layout
 from memtui.estimation.choices import SETTING_CHOICES
-from memtui.estimation.estimate import compare, estimate
+from memtui.estimation.compare import compare
+from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import estimate_by
 from memtui.estimation.suite import Suite, estimate_suite

@@ -18,7 +18,8 @@ from scipy import stats
 from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did
 from memtui.engine.layout import build_layout
-from memtui.estimation.estimate import _ease, compare, estimate
+from memtui.estimation.compare import _ease, compare
+from memtui.estimation.estimate import estimate
 from memtui.estimation.results import z_value
 from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER, Panel

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from memtui.core.errors import MemtuiError
-from memtui.estimation import honest
+from memtui.engine import honest
 from memtui.estimation import sensitivity as sv
 from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER, Panel

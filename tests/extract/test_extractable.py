@@ -235,7 +235,8 @@ def test_extractable_estimator_is_the_cohort_mean_with_its_standard_error(big_pa
 def test_compare_shows_the_three_estimators_and_the_ease_with_its_band(big_panel):
     import polars as pl
 
-    from memtui.estimation.estimate import ALL_ESTIMATORS, compare
+    from memtui.estimation.compare import compare
+    from memtui.estimation.estimate import ALL_ESTIMATORS
     from memtui.estimation.settings import Settings
 
     panel = read_panel(big_panel)

@@ -22,7 +22,8 @@ from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summary_lines import calibration_line, estimators_lines, mde_line, means_lines
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
-from memtui.estimation.estimate import Comparison, EstimateResult
+from memtui.estimation.compare import Comparison
+from memtui.estimation.estimate import EstimateResult
 from memtui.estimation.subgroups import ByResult
 from memtui.panel.model import METRIC_LABEL
 
@@ -213,7 +214,7 @@ class SummariesPane(VerticalScroll, can_focus=True):
     @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)
     def _compute_extras(self, panel, result: EstimateResult) -> None:
         from memtui.estimation import cache
-        from memtui.estimation.estimate import compare
+        from memtui.estimation.compare import compare
         from memtui.estimation.plan import minimum_detectable_effect
 
         worker = get_current_worker()

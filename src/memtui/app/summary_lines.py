@@ -1,7 +1,7 @@
 """The words of the Summaries pane, as plain functions of an estimate (testable without an app).
 
 The means mirror what `memtui estimate` prints, so the pane and the command line never disagree; the estimators
-block puts the causal estimate beside the two naive ones (``memtui.estimation.estimate.compare``)."""
+block puts the causal estimate beside the two naive ones (``memtui.estimation.compare.compare``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import numpy as np
 import polars as pl
 
 from memtui.app.fmt import num, nums, short_step
-from memtui.estimation.estimate import Comparison, EstimateResult
+from memtui.estimation.compare import Comparison
+from memtui.estimation.estimate import EstimateResult
 from memtui.estimation.results import persistent_cells
 
 ESTIMATOR_LABEL = {

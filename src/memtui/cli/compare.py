@@ -4,7 +4,7 @@ one panel's three estimators side by side, or one panel against the paper's publ
 Files ``-o OUT.csv`` writes (docs/estimation.md, "Comparing models"):
   several panels: OUT.csv, the headline table (one row per model), and OUT-correlations.csv, the correlation
   matrices in long form (one row per metric, scope, method and ordered pair of models);
-  one panel: OUT.csv, the three estimators' cells side by side with the ease term (``estimate.compare``);
+  one panel: OUT.csv, the three estimators' cells side by side with the ease term (``estimation.compare``);
   with --reference: OUT.csv, the reference comparison's cells;
   several panels with --by SPEC: the same files, a row per group (cli/compare_by.py), and OUT-differences.csv."""
 
@@ -263,7 +263,7 @@ def _estimators(args, out: Path | None) -> int:
         raise MemtuiError("compare with one panel shows every estimator side by side; drop --estimator.")
     if args.final_step is not None:
         raise MemtuiError("compare with one panel shows no residual summary; drop --final-step (it picks its step).")
-    from memtui.estimation.estimate import compare
+    from memtui.estimation.compare import compare
     from memtui.panel.hdf5 import read_panel
 
     panel = read_panel(args.panels[0])

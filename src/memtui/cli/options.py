@@ -64,38 +64,41 @@ def add_settings_args(p: argparse.ArgumentParser, verb: str) -> None:
 
 
 def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
-    """The estimation group's options: flags and argparse keywords (the choices read the settings' registries)."""
+    """The estimation group's options: flags and argparse keywords (the choices read the settings' registries, the
+    defaults a default ``Settings``: each is written once, there)."""
     from memtui.estimation.choices import SETTING_CHOICES as CHOICES
-    from memtui.estimation.settings import ALPHA_RANGE, DEFAULT_BAND, DEFAULT_DRAWS
+    from memtui.estimation.settings import ALPHA_RANGE, Settings
+
+    d = Settings()
 
     return [
-        (("-m", "--metric"), {"help": "metric to estimate [default: loglik, else the first metric with values]"}),
-        (("--estimator",), {"default": "did", "choices": list(CHOICES["estimator"]),
+        (("-m", "--metric"), {"help": f"metric to estimate [default: {d.metric}, else the first metric with values]"}),
+        (("--estimator",), {"default": d.estimator, "choices": list(CHOICES["estimator"]),
                             "help": "did: difference-in-differences (causal); difference: trained - never-trained "
                                     "at c; extractable: the cohort's level at c, counterfactual taken as 0"}),
-        (("--base-period",), {"default": "varying", "choices": list(CHOICES["base_period"]),
+        (("--base-period",), {"default": d.base_period, "choices": list(CHOICES["base_period"]),
                               "help": "pre-treatment cells against the checkpoint before c (varying) or before g "
                                       "(universal)"}),
-        (("--control-group",), {"default": "never_treated", "choices": list(CHOICES["control_group"]),
+        (("--control-group",), {"default": d.control_group, "choices": list(CHOICES["control_group"]),
                                 "help": "controls: validation instances only, or also instances not trained on yet"}),
-        (("-B", "--draws"), {"type": int, "default": DEFAULT_DRAWS, "help": "bootstrap draws (0: analytic only)"}),
-        (("--multiplier",), {"default": "rademacher", "choices": list(CHOICES["multiplier"]),
+        (("-B", "--draws"), {"type": int, "default": d.draws, "help": "bootstrap draws (0: analytic only)"}),
+        (("--multiplier",), {"default": d.multiplier, "choices": list(CHOICES["multiplier"]),
                              "help": "bootstrap weights"}),
-        (("--seed",), {"type": int, "default": 0, "help": "seed of the bootstrap draws"}),
-        (("--alpha",), {"type": float, "default": 0.05,
-                        "help": f"1 - alpha is the bands' simultaneous coverage; {ALPHA_RANGE} [0.05]"}),
-        (("--family",), {"default": "post", "choices": list(CHOICES["family"]),
+        (("--seed",), {"type": int, "default": d.seed, "help": "seed of the bootstrap draws"}),
+        (("--alpha",), {"type": float, "default": d.alpha,
+                        "help": f"1 - alpha is the bands' simultaneous coverage; {ALPHA_RANGE} [{d.alpha:g}]"}),
+        (("--family",), {"default": d.family, "choices": list(CHOICES["family"]),
                          "help": "cells sharing one simultaneous band: post-treatment ones (placebo cells their own) "
                                  "or all"}),
         (("--final-step",), {"type": int,
                              "help": "checkpoint for residual memorisation: the last completed one at or before it "
                                      "[default: last completed]"}),
-        (("--engine",), {"default": "memtui", "choices": list(CHOICES["engine"]),
+        (("--engine",), {"default": d.engine, "choices": list(CHOICES["engine"]),
                          "help": "memtui's engine, or the differences library (the paper's pipeline; slow, a "
                                  "cross-check)"}),
-        (("--band",), {"default": DEFAULT_BAND, "action": _ChosenBand, "choices": list(CHOICES["band"]),
+        (("--band",), {"default": d.band, "action": _ChosenBand, "choices": list(CHOICES["band"]),
                        "help": BAND_HELP}),
-        (("--cluster",), {"default": "", "metavar": "batch|NAME", "type": cluster_name,
+        (("--cluster",), {"default": d.cluster, "metavar": "batch|NAME", "type": cluster_name,
                           "help": "clustered bootstrap: one multiplier per training batch (the optimizer step the "
                                   "build recorded) or per level of a categorical covariate (inside one cohort for "
                                   "--band calibrated); controls each their own cluster"}),

@@ -22,14 +22,18 @@ VALIDATION_MODES = ("optimal", "pilot")  # memtui.estimation.plan.VALIDATION_MOD
 
 
 def add_arguments(p) -> None:
-    from memtui.estimation.settings import ALPHA_RANGE, DEFAULT_DRAWS
+    from memtui.estimation.settings import ALPHA_RANGE, Settings
 
+    d = Settings()  # the estimate's defaults, written once there
     add_panel_args(p, help="pilot panel: a smaller model's panel or a short extraction")
-    p.add_argument("-m", "--metric", help="metric [loglik, else the first metric with values]")
+    p.add_argument("-m", "--metric", help=f"metric [{d.metric}, else the first metric with values]")
     p.add_argument("--effect", type=float, help="an effect to detect, besides the pilot's instantaneous D, D/2, D/4")
     p.add_argument("--power", type=float, default=0.8, help="probability of detecting it [0.8]")
     p.add_argument(
-        "--alpha", type=float, default=0.05, help=f"1 - confidence of the simultaneous band; {ALPHA_RANGE} [0.05]"
+        "--alpha",
+        type=float,
+        default=d.alpha,
+        help=f"1 - confidence of the simultaneous band; {ALPHA_RANGE} [{d.alpha:g}]",
     )
     p.add_argument("--cohorts", type=_whole_number, help="cohorts of the planned panel [the pilot's]")
     p.add_argument("--checkpoints", type=_whole_number, help="checkpoints of the planned panel [the pilot's]")
@@ -39,9 +43,7 @@ def add_arguments(p) -> None:
         default="optimal",
         help="validation instances: optimal (fewest instances in all), pilot (the pilot's share) or a count [optimal]",
     )
-    p.add_argument(
-        "-B", "--draws", type=int, default=DEFAULT_DRAWS, help=f"bootstrap draws (0: pointwise bands) [{DEFAULT_DRAWS}]"
-    )
+    p.add_argument("-B", "--draws", type=int, default=d.draws, help=f"bootstrap draws (0: pointwise bands) [{d.draws}]")
     p.add_argument(
         "--calibrate",
         type=_whole_number,
@@ -50,7 +52,7 @@ def add_arguments(p) -> None:
         "machinery) and report each band's family-wise error there",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the pilot's bootstrap and of the simulated critical values"
+        "--seed", type=int, default=d.seed, help="seed of the pilot's bootstrap and of the simulated critical values"
     )
     add_band_arg(p)
 
@@ -175,6 +177,15 @@ def _print_fwer(args, pilot, plan) -> None:
         print(f"  simulated    {got.verdict(band)} ({got.panels} null panels of the planned design)")
 
 
+def _pilot_band_line(plan, res, own_crit: float) -> str:
+    """The pilot's own critical value beside the plan's, and why they differ."""
+    # a band that plans with the large-sample value: its pilot's bootstrap runs lower in small cohorts
+    same = get_band(plan.band).small_sample_plan
+    why = "the same band" if same else f"the {plan.band} bootstrap runs lower in small cohorts"
+    return (f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes, "
+            f"{plan.band} band; {why})")  # fmt: skip
+
+
 def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> None:
     from memtui.estimation.settings import coverage
 
@@ -195,9 +206,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
     print(f"planned        {plan.cohorts} cohorts x {plan.checkpoints} checkpoints, {plan.n_cells} post-treatment "
           f"cells: {how}")  # fmt: skip
     if args.draws:
-        why = "the classic bootstrap runs lower in small cohorts" if plan.band == "classic" else "the same band"
-        print(f"pilot band     crit {res.crit:.3f} (its bootstrap) vs {own_crit:.3f} (this model at its sizes, "
-              f"{plan.band} band; {why})")  # fmt: skip
+        print(_pilot_band_line(plan, res, own_crit))
     print(f"pilot MDE      {mde:.4g}: the instantaneous memorisation the pilot itself detects with "
           f"{args.power:.0%} power (a median cohort)")  # fmt: skip
     if pilot.row_length is None:

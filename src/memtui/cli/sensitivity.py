@@ -40,9 +40,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pre", type=count, help="keep the last PRE placebo event times [all]")
     g.add_argument("--post", type=count, help="keep the first POST post-treatment event times [all]")
     add_settings_args(p, "sensitivity")
-    # the universal base period is HonestDiD's requirement; the band is not sensitivity's (it refuses --band), and the
-    # classic band's settings take every multiplier its bootstrap can use (--multiplier mammen too)
-    p.set_defaults(base_period="universal", band="classic")
+    # the universal base period is HonestDiD's requirement; the band is not sensitivity's (it refuses --band): the
+    # settings take a band that refuses no multiplier its bootstrap can use (--multiplier mammen too)
+    p.set_defaults(base_period="universal", band=_band_for_every_multiplier())
+
+
+def _band_for_every_multiplier() -> str:
+    """The first registered band that refuses none of the multipliers, asked of the band objects."""
+    from dataclasses import asdict
+    from types import SimpleNamespace
+
+    from memtui.engine.band_registry import BANDS
+    from memtui.estimation.choices import SETTING_CHOICES
+    from memtui.estimation.settings import Settings
+
+    defaults = asdict(Settings())
+    for name, band in BANDS.items():
+        probes = (SimpleNamespace(**{**defaults, "band": name, "multiplier": m}) for m in SETTING_CHOICES["multiplier"])
+        if all(band.refusal(probe) is None for probe in probes):
+            return name
+    raise AssertionError("no registered band takes every multiplier; sensitivity needs one")
 
 
 def run(args) -> int:

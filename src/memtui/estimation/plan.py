@@ -37,6 +37,10 @@ VALIDATION_MODES = ("optimal", "pilot")
 # sequences (143,000 steps x 1024), so a larger answer says the effect cannot be detected, not how to detect it.
 MAX_INSTANCES = 10**9
 PLAN_BANDS = band_names()
+# the band a large-sample plan reports (every band's plan without draws is one): the first registered band that
+# plans with the large-sample critical value and normal power, asked of the band objects
+LARGE_SAMPLE_BAND = next(name for name, band in BANDS.items() if not band.small_sample_plan)
+_DEFAULTS = Settings()  # the estimate's alpha and seed, written once there
 
 
 @dataclass(frozen=True)
@@ -195,7 +199,7 @@ class Plan:
     n_cells: int
     draws_used: int  # draws of the critical value's simulation; 0 = Sidak bound (or pointwise, draws = 0)
     rows: list[PlanRow]
-    band: str = "classic"  # the band planned for: the large-sample plans (without draws, too) say classic
+    band: str = LARGE_SAMPLE_BAND  # the band planned for: the large-sample plans (without draws, too) say theirs
 
 
 def _se(pilot: Pilot, n: float, n0: float) -> float:
@@ -255,10 +259,10 @@ def plan_sizes(
     cohorts: int,
     checkpoints: int,
     power: float = 0.8,
-    alpha: float = 0.05,
+    alpha: float = _DEFAULTS.alpha,
     validation: str | int = "optimal",
     draws: int = pw.PLAN_DRAWS,
-    seed: int = 0,
+    seed: int = _DEFAULTS.seed,
     band: str = DEFAULT_BAND,
 ) -> Plan:
     """Cohort size (and validation count) that detects each effect at c = g with ``power`` under the band.

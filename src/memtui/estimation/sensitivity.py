@@ -4,7 +4,7 @@ The event study is memorisation by event time e = c - g (the persistent scope's 
 then e >= 0, with the covariance of their multiplier-bootstrap draws. HonestDiD requires the universal base period
 (every cell of a cohort differenced against the checkpoint before it is trained, so that a placebo coefficient is
 the violation of parallel trends accumulated up to that event time); the reference event time is 0 by construction
-and left out. The numerics are in ``estimation.honest``.
+and left out. The numerics are in ``engine.honest`` (numpy and scipy).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.estimation import honest
+from memtui.engine import honest
 from memtui.estimation.estimate import aggregate_members
 from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER, Panel
