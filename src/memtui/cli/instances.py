@@ -28,7 +28,8 @@ def _cell(text: str) -> tuple[int, int]:
     try:
         g, c = (int(p.strip()) for p in parts)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"'{clean(text, 40)}' is not COHORT,CHECKPOINT (two steps, e.g. 64,128)")
+        why = f"'{clean(text, 40)}' is not COHORT,CHECKPOINT (two steps, e.g. 64,128)"
+        raise argparse.ArgumentTypeError(why) from None
     return g, c
 
 
@@ -135,8 +136,10 @@ def _print(panel, scores, found, decoder) -> None:
         room = max(10, width - len(line) - 2)
         text = r.text if r.text else "(no token ids in the panel)"
         print(f"{line}  {text[: room - 1] + '…' if len(text) > room else text}")
-    print(f"score: the instance's own change from the checkpoint before its cohort's to step {at}, less the "
-          f"{scores.n_controls} never-trained instances' mean change, signed so that higher is more memorised.")  # fmt: skip
+    print(
+        f"score: the instance's own change from the checkpoint before its cohort's to step {at}, less the "
+        f"{scores.n_controls} never-trained instances' mean change, signed so that higher is more memorised."
+    )
     print(report_note())
     print(f"text: {decoder.description if decoder is not None else 'the panel stores no token ids'}")
     for note in scores.notes:
