@@ -64,6 +64,7 @@ CASES = {
         "1",
     ],  # fmt: skip
     "info": ["info", "{P}"],
+    "instances": ["instances", "{P}", "-o", "{OUT}"],
 }
 
 # Verbs not run here (they open a terminal or a server, need a model, a corpus or the network, or write a new panel):

@@ -8,7 +8,7 @@ Where it comes from, first found wins:
 3. the Hugging Face cache of a model the panel recorded (``checkpoints/model``, a repo id), never the network.
 
 Without one, the ids are shown as numbers and :attr:`Decoder.description` says so. What a decoder returns is raw
-text from a file: :func:`shown` makes it safe for a terminal (no ESC sequence, no control character).
+text from a file: ``report.instances.shown`` makes it safe for a terminal (no ESC sequence, no control character).
 """
 
 from __future__ import annotations
@@ -47,12 +47,6 @@ class Decoder:
 
     def text(self, ids: Sequence[int]) -> str:
         return "".join(self.pieces(ids))
-
-
-def shown(text: str, limit: int | None = None) -> str:
-    """Decoded text made safe to show: line breaks as ``↵``, tabs as spaces, every other control character (an ESC
-    sequence in a training text) as ``?`` (``core.text.clean``)."""
-    return clean(text.replace("\r\n", "↵").replace("\n", "↵").replace("\t", " "), limit)
 
 
 def _byte_pieces(ids: list[int]) -> list[str]:

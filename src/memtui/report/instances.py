@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from memtui.core.text import clean
 from memtui.estimation.instances import InstanceScores
-from memtui.extract.tokenizer import Decoder, shown
 from memtui.panel.model import Panel
+
+if TYPE_CHECKING:  # the decoder is handed in: the tokenizer module may import transformers, which report must not
+    from memtui.extract.tokenizer import Decoder
 
 DESCRIPTIVE = (
     "p_ctrl is descriptive, not a population estimate: the share of the never-trained instances whose own change "
@@ -38,6 +41,12 @@ class InstanceRow:
     covariates: dict[str, object] = field(default_factory=dict)
     tokens: tuple[int, ...] = ()  # the instance's token ids (its row up to its length); empty without tokens
     text: str = ""  # its decoded text, safe to show (``tokenizer.shown``): no control character
+
+
+def shown(text: str, limit: int | None = None) -> str:
+    """Decoded text made safe to show: line breaks as ``↵``, tabs as spaces, every other control character (an ESC
+    sequence in a training text) as ``?`` (``core.text.clean``)."""
+    return clean(text.replace("\r\n", "↵").replace("\n", "↵").replace("\t", " "), limit)
 
 
 def covariate_value(values: np.ndarray, row: int) -> object:
