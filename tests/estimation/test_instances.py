@@ -165,3 +165,15 @@ def test_top_keeps_the_best(_simulated):
     t = s.top(3)
     assert len(t) == 3 and (t.ids == s.ids[:3]).all() and t.n_controls == s.n_controls
     assert len(s.top(0)) == 0
+
+
+def test_the_path_at_the_cells_checkpoint_is_the_score(_simulated):
+    from memtui.estimation.instances import instance_path
+
+    panel = _simulated()
+    s = instance_scores(panel, "loglik", Selection(cohort=2000, checkpoint=4000))
+    path = instance_path(panel, "loglik", int(s.rows[0]))
+    assert path.cohort == 2000 and path.base == 1000
+    assert path.score[list(path.steps).index(4000)] == pytest.approx(s.score[0])
+    assert path.score[list(path.steps).index(1000)] == pytest.approx(0.0, abs=1e-12)  # the base: no change
+    assert (path.low <= path.high).all()

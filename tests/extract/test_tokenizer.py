@@ -24,7 +24,7 @@ def test_a_byte_panel_decodes_utf8_with_a_character_on_its_last_byte(tmp_path):
     assert decoder.found and decoder.description.startswith("bytes")
     ids = list("aé".encode())
     assert decoder.pieces(ids) == ["a", "", "é"]
-    assert decoder.text(list("ok\n".encode())) == "ok\n"
+    assert decoder.text(list(b"ok\n")) == "ok\n"
 
 
 def test_escape_sequences_decoded_from_tokens_never_reach_the_terminal(tmp_path):

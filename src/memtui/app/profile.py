@@ -141,6 +141,7 @@ class ProfilePane(Vertical):
 
     BINDINGS = [
         Binding("p", "toggle_plot", "Plot", tooltip="Hide / show the path plot (the heatmap takes its rows)"),
+        Binding("w", "instances", "Instances", tooltip="The cursor cell's instances, ranked by their own score"),
         Binding(
             "t", "toggle_truth", "Truth",
             tooltip="A simulated panel's true profile, over the estimate (on/off)",
@@ -187,6 +188,17 @@ class ProfilePane(Vertical):
 
     def action_toggle_plot(self) -> None:
         self.toggle_plot()
+
+    def action_instances(self) -> None:
+        """The cursor cell's instances (app/instances.py), best first."""
+        from memtui.app.instances import open_cell
+
+        r = self.result
+        if r is None or not len(r.cohorts):
+            self.app.notify("No estimate on screen yet: its cells' instances follow.", markup=False)
+            return
+        g, c = int(r.cohorts[self.heatmap.row]), int(r.checkpoints[self.heatmap.column])
+        open_cell(self.app, self.app.panel, r.settings.metric, g, c)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """t overlays the truth where there is one; elsewhere its other binding says there is none."""

@@ -223,3 +223,36 @@ def where_mask(panel: Panel, spec: str) -> np.ndarray:
 
 
 _OPS = {">=": np.greater_equal, "<=": np.less_equal, ">": np.greater, "<": np.less, "==": np.equal, "!=": np.not_equal}
+
+
+@dataclass(frozen=True)
+class InstancePath:
+    """One instance's score at every completed checkpoint c, from the same base (the checkpoint before its cohort's),
+    with the never-trained instances' own scores' ``quantiles`` at each c: how unusual its path is for an unseen
+    text. Before its cohort's checkpoint the score is a placebo (it has not been trained on yet)."""
+
+    steps: np.ndarray
+    score: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    cohort: int
+    base: int
+    quantiles: tuple[float, float]
+
+
+def instance_path(panel: Panel, metric: str, row: int, quantiles: tuple[float, float] = (0.05, 0.95)) -> InstancePath:
+    """The path of the instance at ``row`` (a trained one with a checkpoint before its cohort's)."""
+    steps = panel.done_steps
+    y = panel.values(metric)
+    tidx = treatment_index(panel.treatment, steps, NEVER)
+    a = int(tidx[row])
+    if a == NEVER_INDEX or a < 1 or a >= len(steps):
+        raise MemtuiError(f"instance {int(panel.ids[row])} has no cohort with a checkpoint before it to score from.")
+    controls = (tidx == NEVER_INDEX) & np.isfinite(y).all(axis=1)
+    sign = panel.sign(metric)
+    d = y[controls] - y[controls, a - 1][:, None]  # controls x checkpoints: each one's change since the base
+    mean = d.mean(axis=0)
+    ctrl = sign * (d - mean)
+    low, high = np.quantile(ctrl, quantiles, axis=0) if len(ctrl) else (np.full(len(steps), np.nan),) * 2
+    score = sign * (y[row] - y[row, a - 1] - mean)
+    return InstancePath(steps, score, low, high, int(steps[a]), int(steps[a - 1]), quantiles)
