@@ -21,7 +21,25 @@ from memtui.report.instances import shown
 STEPS = [0, 10, 20, 30, 40, 50]
 COHORTS = [10, 20, 30, 40]
 PER_COHORT, N_NEVER = 6, 12
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards", "quietly", "hex", "jolly", "boxing", "frogs"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "wizards",
+    "quietly",
+    "hex",
+    "jolly",
+    "boxing",
+    "frogs",
+]
 
 
 def _texts(n: int) -> list[bytes]:
