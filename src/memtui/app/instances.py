@@ -75,8 +75,9 @@ class InstancesScreen(Screen[None]):
     BINDINGS = [
         Binding("escape,backspace", "back", "Back", tooltip="Back to the panes"),
         # priority: the table has the focus, and its own enter (select the row, unlisted) would hide this one
-        Binding("enter", "open", "Open", tooltip="Open the instance: its text, path and per-token gains",
-                priority=True),  # fmt: skip
+        Binding(
+            "enter", "open", "Open", tooltip="Open the instance: its text, path and per-token gains", priority=True
+        ),
         Binding("question_mark", "app.help", "Keys", tooltip="List every key"),
     ]
     DEFAULT_CSS = """

@@ -51,10 +51,8 @@ def _read(f, path: Path, panel: Panel, ids: list[int], metric: str) -> dict[int,
         raise MemtuiError(f"{path}: '{GROUP}/ids' must list each instance once; rebuild the per-token scores.")
     scores = hdf5._dataset_handle(f, path, f"{GROUP}/{metric}", "f")  # noqa: SLF001
     width = _row_width(f, path)
-    if scores.ndim != 3 or scores.shape[:2] != (len(stored), panel.n_checkpoints) or scores.shape[2] not in (
-        width - 1,
-        width,
-    ):
+    expected = (len(stored), panel.n_checkpoints)
+    if scores.ndim != 3 or scores.shape[:2] != expected or scores.shape[2] not in (width - 1, width):
         raise MemtuiError(
             f"{path}: '{GROUP}/{metric}' has shape {scores.shape}, expected ({len(stored)}, {panel.n_checkpoints}, "
             f"{width - 1}); rebuild the per-token scores."
