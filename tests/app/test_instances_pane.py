@@ -194,6 +194,35 @@ async def test_without_per_token_scores_the_text_is_plain_and_the_legend_says_so
 
 
 @run_async
+async def test_damaged_per_token_scores_leave_the_text_and_the_path(tmp_path):
+    path = make_panel(tmp_path / "bad.h5")
+    with h5py.File(path, "r+") as f:  # ids listed twice: refused by the reader
+        del f["instances/token_scores/ids"]
+        f["instances/token_scores/ids"] = np.full(len(f["instances/id"]), 100)
+    app = MemtuiApp(read_panel(path))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await _instances(pilot)
+        screen = await _open(pilot)
+        assert screen.gain is None
+        assert "Per-token scores not shown" in _plain(screen.query_one("#instance-legend"))
+        assert "instance" in screen.query_one(BandPlot).drawn_title
+
+
+@run_async
+async def test_a_panel_without_token_ids_lists_and_opens_its_instances(tmp_path):
+    from memtui.panel.synthetic import Simulation, write_synthetic
+
+    sim = Simulation(n_cohorts=3, per_cohort=5, n_never=10, n_checkpoints=5, seed=4)
+    app = MemtuiApp(read_panel(write_synthetic(tmp_path / "sim.h5", sim)))
+    async with app.run_test(size=(100, 30)) as pilot:
+        listing = await _instances(pilot)
+        assert len(listing.rows) == 5 and "no token ids" in _plain(listing.query_one("#instances-head"))
+        screen = await _open(pilot)
+        assert "no token ids" in screen.query_one("#instance-text").render().plain
+        assert screen.query_one(BandPlot).drawn_title
+
+
+@run_async
 async def test_a_pre_treatment_cell_says_why_it_has_no_instances(panel_path):
     app = MemtuiApp(read_panel(panel_path))
     async with app.run_test(size=(100, 30)) as pilot:

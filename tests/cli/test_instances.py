@@ -146,3 +146,19 @@ def test_an_output_that_cannot_be_written_is_refused_and_nothing_is_printed(cli,
     target = tmp_path if where == "folder" else tmp_path / "no" / "x.csv"
     code, out, err = cli("instances", *SAMPLE, "-o", target)
     assert code == 2 and not out and err.startswith("memtui: ") and err.count("\n") == 1
+
+
+def test_the_csv_never_replaces_the_panel_or_another_hdf5_file(cli, tmp_path):
+    import shutil
+
+    from memtui.panel.samples import sample_paths
+
+    panel = tmp_path / "copy.h5"
+    shutil.copy(sample_paths("tiny-gptneox")[0], panel)
+    other = tmp_path / "other.h5"
+    shutil.copy(panel, other)
+    before = panel.read_bytes()
+    for target in (panel, other, tmp_path / "." / "copy.h5"):
+        code, out, err = cli("instances", panel, "-o", target)
+        assert code == 2 and not out and err.count("\n") == 1, err
+    assert panel.read_bytes() == before and other.read_bytes() == before

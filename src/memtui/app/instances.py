@@ -53,7 +53,8 @@ class InstanceReady(Message):
     id: int
     path: object = None
     gain: np.ndarray | None = None
-    error: str = ""
+    error: str = ""  # no path (the instance cannot be scored)
+    note: str = ""  # the per-token scores could not be read (the path is still shown)
 
 
 def open_cell(app, panel: Panel, metric: str, cohort: int, checkpoint: int) -> None:
@@ -165,6 +166,10 @@ class InstancesScreen(Screen[None]):
         self.action_open()
 
 
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, MemtuiError) else f"{type(exc).__name__}: {exc}"
+
+
 def _value(v) -> str:
     if v is None:
         return "?"
@@ -223,17 +228,18 @@ class InstanceScreen(Screen[None]):
         r = self.row
         try:
             path = instance_path(self.panel, self.metric, r.row)
+        except Exception as exc:  # noqa: BLE001 - a bug must not leave the screen waiting: it says so instead
+            self.post_message(InstanceReady(r.id, error=_reason(exc)))
+            return
+        gain, note = None, ""
+        try:  # the text and the path stand without them: a damaged per-token dataset is a line in the legend
             scores = read_token_scores(self.panel, [r.id]) if self.panel.has_tokens else None
-            gain = None
             if scores and r.id in scores:
                 steps = list(self.panel.steps)
                 gain = token_colours.gains(scores[r.id], steps.index(r.cohort), steps.index(r.base), len(r.tokens))
-            ready = InstanceReady(r.id, path, gain)
-        except MemtuiError as exc:
-            ready = InstanceReady(r.id, error=str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug must not leave the screen waiting: it says so instead
-            ready = InstanceReady(r.id, error=f"{type(exc).__name__}: {exc}")
-        self.post_message(ready)
+        except Exception as exc:  # noqa: BLE001 - as above
+            note = _reason(exc)
+        self.post_message(InstanceReady(r.id, path, gain, note=note))
 
     @on(InstanceReady)
     def _ready(self, event: InstanceReady) -> None:
@@ -248,6 +254,8 @@ class InstanceScreen(Screen[None]):
             scheme = palette.scheme(self.app.current_theme.dark)
             legend.update(token_colours.legend(scheme, self.scale, r.base, r.cohort))
             self.query_one("#instance-text", Static).update(self._text())
+        elif event.note:
+            legend.update(f"Per-token scores not shown: {clean(event.note)}")
         else:
             legend.update("No per-token scores for this instance (memtui extract --token-scores stores them).")
         p = event.path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -81,6 +82,7 @@ def run(args) -> int:
     if args.cell is not None and args.final_step is not None:
         raise MemtuiError("--cell names its checkpoint; --final-step goes with --cohort or the whole panel.")
     panel = read_panel(panel_path(args))
+    _check_output(args.output, panel.path)
     metric = args.metric if args.metric is not None else panel.default_metric
     if args.cell is not None:
         selection = Selection(cohort=args.cell[0], checkpoint=args.cell[1], where=args.where)
@@ -102,6 +104,18 @@ def run(args) -> int:
     if args.output is not None:
         print(f"wrote {len(found)} instances to {clean(args.output)}")
     return 0
+
+
+def _check_output(output: Path | None, panel: Path) -> None:
+    """``-o`` must not name the panel itself (the CSV would replace it) nor any HDF5 file (another panel)."""
+    if output is None or not output.exists():
+        return
+    if output.is_file() and os.path.samefile(output, panel):
+        raise MemtuiError(f"{clean(output)} is the panel being read; write the CSV to another file.")
+    if output.is_file():
+        with open(output, "rb") as f:
+            if f.read(8) == b"\x89HDF\r\n\x1a\n":
+                raise MemtuiError(f"{clean(output)} is an HDF5 file (a panel?); -o writes a CSV: choose another name.")
 
 
 def _final(panel, final_step: int | None) -> int | None:
