@@ -266,3 +266,25 @@ def test_instance_snapshot(snap_compare, panel_path, size):
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)])
 def test_instances_list_snapshot(snap_compare, panel_path, size):
     assert snap_compare(MemtuiApp(read_panel(panel_path)), terminal_size=size, run_before=_instances)
+
+
+@pytest.mark.parametrize(("sample", "in_footer"), [("tiny-gptneox", True), ("synthetic", False)])
+@run_async
+async def test_w_is_in_the_footer_at_80_columns_where_there_is_room_and_in_the_help_always(sample, in_footer):
+    """A panel of texts (no known truth, one model) lists w in the footer, whole at 80 columns; a simulated panel's
+    footer keeps its slot for t, and ? lists w there."""
+    from textual.widgets._footer import FooterKey
+
+    from memtui.panel.samples import sample_paths
+
+    app = MemtuiApp(read_panel(sample_paths(sample)[0]))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        await pilot.pause()
+        keys = {k.key_display: k for k in app.screen.query(FooterKey)}
+        assert ("w" in keys) == in_footer
+        assert all(k.region.right <= 80 for k in keys.values()), [(d, k.region) for d, k in keys.items()]
+        assert "q" in keys
+        assert "w" in dict(dict(key_sections(app))["Profile (heatmap)"])
+        await pilot.press("i", "l", "w")
+        assert isinstance(app.screen, InstancesScreen)

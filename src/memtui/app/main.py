@@ -924,7 +924,7 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
     def keys(bindings, extra=()) -> list[tuple[str, str]]:
         out = []
         for b in bindings:
-            if b.action in ("app.needs_suite", "no_truth", "toggle_truth_unlisted"):  # the same keys as others
+            if b.action in ("app.needs_suite", "no_truth", "toggle_truth_unlisted", "instances_unlisted"):  # dup keys
                 continue
             key = b.key_display or ", ".join(_key_name(k) for k in b.key.split(","))
             out.append((key, told.get(b.action, b.tooltip or b.description)))
