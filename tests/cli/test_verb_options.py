@@ -65,6 +65,7 @@ CASES = {
     ],  # fmt: skip
     "info": ["info", "{P}"],
     "provenance": ["provenance", "{P}", "--permutations", "99"],
+    "instances": ["instances", "{P}", "-o", "{OUT}"],
 }
 
 # Verbs not run here (they open a terminal or a server, need a model, a corpus or the network, or write a new panel):

@@ -915,6 +915,7 @@ class MemtuiApp(App):
 def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
     """Every key, from the bindings themselves, grouped by where it works."""
     from memtui.app.dialogs import Choice
+    from memtui.app.instances import InstanceScreen, InstancesScreen
 
     # what depends on the panel open: the metrics m steps through, in its order
     metrics = ", ".join(clean(m, 40) for m in app.metrics)
@@ -923,7 +924,7 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
     def keys(bindings, extra=()) -> list[tuple[str, str]]:
         out = []
         for b in bindings:
-            if b.action in ("app.needs_suite", "no_truth", "toggle_truth_unlisted"):  # the same keys as others
+            if b.action in ("app.needs_suite", "no_truth", "toggle_truth_unlisted", "instances_unlisted"):  # dup keys
                 continue
             key = b.key_display or ", ".join(_key_name(k) for k in b.key.split(","))
             out.append((key, told.get(b.action, b.tooltip or b.description)))
@@ -935,6 +936,7 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
         ("Summaries", [("↑ ↓, pgup, pgdn", "scroll"), ("home, end", "top, bottom")]),
         ("Estimates (table)", keys(EstimatesTable.BINDINGS) + keys(EstimatesPane.BINDINGS)),
         ("Extraction", keys(ExtractionPane.BINDINGS, [("tab, shift+tab", "next / previous field")])),
+        ("Instances", keys(InstancesScreen.BINDINGS + InstanceScreen.BINDINGS[:1])),  # app/instances.py (w)
         (
             "Dialogs",
             keys(

@@ -141,6 +141,9 @@ class ProfilePane(Vertical):
 
     BINDINGS = [
         Binding("p", "toggle_plot", "Plot", tooltip="Hide / show the path plot (the heatmap takes its rows)"),
+        Binding("w", "instances", "Instances", tooltip="The cursor cell's instances, ranked by their own score"),
+        # the footer at 80 columns has no room for it beside t (a truth) or a suite's n: the same key, listed by ?
+        Binding("w", "instances_unlisted", show=False),
         Binding(
             "t", "toggle_truth", "Truth",
             tooltip="A simulated panel's true profile, over the estimate (on/off)",
@@ -188,6 +191,20 @@ class ProfilePane(Vertical):
     def action_toggle_plot(self) -> None:
         self.toggle_plot()
 
+    def action_instances_unlisted(self) -> None:
+        self.action_instances()
+
+    def action_instances(self) -> None:
+        """The cursor cell's instances (app/instances.py), best first."""
+        from memtui.app.instances import open_cell
+
+        r = self.result
+        if r is None or not len(r.cohorts):
+            self.app.notify("No estimate on screen yet: its cells' instances follow.", markup=False)
+            return
+        g, c = int(r.cohorts[self.heatmap.row]), int(r.checkpoints[self.heatmap.column])
+        open_cell(self.app, self.app.panel, r.settings.metric, g, c)
+
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """t overlays the truth where there is one; elsewhere its other binding says there is none."""
         suite = len(getattr(self.app, "models", ())) > 1
@@ -197,6 +214,8 @@ class ProfilePane(Vertical):
             return self.has_truth and suite
         if action == "no_truth":
             return not self.has_truth
+        if action in ("instances", "instances_unlisted"):
+            return (action == "instances") != (suite or self.has_truth)
         return True
 
     @property

@@ -10,6 +10,7 @@ VERBS = {
     "info": "info",
     "estimate": "estimate",
     "export": "export",
+    "instances": "instances",
     "compare": "compare",
     "plan": "plan",
     "calibrate": "calibrate",

@@ -1,0 +1,258 @@
+r"""Individual memorisation scores: each trained instance's own difference-in-differences contrast.
+
+For an instance i first trained on at checkpoint g (its cohort), and a checkpoint c at or after g,
+
+.. math::
+
+    s_i(c) = \mathrm{sign} \cdot \big[ (Y_{i,c} - Y_{i,g-1})
+             - \tfrac{1}{n_\infty} \textstyle\sum_{j: G_j=\infty} (Y_{j,c} - Y_{j,g-1}) \big]
+
+the instance's own change across its treatment minus the never-trained instances' mean change over the same two
+checkpoints, with the metric's sign (``panel.metrics``) so that a higher score means "more memorised". The mean of
+:math:`s_i(c)` over cohort g is exactly :math:`\tau(g, c) = \mathrm{sign} \cdot ATT(g, c)` of ``memtui estimate`` with
+never-trained controls and no covariates: the score is that cell's contrast for one instance. The instances kept are
+those the estimate keeps (complete rows over the completed checkpoints; the first checkpoint's cohort, which has no
+checkpoint before it, and instances first trained on after the window are left out).
+
+Each score is set against the never-trained instances' own scores over the same checkpoints (their change minus
+their mean change): ``control_rank`` of them score at least as high, and ``p_value = (1 + control_rank) /
+(1 + n_controls)`` is a per-instance empirical p-value. It is descriptive, a ranking aid: one instance's contrast is
+not an estimate of anything about a population, and thousands of them are ranked at once (no multiplicity control).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.engine.layout import NEVER_INDEX, treatment_index
+from memtui.panel.model import NEVER, Panel
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which instances to score: one cell (cohort and checkpoint steps), one cohort at ``checkpoint``, or every
+    cohort at ``checkpoint`` (None: the last completed one); ``where`` keeps a subgroup (``NAME>=VALUE``)."""
+
+    cohort: int | None = None
+    checkpoint: int | None = None
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class InstanceScores:
+    r"""Scored instances, best first (highest score). Arrays are aligned, one entry per scored instance.
+
+    Notes
+    -----
+    .. math:: s_i = \mathrm{sign}\,[(Y_{i,c} - Y_{i,g-1}) - \overline{(Y_{c} - Y_{g-1})}_{\infty}]
+    """
+
+    metric: str
+    sign: int
+    rows: np.ndarray  # the instances' rows in the panel
+    ids: np.ndarray
+    cohort: np.ndarray  # the step of the cohort's checkpoint g
+    checkpoint: np.ndarray  # the step of c
+    base: np.ndarray  # the step of g - 1
+    score: np.ndarray
+    control_rank: np.ndarray  # never-trained instances scoring at least as high over the same checkpoints
+    p_value: np.ndarray
+    n_controls: int
+    notes: tuple[str, ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def top(self, n: int) -> InstanceScores:
+        keep = slice(0, max(0, n))
+        return InstanceScores(
+            self.metric, self.sign, *(a[keep] for a in self._arrays()), n_controls=self.n_controls, notes=self.notes
+        )
+
+    def _arrays(self):
+        return (
+            self.rows,
+            self.ids,
+            self.cohort,
+            self.checkpoint,
+            self.base,
+            self.score,
+            self.control_rank,
+            self.p_value,
+        )
+
+
+_WHERE = re.compile(r"^\s*([^\s<>=!:]+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
+
+
+def instance_scores(panel: Panel, metric: str, selection: Selection = Selection()) -> InstanceScores:
+    """The selected instances' individual scores (module docstring), ranked best first."""
+    steps = panel.done_steps
+    y = panel.values(metric)  # completed checkpoints only: refuses a metric with no values
+    if len(steps) < 2:
+        raise MemtuiError(
+            f"{panel._name}: only {len(steps)} completed checkpoint(s); an instance's change needs two, extract more."
+        )
+    tidx = treatment_index(panel.treatment, steps, NEVER)
+    complete = np.isfinite(y).all(axis=1)
+    notes = []
+    if not complete.all():
+        notes.append(f"left out {int((~complete).sum())} instances with missing values, as `memtui estimate` does")
+    controls = np.flatnonzero(complete & (tidx == NEVER_INDEX))
+    if not len(controls):
+        raise MemtuiError(f"{panel._name}: no never-trained instance has complete values; finish extraction.")
+    treated = complete & (tidx != NEVER_INDEX) & (tidx >= 1) & (tidx < len(steps))
+    chosen, column = _selected(panel, selection, steps, tidx, treated)
+    rows = np.flatnonzero(chosen)
+    b = tidx[rows] - 1
+    change = y[rows, column] - y[rows, b]
+    sign = panel.sign(metric)
+    score = np.empty(len(rows))
+    control_rank = np.empty(len(rows), dtype=np.int64)
+    for base in np.unique(b):  # one set of control scores per base checkpoint (the checkpoint c is shared)
+        members = b == base
+        d = y[controls, column] - y[controls, base]
+        mean = d.mean()
+        ctrl = np.sort(sign * (d - mean))
+        score[members] = sign * (change[members] - mean)
+        control_rank[members] = len(ctrl) - np.searchsorted(ctrl, score[members], side="left")
+    order = np.lexsort((panel.ids[rows], -score))  # best first; ties by id, so the listing is reproducible
+    rows, b, score, control_rank = rows[order], b[order], score[order], control_rank[order]
+    return InstanceScores(
+        metric=metric,
+        sign=sign,
+        rows=rows,
+        ids=panel.ids[rows],
+        cohort=steps[b + 1],
+        checkpoint=np.full(len(rows), steps[column]),
+        base=steps[b],
+        score=score,
+        control_rank=control_rank,
+        p_value=(1 + control_rank) / (1 + len(controls)),
+        n_controls=len(controls),
+        notes=tuple(notes),
+    )
+
+
+def _selected(panel: Panel, sel: Selection, steps, tidx, treated) -> tuple[np.ndarray, int]:
+    """The instances to score and the checkpoint's column."""
+    chosen = treated.copy()
+    if sel.where:
+        chosen &= where_mask(panel, sel.where)
+    column = _column(steps, sel.checkpoint)
+    if sel.cohort is not None:
+        g = _cohort_index(steps, tidx, treated, sel.cohort)
+        if column < g:
+            raise MemtuiError(
+                f"checkpoint {int(steps[column])} comes before cohort {sel.cohort} was first trained on; an "
+                "instance's score needs a checkpoint at or after its cohort's (a placebo cell has no memorisation)."
+            )
+        chosen &= tidx == g
+    else:
+        chosen &= tidx <= column  # cohorts trained on by the checkpoint
+    if not chosen.any():
+        what = f"cohort {sel.cohort}" if sel.cohort is not None else f"trained by step {int(steps[column])}"
+        where = f" with {clean(sel.where, 60)}" if sel.where else ""
+        raise MemtuiError(f"{panel._name}: no instance {what}{where} has complete values to score.")
+    return chosen, column
+
+
+def _column(steps: np.ndarray, checkpoint: int | None) -> int:
+    """The completed checkpoint ``checkpoint`` names (its step exactly), or the last completed one."""
+    if checkpoint is None:
+        return len(steps) - 1
+    hit = np.flatnonzero(steps == checkpoint)
+    if not len(hit):
+        shown = ", ".join(str(int(s)) for s in steps[:6]) + (" ..." if len(steps) > 6 else "")
+        raise MemtuiError(f"no completed checkpoint at step {checkpoint}; the completed ones are {shown}.")
+    return int(hit[0])
+
+
+def _cohort_index(steps: np.ndarray, tidx: np.ndarray, treated: np.ndarray, cohort: int) -> int:
+    """The column of the cohort first trained on at step ``cohort`` (instances first trained on between two completed
+    checkpoints join the next one's cohort, as the estimate folds them)."""
+    hit = np.flatnonzero(steps == cohort)
+    if len(hit) and hit[0] == 0:
+        raise MemtuiError(
+            f"cohort {cohort} was trained on by the first completed checkpoint: it has no checkpoint before its "
+            "treatment, so no change to score."
+        )
+    if not len(hit) or not (treated & (tidx == hit[0])).any():
+        cohorts = steps[np.unique(tidx[treated])]
+        shown = ", ".join(str(int(s)) for s in cohorts[:6]) + (" ..." if len(cohorts) > 6 else "")
+        raise MemtuiError(f"no cohort at step {cohort} with complete values; the cohorts are {shown or 'none'}.")
+    return int(hit[0])
+
+
+def where_mask(panel: Panel, spec: str) -> np.ndarray:
+    """The instances where ``NAME op VALUE`` holds on a covariate (op: >=, <=, >, <, ==, !=; a categorical covariate
+    takes == and !=). An instance whose covariate is unknown is never selected."""
+    m = _WHERE.match(spec)
+    if not m:
+        raise MemtuiError(
+            f"--where '{clean(spec, 60)}' is not a comparison: give NAME>=VALUE (or <=, >, <, ==, !=) on a covariate."
+        )
+    name, op, text = m.groups()
+    values = panel.covariates.get(name)
+    if values is None:
+        have = ", ".join(clean(k, 40) for k in panel.covariates) or "none (memtui covariates PANEL computes them)"
+        raise MemtuiError(f"{panel._name}: no covariate '{clean(name, 40)}' for --where; covariates: {have}.")
+    values = np.asarray(values)
+    if values.dtype.kind in "iuf":
+        try:
+            bound = float(text)
+        except ValueError:
+            raise MemtuiError(f"--where '{clean(spec, 60)}': {clean(text, 40)} is not a number.") from None
+        if not np.isfinite(bound):
+            raise MemtuiError(f"--where '{clean(spec, 60)}': the value must be a finite number.")
+        vals = values.astype(np.float64)
+        known = np.isfinite(vals)
+        out = np.zeros(len(vals), bool)
+        out[known] = _OPS[op](vals[known], bound)
+        return out
+    if op not in ("==", "!="):
+        raise MemtuiError(f"--where '{clean(spec, 60)}': covariate '{clean(name, 40)}' is categorical; use == or !=.")
+    text_values = np.array(["" if v is None else str(v) for v in values], dtype=object)
+    known = text_values != ""
+    return known & ((text_values == text) if op == "==" else (text_values != text))
+
+
+_OPS = {">=": np.greater_equal, "<=": np.less_equal, ">": np.greater, "<": np.less, "==": np.equal, "!=": np.not_equal}
+
+
+@dataclass(frozen=True)
+class InstancePath:
+    """One instance's score at every completed checkpoint c, from the same base (the checkpoint before its cohort's),
+    with the never-trained instances' own scores' ``quantiles`` at each c: how unusual its path is for an unseen
+    text. Before its cohort's checkpoint the score is a placebo (it has not been trained on yet)."""
+
+    steps: np.ndarray
+    score: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    cohort: int
+    base: int
+    quantiles: tuple[float, float]
+
+
+def instance_path(panel: Panel, metric: str, row: int, quantiles: tuple[float, float] = (0.05, 0.95)) -> InstancePath:
+    """The path of the instance at ``row`` (a trained one with a checkpoint before its cohort's)."""
+    steps = panel.done_steps
+    y = panel.values(metric)
+    tidx = treatment_index(panel.treatment, steps, NEVER)
+    a = int(tidx[row])
+    if a == NEVER_INDEX or a < 1 or a >= len(steps):
+        raise MemtuiError(f"instance {int(panel.ids[row])} has no cohort with a checkpoint before it to score from.")
+    controls = (tidx == NEVER_INDEX) & np.isfinite(y).all(axis=1)
+    sign = panel.sign(metric)
+    d = y[controls] - y[controls, a - 1][:, None]  # controls x checkpoints: each one's change since the base
+    mean = d.mean(axis=0)
+    ctrl = sign * (d - mean)
+    low, high = np.quantile(ctrl, quantiles, axis=0) if len(ctrl) else (np.full(len(steps), np.nan),) * 2
+    score = sign * (y[row] - y[row, a - 1] - mean)
+    return InstancePath(steps, score, low, high, int(steps[a]), int(steps[a - 1]), quantiles)
