@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 #define TILE 256 /* draws of one cell held in locals (L1) between the draw and its studentisation */
 
@@ -146,6 +147,95 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
                 t2 = t2 != t2 ? 0.0f : t2; /* 0 / 0: a cell whose draw and spread are both nil */
                 g[d] = t2 > g[d] ? t2 : g[d];
             }
+        }
+    }
+}
+
+/* The per-cohort sums of permutations of the cohort labels (memtui.engine.permutations): for each of n_perms
+   permutations and each of n_groups cohorts, over the rows order[p], p in starts[g] .. starts[g + 1] - 1 (the rows the
+   permutation gives cohort g), the sums of y, y^2 and the cross products y * (the previous column) in the columns
+   before split[g] and y * y[base[g]] (the row's value at the cohort's base column) from split[g] on, column by column,
+   into s, q and c (n_perms x n_groups x width, float32). y: the treated rows, width floats apart; its column 0 is zero
+   (the lag of column 1 reads it). Each row is read once, its sums added into the cohort's rows of the outputs (in
+   cache while the cohort's rows are read). Column 0 of the outputs is left as it is. Compiled for AVX2 as well where
+   the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
+   arguments' version of perm_sums and perm_cells, which memtui.engine.permutations checks before calling them. */
+int64_t perm_version(void) { return 3; }
+
+#define PERM_AHEAD 4 /* rows ahead whose cache lines perm_sums prefetches */
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define PERM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PERM_CLONES
+#endif
+
+PERM_CLONES
+void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width, const float *restrict y,
+               const int64_t *restrict order, const int64_t *restrict starts, const int64_t *restrict base,
+               const int64_t *restrict split, float *restrict s, float *restrict q, float *restrict c)
+{
+    for (int64_t j = 0; j < n_perms; j++) {
+        const int64_t *ord = order + j * n_rows;
+        for (int64_t g = 0; g < n_groups; g++) {
+            const int64_t b = base[g], sp = split[g], out = (j * n_groups + g) * width;
+            float *restrict as = s + out, *restrict aq = q + out, *restrict ac = c + out;
+            for (int64_t k = 1; k < width; k++)
+                as[k] = aq[k] = ac[k] = 0.0f;
+            for (int64_t p = starts[g]; p < starts[g + 1]; p++) {
+                const float *restrict r = y + ord[p] * width;
+                const float yb = r[b];
+                if (p + PERM_AHEAD < n_rows) { /* the rows are read in random order: ask for a later one's lines now */
+                    const char *ahead = (const char *)(y + ord[p + PERM_AHEAD] * width);
+                    for (int64_t byte = 0; byte < width * (int64_t)sizeof(float); byte += 64)
+                        __builtin_prefetch(ahead + byte);
+                }
+                for (int64_t k = 1; k < sp; k++) {
+                    const float v = r[k];
+                    as[k] += v;
+                    aq[k] += v * v;
+                    ac[k] += v * r[k - 1];
+                }
+                for (int64_t k = sp; k < width; k++) {
+                    const float v = r[k];
+                    as[k] += v;
+                    aq[k] += v * v;
+                    ac[k] += v * yb;
+                }
+            }
+        }
+    }
+}
+
+/* Per permutation j and cell k, from perm_sums' sums (in double): the cell's estimate dm - shift[k] (dm: the change
+   of its cohort's mean from its base column col_b[k] to its column col_t[k]) into att[j * n_cells + k], and its
+   studentised |estimate| / sqrt(variance) (variance: the cohort's centred changes' sum of squares over n^2, plus the
+   controls' fixed ctrl_var[k]; the cross term of the squares c[col_t], or none where cross[k] is 0) folded into
+   the running maximum label_max[j * n_labels + label[k]] of the cell's class of families (label -1: none). A
+   standard error at or below floor leaves the cell out. */
+void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t width, const float *restrict s,
+                const float *restrict q, const float *restrict c,
+                const int64_t *restrict cohort, const int64_t *restrict col_t, const int64_t *restrict col_b,
+                const int64_t *restrict cross, const double *restrict n, const double *restrict shift,
+                const double *restrict ctrl_var, double floor, const int64_t *restrict label, int64_t n_labels,
+                float *restrict att, double *restrict label_max)
+{
+    for (int64_t j = 0; j < n_perms; j++) {
+        double *lm = label_max + j * n_labels;
+        for (int64_t k = 0; k < n_cells; k++) {
+            const int64_t row = (j * n_groups + cohort[k]) * width, t = row + col_t[k], b = row + col_b[k];
+            const double nk = n[k];
+            const double dm = ((double)s[t] - (double)s[b]) / nk;
+            const double cr = cross[k] ? (double)c[t] : 0.0;
+            double ss = (double)q[t] + (double)q[b] - 2.0 * cr - nk * dm * dm;
+            ss = ss < 0.0 ? 0.0 : ss;
+            const double a = dm - shift[k];
+            att[j * n_cells + k] = (float)a;
+            const double se = sqrt(ss / (nk * nk) + ctrl_var[k]);
+            if (label[k] < 0 || !(se > floor))
+                continue;
+            const double tk = fabs(a) / se;
+            lm[label[k]] = tk > lm[label[k]] ? tk : lm[label[k]];
         }
     }
 }

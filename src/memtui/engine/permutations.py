@@ -1,0 +1,287 @@
+"""Cohort-label permutations: the randomisation distribution of the cells' studentised estimates (``--band
+permutation``, ``engine.band_permutation``).
+
+A model saw its training data in a seeded uniform shuffle, so which treated instances fall in which cohort is random
+by design. Under the sharp null of no cohort-specific effect (every treated instance's outcomes would be what they are
+whichever cohort it had fallen in) every relabelling of the treated instances that keeps the cohorts' sizes was as
+likely as the one observed, and a statistic computed the same way under each of them has the observed one's law: the
+test is exact in finite samples whatever the noise looks like (skewed, heavy-tailed, persistent). The never-trained
+rows are fixed (they were never in the order).
+
+A permutation re-indexes the treated rows: cohort g's sums are those of the rows the permutation gives it. Each cell's
+estimate and standard error are then the real estimate's own formulas (``did.point_estimates``: the difference of the
+cohort's and the controls' changes, the HC1 variance of both) from four per-cohort column sums: y, y^2, y times the
+cohort's base column and y times the previous column (a cell's base is the cohort's base for post-treatment cells and
+the checkpoint before c for varying-base placebo cells). The controls (never trained) do not move: their part of every
+cell is computed once. The sums are one pass over the treated rows per permutation (``_kernels.c``'s ``perm_sums``;
+a sparse product in numpy where the library is not built).
+
+Permutations are drawn over *keys* (the panel's instance ids, or a ``JointMultipliers`` source's keys): permutation j
+ranks the treated rows by a seeded random priority of their key and hands the cohorts' slots out in that order, so two
+layouts with the same treated instances and cohort sizes (one panel scored by several models, several metrics) get the
+same relabelling, and layouts on disjoint subsets of one panel (subgroups) get a relabelling within each subset: a
+permutation stratified by subset, exact for their joint statements.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from memtui.engine import kernels
+from memtui.engine.layout import NEVER_INDEX, Layout
+
+_BLOCK = 16  # _kernels.c's PERM_BLOCK: the padded width of the rows less one is a multiple of it
+_CHUNK = 16  # permutations per pass (the sums of a chunk: chunk x cohorts x columns x 4 float32)
+
+
+def unsupported(lay: Layout) -> str | None:
+    """Why ``lay`` has no permutation band (None where it has): controls that are the never-trained instances alone
+    (the first group), and every cell's base the cohort's own base, the checkpoint before c or none."""
+    if lay.n_groups < 2 or lay.group_index[0] != NEVER_INDEX:
+        return "the layout has no never-trained controls"
+    if lay.controls and not (np.all(lay.cell_prefix == 1) and not lay.cell_own.any()):
+        return "its controls are not the never-trained instances alone (not-yet-treated controls)"
+    return None
+
+
+@dataclass
+class Plan:
+    """What every permutation of one layout reuses: the treated rows (float32, padded), the cohorts' slots, the
+    cells' coordinates in the sums, the controls' fixed part of each cell and the keys permutations are drawn over."""
+
+    y: np.ndarray  # (treated rows, padded width) float32: column 0 zero, then the layout's columns, then zeros
+    starts: np.ndarray  # (cohorts + 1,) the cohorts' slots among the treated rows (the layout's own sizes)
+    base: np.ndarray  # (cohorts,) each cohort's base column, padded coordinates
+    keys: np.ndarray  # (treated rows,) the key each treated row is permuted by
+    n_keys: int
+    cohort: np.ndarray  # per cell: its cohort (0-based among the treated groups)
+    col_t: np.ndarray  # per cell: its checkpoint's and its base's padded columns
+    col_b: np.ndarray
+    split: np.ndarray  # (cohorts,) padded column from which a cohort's cross products are with its base (before it:
+    # with the previous column)
+    cross: np.ndarray  # per cell: 1 its squares have a cross term (the sums' c at its column), 0 none (base: none)
+    n: np.ndarray  # per cell: its cohort's size (float)
+    shift: np.ndarray  # per cell: the controls' change less the level the estimate adds back (att = dm - shift)
+    ctrl_var: np.ndarray  # per cell: the controls' part of the variance (fixed)
+    treated_rows: slice  # the treated rows in the layout
+
+
+def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None) -> Plan:
+    """The ``Plan`` of ``lay`` (``unsupported`` must be None). ``keys``, ``n_keys``: the key of each of the layout's
+    data rows (``Layout.source_rows`` index them) and how many keys there are; default: the data rows themselves."""
+    treated = slice(int(lay.group_start[1]), lay.n_units)
+    width = lay.y.shape[1]
+    padded = 1 + -(-width // _BLOCK) * _BLOCK
+    y = np.zeros((lay.n_units - treated.start, padded), np.float32)
+    y[:, 1 : width + 1] = lay.y[treated]
+    rows = lay.source_rows if lay.source_rows is not None else np.arange(lay.n_units)
+    if keys is None:
+        keys, n_keys = rows, int(rows.max()) + 1
+    starts = lay.group_start[1:] - treated.start
+    cohort = lay.cell_group - 1
+    # each cohort's base: the base of its instantaneous cell (c = g), whatever the estimator
+    inst = lay.cell_t == lay.group_index[lay.cell_group]
+    base = np.full(lay.n_groups - 1, width - 1, np.int64)
+    base[cohort[inst]] = lay.cell_b[inst]
+    with_base = (lay.cell_b == base[cohort]) & (lay.cell_b != width - 1)
+    lagged = ~with_base & (lay.cell_b == lay.cell_t - 1)
+    none = lay.cell_b == width - 1
+    split = np.full(len(base), width + 1, np.int64)  # padded: from this column on, products with the base
+    np.minimum.at(split, cohort[with_base], lay.cell_t[with_base] + 1)
+    if not np.all(with_base | lagged | none) or np.any(lay.cell_t[lagged] + 1 >= split[cohort[lagged]]):
+        raise ValueError("a cell's base is neither its cohort's, the checkpoint before it nor none")
+    level = lay.level if lay.level is not None else np.zeros(width)
+    return Plan(
+        y=y, starts=starts, base=base + 1, split=np.minimum(split, padded), keys=np.asarray(keys)[rows[treated]], n_keys=int(n_keys), cohort=cohort,
+        col_t=lay.cell_t + 1, col_b=lay.cell_b + 1, cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
+        shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay),
+        treated_rows=treated,
+    )  # fmt: skip
+
+
+def _control_variance(lay: Layout) -> np.ndarray:
+    """Per cell, the controls' part of its HC1 variance, as ``did.point_estimates`` forms it for a control set of one
+    group (the never-trained instances): their centred changes' sum of squares over their size squared."""
+    if not lay.controls:
+        return np.zeros(len(lay.cell_group))
+    z = lay.y[lay.rows(0)] - lay.means[0]
+    gram = z.T @ z
+    t, b = lay.cell_t, lay.cell_b
+    return (gram[t, t] + gram[b, b] - 2 * gram[t, b]) / float(lay.group_n[0]) ** 2
+
+
+def orders(p: Plan, rng: np.random.Generator, count: int) -> np.ndarray:
+    """``count`` permutations (count x treated rows): row j lists, slot by slot, the treated row the j-th permutation
+    puts there. The treated rows are ranked by a random priority of their key (a uniform permutation of the keys, so
+    the ranks are a uniform permutation of the rows) in one pass over the keys, no sort."""
+    out = np.empty((count, len(p.keys)), np.int64)
+    slot = np.full(p.n_keys, -1, np.int64)
+    index = np.arange(len(p.keys))
+    for j in range(count):
+        priority = rng.permutation(p.n_keys)
+        slot[:] = -1
+        slot[priority[p.keys]] = index  # slot[r]: the treated row of priority r
+        out[j] = slot[slot >= 0]
+    return out
+
+
+def _library():
+    """_kernels.c's ``perm_sums`` and ``perm_cells`` with their argument types, or None (not built, switched off, a
+    library of another version)."""
+    lib = kernels._LIB
+    if lib is None or not hasattr(lib, "perm_version"):
+        return None
+    lib.perm_version.restype = ctypes.c_int64
+    if lib.perm_version() != 3:
+        return None
+    lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
+    lib.perm_sums.restype = None
+    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_double, ctypes.c_void_p,
+                               ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    lib.perm_cells.restype = None
+    return lib
+
+
+_LIB = _library()
+
+
+def compiled() -> bool:
+    """Whether the compiled sums run (not switched off by ``MEMTUI_KERNELS=numpy``, as the bootstrap's loop)."""
+    return _LIB is not None and os.environ.get("MEMTUI_KERNELS", "").lower() != "numpy"
+
+
+def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per permutation (the rows of ``order``) and cohort, the column sums s, q, c (count x cohorts x width, float32)
+    of y, y^2 and the cross products (y times the previous column before the cohort's ``split``, times its base
+    column from it on)."""
+    count, n_rows = order.shape
+    groups, width = len(p.base), p.y.shape[1]
+    out = [np.zeros((count, groups, width), np.float32) for _ in range(3)]
+    if compiled():
+        order = np.ascontiguousarray(order, np.int64)
+        _LIB.perm_sums(count, n_rows, groups, width, p.y.ctypes.data, order.ctypes.data, p.starts.ctypes.data,
+                       p.base.ctypes.data, p.split.ctypes.data, *(a.ctypes.data for a in out))  # fmt: skip
+        return out[0], out[1], out[2]
+    from scipy import sparse
+
+    lag = np.zeros_like(p.y)
+    lag[:, 1:] = p.y[:, 1:] * p.y[:, :-1]
+    stacked = np.hstack([p.y, p.y * p.y, lag])
+    label = np.repeat(np.arange(groups), np.diff(p.starts))
+    before = np.arange(width)[None, :] < p.split[:, None]  # (cohorts, width): the lag's columns
+    for j in range(count):
+        ones = sparse.csr_array((np.ones(n_rows, np.float32), (label, order[j])), shape=(groups, n_rows))
+        s_q_l = ones @ stacked
+        based = sparse.csr_array((p.y[order[j], p.base[label]], (label, order[j])), shape=(groups, n_rows))
+        out[0][j], out[1][j] = s_q_l[:, :width], s_q_l[:, width : 2 * width]
+        out[2][j] = np.where(before, s_q_l[:, 2 * width :], based @ p.y)
+    for a in out:
+        a[:, :, 0] = 0
+    return out[0], out[1], out[2]
+
+
+def cell_stats(p: Plan, s, q, c) -> tuple[np.ndarray, np.ndarray]:
+    """Per permutation and cell, the estimate and its variance (count x cells, float64) from the sums: the real
+    estimate's formulas (``did.point_estimates``) with the cohort's rows the permutation gave it."""
+    g, ct, cb, n = p.cohort, p.col_t, p.col_b, p.n
+    dm = (s[:, g, ct].astype(float) - s[:, g, cb]) / n
+    ss = q[:, g, ct].astype(float) + q[:, g, cb] - 2 * p.cross * c[:, g, ct].astype(float) - n * dm * dm
+    np.maximum(ss, 0, out=ss)
+    return dm - p.shift, ss / (n * n) + p.ctrl_var
+
+
+@dataclass
+class Drawn:
+    """A layout's permutations: each cell's estimate under each (cells x P, float32; the draws downstream reads) and,
+    per family of cells, the law of the studentised maximum over them: the observed labelling's first, then the P
+    permutations' (P + 1 values: exact p-values have P + 1 in the denominator)."""
+
+    cells: np.ndarray
+    laws: dict[str, np.ndarray]
+
+
+def _classes(fams: dict[str, np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The cells' classes by which families hold them: each cell's class (-1: in none) and, per family, its classes
+    (a family's maximum is the maximum of its classes', each class's taken once)."""
+    member = np.zeros(len(next(iter(fams.values()))), np.int64)
+    for i, m in enumerate(fams.values()):
+        member |= m.astype(np.int64) << i
+    kinds, label = np.unique(member, return_inverse=True)
+    label = np.where(member[...] > 0, label - int(kinds[0] == 0), -1)
+    kinds = kinds[kinds > 0]
+    return label.astype(np.int64), [np.flatnonzero(kinds >> i & 1) for i in range(len(fams))]
+
+
+def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: float, cells: np.ndarray,
+           start: int) -> np.ndarray:  # fmt: skip
+    """One chunk of permutations: their estimates into ``cells[:, start:]`` and each class's maximum |t| (chunk x
+    classes)."""
+    top = np.zeros((len(order), n_labels))
+    if compiled():
+        att = np.empty((len(order), len(p.cohort)), np.float32)
+        s = sums(p, order)
+        _LIB.perm_cells(
+            len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
+            p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
+            p.ctrl_var.ctypes.data, floor, label.ctypes.data, n_labels, att.ctypes.data, top.ctypes.data,
+        )  # fmt: skip
+        cells[:, start : start + len(order)] = att.T
+        return top
+    att, var = cell_stats(p, *sums(p, order))
+    cells[:, start : start + len(order)] = att.T
+    se = np.sqrt(var)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(se > floor, np.abs(att) / se, 0.0)
+    for k in range(n_labels):
+        top[:, k] = t[:, label == k].max(axis=1)
+    return top
+
+
+def permute(
+    lay: Layout, est, masks: dict[str, np.ndarray], se: np.ndarray, *, count: int, seed: int, floor: float,
+    keys: np.ndarray | None = None, n_keys: int | None = None, progress: Callable[[float], None] | None = None,
+    prepared: Plan | None = None,
+) -> Drawn:  # fmt: skip
+    """``count`` seeded permutations of ``lay``'s cohort labels: the cells' permuted estimates and each mask's law of
+    max |estimate / its standard error| over its cells with a usable ``se`` (the observed standard errors, floored:
+    a cell without one is in no family). Each permutation's standard errors are its own (the estimate's formula), a
+    permuted one at or below ``floor`` leaving its cell out of that permutation's maximum."""
+    p = prepared if prepared is not None else plan(lay, est, keys, n_keys)
+    usable = np.isfinite(se)
+    fams = {name: np.asarray(m, bool) & usable for name, m in masks.items()}
+    label, classes = _classes(fams)
+    n_labels = int(label.max()) + 1
+    observed = np.abs(est.att / np.where(usable, se, 1.0))
+    top = np.zeros((count, max(n_labels, 1)))
+    cells = np.empty((len(lay.cell_group), count), np.float32)
+    rng = np.random.default_rng(seed)
+    chunks = [(start, orders(p, rng, min(_CHUNK, count - start))) for start in range(0, count, _CHUNK)]
+    done = [0]
+
+    def one(item) -> None:
+        start, order = item
+        top[start : start + len(order), :n_labels] = _chunk(p, order, label, n_labels, floor, cells, start)
+        done[0] += len(order)
+        if progress is not None:
+            progress(min(1.0, done[0] / count))
+
+    workers = min(len(chunks), os.cpu_count() or 1)
+    if workers <= 1:
+        for item in chunks:
+            one(item)
+    else:  # the compiled loops release the GIL: chunks on every core (each writes its own columns)
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(one, chunks))
+    laws = {}
+    for (name, m), mine in zip(fams.items(), classes, strict=True):
+        laws[name] = np.full(count + 1, np.nan)
+        if m.any():  # the observed labelling's maximum first, then the permutations'
+            laws[name][0] = observed[m].max()
+            laws[name][1:] = top[:, mine].max(axis=1)
+    return Drawn(cells=cells, laws=laws)
