@@ -98,10 +98,10 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
         raise ValueError("a cell's base is neither its cohort's, the checkpoint before it nor none")
     level = lay.level if lay.level is not None else np.zeros(width)
     return Plan(
-        y=y, starts=starts, base=base + 1, split=np.minimum(split, padded), keys=np.asarray(keys)[rows[treated]], n_keys=int(n_keys), cohort=cohort,
-        col_t=lay.cell_t + 1, col_b=lay.cell_b + 1, cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
-        shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay),
-        treated_rows=treated,
+        y=y, starts=starts, base=base + 1, split=np.minimum(split, padded), keys=np.asarray(keys)[rows[treated]],
+        n_keys=int(n_keys), cohort=cohort, col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
+        cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
+        shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay), treated_rows=treated,
     )  # fmt: skip
 
 
@@ -198,11 +198,13 @@ def cell_stats(p: Plan, s, q, c) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class Drawn:
-    """A layout's permutations: each cell's estimate under each (cells x P, float32; the draws downstream reads) and,
-    per family of cells, the law of the studentised maximum over them: the observed labelling's first, then the P
-    permutations' (P + 1 values: exact p-values have P + 1 in the denominator)."""
+    """A layout's permutations: each cell's estimate under each, less its mean over them (cells x P, float32: the
+    draws downstream reads, centred as a bootstrap's are), that mean (``centre``: the permuted estimates are
+    ``cells + centre``) and, per family of cells, the law of the studentised maximum over them: the observed
+    labelling's first, then the P permutations' (P + 1 values: exact p-values have P + 1 in the denominator)."""
 
     cells: np.ndarray
+    centre: np.ndarray
     laws: dict[str, np.ndarray]
 
 
@@ -284,4 +286,6 @@ def permute(
         if m.any():  # the observed labelling's maximum first, then the permutations'
             laws[name][0] = observed[m].max()
             laws[name][1:] = top[:, mine].max(axis=1)
-    return Drawn(cells=cells, laws=laws)
+    centre = cells.mean(axis=1, dtype=np.float64)
+    cells -= centre.astype(np.float32)[:, None]
+    return Drawn(cells=cells, centre=centre, laws=laws)
