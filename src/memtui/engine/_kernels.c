@@ -160,7 +160,50 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
    cache while the cohort's rows are read). Column 0 of the outputs is left as it is. Compiled for AVX2 as well where
    the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
    arguments' version of perm_sums and perm_cells, which memtui.engine.permutations checks before calling them. */
-int64_t perm_version(void) { return 3; }
+int64_t perm_version(void) { return 4; }
+
+/* splitmix64 (Steele, Lea & Flood 2014): the permutations' generator, one stream per permutation from its seed. */
+static inline uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* A uniform integer in [0, n), n < 2^32: Lemire's multiply-shift on the top 32 bits of a draw, rejecting the few
+   low products that would bias it (exact). */
+static inline uint64_t below(uint64_t *state, uint64_t n)
+{
+    const uint64_t threshold = (((uint64_t)1 << 32) - n) % n;
+    for (;;) {
+        const uint64_t product = (splitmix64(state) >> 32) * n;
+        if ((product & 0xFFFFFFFFULL) >= threshold)
+            return product >> 32;
+    }
+}
+
+/* The permutations' slot lists (memtui.engine.permutations.orders): for permutation j, the keys 0 .. n_keys - 1 in a
+   uniformly random order (Fisher-Yates, from the last position down, with the stream seeded by seeds[j], in work), and
+   out[j * n_rows ...] the treated rows of the keys in that order (row_of_key[k] < 0: no treated row has key k). */
+void perm_orders(int64_t count, int64_t n_keys, const uint64_t *restrict seeds, const int64_t *restrict row_of_key,
+                 int64_t n_rows, int64_t *restrict work, int64_t *restrict out)
+{
+    for (int64_t j = 0; j < count; j++) {
+        uint64_t state = seeds[j];
+        for (int64_t k = 0; k < n_keys; k++)
+            work[k] = k;
+        for (int64_t i = n_keys - 1; i > 0; i--) {
+            const int64_t other = (int64_t)below(&state, (uint64_t)i + 1), kept = work[i];
+            work[i] = work[other];
+            work[other] = kept;
+        }
+        int64_t *dst = out + j * n_rows;
+        for (int64_t k = 0; k < n_keys; k++)
+            if (row_of_key[work[k]] >= 0)
+                *dst++ = row_of_key[work[k]];
+    }
+}
 
 #define PERM_AHEAD 4 /* rows ahead whose cache lines perm_sums prefetches */
 

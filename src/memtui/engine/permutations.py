@@ -60,6 +60,7 @@ class Plan:
     base: np.ndarray  # (cohorts,) each cohort's base column, padded coordinates
     keys: np.ndarray  # (treated rows,) the key each treated row is permuted by
     n_keys: int
+    row_of_key: np.ndarray  # (n_keys,) the treated row of each key (-1: none)
     cohort: np.ndarray  # per cell: its cohort (0-based among the treated groups)
     col_t: np.ndarray  # per cell: its checkpoint's and its base's padded columns
     col_b: np.ndarray
@@ -97,9 +98,14 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
     if not np.all(with_base | lagged | none) or np.any(lay.cell_t[lagged] + 1 >= split[cohort[lagged]]):
         raise ValueError("a cell's base is neither its cohort's, the checkpoint before it nor none")
     level = lay.level if lay.level is not None else np.zeros(width)
+    keys = np.asarray(keys)[rows[treated]]
+    row_of_key = np.full(int(n_keys), -1, np.int64)
+    row_of_key[keys] = np.arange(len(keys))
+    if np.count_nonzero(row_of_key >= 0) != len(keys):
+        raise ValueError("two treated rows share a key: permutations need one key per instance")
     return Plan(
-        y=y, starts=starts, base=base + 1, split=np.minimum(split, padded), keys=np.asarray(keys)[rows[treated]],
-        n_keys=int(n_keys), cohort=cohort, col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
+        y=y, starts=starts, base=base + 1, split=np.minimum(split, padded), keys=keys,
+        n_keys=int(n_keys), row_of_key=row_of_key, cohort=cohort, col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
         shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay), treated_rows=treated,
     )  # fmt: skip
@@ -116,18 +122,55 @@ def _control_variance(lay: Layout) -> np.ndarray:
     return (gram[t, t] + gram[b, b] - 2 * gram[t, b]) / float(lay.group_n[0]) ** 2
 
 
-def orders(p: Plan, rng: np.random.Generator, count: int) -> np.ndarray:
-    """``count`` permutations (count x treated rows): row j lists, slot by slot, the treated row the j-th permutation
-    puts there. The treated rows are ranked by a random priority of their key (a uniform permutation of the keys, so
-    the ranks are a uniform permutation of the rows) in one pass over the keys, no sort."""
-    out = np.empty((count, len(p.keys)), np.int64)
-    slot = np.full(p.n_keys, -1, np.int64)
-    index = np.arange(len(p.keys))
-    for j in range(count):
-        priority = rng.permutation(p.n_keys)
-        slot[:] = -1
-        slot[priority[p.keys]] = index  # slot[r]: the treated row of priority r
-        out[j] = slot[slot >= 0]
+def orders(p: Plan, seeds: np.ndarray) -> np.ndarray:
+    """One permutation per seed (count x treated rows): row j lists, slot by slot, the treated row the j-th
+    permutation puts there: the keys in a uniformly random order (Fisher-Yates with splitmix64 seeded by ``seeds[j]``),
+    the treated rows of those keys in that order. The order of the keys is uniform, so are the ranks of any subset of
+    them, and the orders induced on disjoint subsets are independent: layouts on one set of keys get the same
+    relabelling, subgroups independent ones within each (a stratified permutation). The compiled loop and numpy's
+    make the same permutations."""
+    seeds = np.ascontiguousarray(seeds, np.uint64)
+    out = np.empty((len(seeds), len(p.keys)), np.int64)
+    if compiled():
+        work = np.empty(p.n_keys, np.int64)
+        _LIB.perm_orders(len(seeds), p.n_keys, seeds.ctypes.data, p.row_of_key.ctypes.data, len(p.keys),
+                         work.ctypes.data, out.ctypes.data)  # fmt: skip
+        return out
+    state = seeds.copy()
+    work = np.tile(np.arange(p.n_keys, dtype=np.int64), (len(seeds), 1))
+    rows = np.arange(len(seeds))
+    for i in range(p.n_keys - 1, 0, -1):
+        other = _below(state, i + 1)
+        kept = work[:, i].copy()
+        work[:, i] = work[rows, other]
+        work[rows, other] = kept
+    mapped = p.row_of_key[work]
+    return mapped[mapped >= 0].reshape(len(seeds), len(p.keys))
+
+
+_GOLDEN, _MIX1, _MIX2 = np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix(state: np.ndarray, todo: np.ndarray) -> np.ndarray:
+    """splitmix64's next draw of the streams ``todo`` (advancing their states), as _kernels.c's."""
+    state[todo] += _GOLDEN
+    z = state[todo].copy()
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+def _below(state: np.ndarray, n: int) -> np.ndarray:
+    """Per stream, a uniform integer in [0, n) as _kernels.c's ``below`` draws it (Lemire, with its rejections)."""
+    threshold = np.uint64(((1 << 32) - n) % n)
+    out = np.empty(len(state), np.int64)
+    todo = np.ones(len(state), bool)
+    while todo.any():
+        product = (_splitmix(state, todo) >> np.uint64(32)) * np.uint64(n)
+        ok = (product & np.uint64(0xFFFFFFFF)) >= threshold
+        idx = np.flatnonzero(todo)
+        out[idx[ok]] = (product[ok] >> np.uint64(32)).astype(np.int64)
+        todo[idx[ok]] = False
     return out
 
 
@@ -138,13 +181,16 @@ def _library():
     if lib is None or not hasattr(lib, "perm_version"):
         return None
     lib.perm_version.restype = ctypes.c_int64
-    if lib.perm_version() != 3:
+    if lib.perm_version() != 4:
         return None
     lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
     lib.perm_sums.restype = None
     lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_double, ctypes.c_void_p,
                                ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
     lib.perm_cells.restype = None
+    lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    lib.perm_orders.restype = None
     return lib
 
 
@@ -262,12 +308,13 @@ def permute(
     observed = np.abs(est.att / np.where(usable, se, 1.0))
     top = np.zeros((count, max(n_labels, 1)))
     cells = np.empty((len(lay.cell_group), count), np.float32)
-    rng = np.random.default_rng(seed)
-    chunks = [(start, orders(p, rng, min(_CHUNK, count - start))) for start in range(0, count, _CHUNK)]
+    seeds = np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.int64).astype(np.uint64)
+    chunks = [(start, seeds[start : start + _CHUNK]) for start in range(0, count, _CHUNK)]
     done = [0]
 
     def one(item) -> None:
-        start, order = item
+        start, mine = item
+        order = orders(p, mine)
         top[start : start + len(order), :n_labels] = _chunk(p, order, label, n_labels, floor, cells, start)
         done[0] += len(order)
         if progress is not None:
