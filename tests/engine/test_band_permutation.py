@@ -156,3 +156,20 @@ def test_a_layout_with_not_yet_treated_controls_is_not_permuted():
     y, treatment, steps = _data()
     lay = build_layout(y, treatment, steps, never=NEVER, control_group="not_yet_treated")
     assert "not-yet-treated" in permutations.unsupported(lay)
+
+
+def test_without_keys_layouts_of_the_same_treated_instances_get_the_same_relabelling():
+    """A suite's layouts carry no source: the treated instances are keyed by rank, so a layout that lost some
+    never-trained rows (missing values) relabels its treated instances as the whole panel's does."""
+    y, treatment, steps = _data()
+    lay = build_layout(y, treatment, steps, never=NEVER)
+    last_never = np.flatnonzero(treatment == NEVER)[-3:]
+    holes = y.copy()
+    holes[last_never, 2] = np.nan
+    lay_h = build_layout(holes, treatment, steps, never=NEVER)
+    assert lay_h.n_units == lay.n_units - 3
+    p, p_h = permutations.plan(lay, did.point_estimates(lay)), permutations.plan(lay_h, did.point_estimates(lay_h))
+    seeds = np.arange(3, dtype=np.uint64)
+    rows = lay.source_rows[p.treated_rows][permutations.orders(p, seeds)]
+    rows_h = lay_h.source_rows[p_h.treated_rows][permutations.orders(p_h, seeds)]
+    np.testing.assert_array_equal(rows, rows_h)

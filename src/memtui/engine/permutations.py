@@ -16,11 +16,12 @@ the checkpoint before c for varying-base placebo cells). The controls (never tra
 cell is computed once. The sums are one pass over the treated rows per permutation (``_kernels.c``'s ``perm_sums``;
 a sparse product in numpy where the library is not built).
 
-Permutations are drawn over *keys* (the panel's instance ids, or a ``JointMultipliers`` source's keys): permutation j
-ranks the treated rows by a seeded random priority of their key and hands the cohorts' slots out in that order, so two
-layouts with the same treated instances and cohort sizes (one panel scored by several models, several metrics) get the
-same relabelling, and layouts on disjoint subsets of one panel (subgroups) get a relabelling within each subset: a
-permutation stratified by subset, exact for their joint statements.
+Permutations are drawn over *keys*: by default each treated instance's rank among the treated instances (by panel
+row), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j puts the keys in a uniformly random
+order and hands the cohorts' slots out in that order, so two layouts with the same treated instances and cohort sizes
+(one panel scored by several models, several metrics) get the same relabelling, and layouts on disjoint subsets of one
+keyed panel (subgroups) independent relabellings within each: a permutation stratified by subset, exact for their
+joint statements.
 """
 
 from __future__ import annotations
@@ -75,15 +76,19 @@ class Plan:
 
 def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None) -> Plan:
     """The ``Plan`` of ``lay`` (``unsupported`` must be None). ``keys``, ``n_keys``: the key of each of the layout's
-    data rows (``Layout.source_rows`` index them) and how many keys there are; default: the data rows themselves."""
+    data rows (``Layout.source_rows`` index them) and how many keys there are (a source shared by layouts on subsets
+    of one panel: subgroups, seeds); default: each treated instance's rank among the treated instances (by data row),
+    so that layouts of the same instances (a suite's models and metrics) key them alike whatever else they hold."""
     treated = slice(int(lay.group_start[1]), lay.n_units)
     width = lay.y.shape[1]
     padded = 1 + -(-width // _BLOCK) * _BLOCK
     y = np.zeros((lay.n_units - treated.start, padded), np.float32)
     y[:, 1 : width + 1] = lay.y[treated]
     rows = lay.source_rows if lay.source_rows is not None else np.arange(lay.n_units)
-    if keys is None:
-        keys, n_keys = rows, int(rows.max()) + 1
+    if keys is None:  # each treated instance keyed by its rank among them: the same instances, the same keys
+        keys = np.empty(int(rows.max()) + 1, np.int64)
+        keys[np.sort(rows[treated])] = np.arange(lay.n_units - treated.start)
+        n_keys = lay.n_units - treated.start
     starts = lay.group_start[1:] - treated.start
     cohort = lay.cell_group - 1
     # each cohort's base: the base of its instantaneous cell (c = g), whatever the estimator

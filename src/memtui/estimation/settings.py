@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from memtui.core.errors import MemtuiError
+from memtui.engine.band_permutation import PERMUTATION
 from memtui.engine.band_registry import BANDS, DEFAULT_BAND, BandName
 from memtui.estimation.choices import SETTING_CHOICES
 
@@ -144,5 +145,5 @@ def default_band(panel, *, draws: int, control_group: str, covariates, cluster: 
         return DEFAULT_BAND, "no draws: pointwise bands"
     why = order_not_shuffled(panel) or design_not_permutable(control_group, covariates, cluster, engine)
     if why is None:
-        return "permutation", "the panel's training order is a uniform shuffle: the permutation band (exact by design)"
+        return PERMUTATION.name, "the panel's training order is a uniform shuffle: the permutation band, exact by design"
     return DEFAULT_BAND, why
