@@ -145,5 +145,5 @@ def default_band(panel, *, draws: int, control_group: str, covariates, cluster: 
         return DEFAULT_BAND, "no draws: pointwise bands"
     why = order_not_shuffled(panel) or design_not_permutable(control_group, covariates, cluster, engine)
     if why is None:
-        return PERMUTATION.name, "the panel's training order is a uniform shuffle: the permutation band, exact by design"
+        return PERMUTATION.name, "the panel's training order is a uniform shuffle: the permutation band (exact)"
     return DEFAULT_BAND, why
