@@ -160,7 +160,7 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
    cache while the cohort's rows are read). Column 0 of the outputs is left as it is. Compiled for AVX2 as well where
    the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
    arguments' version of perm_sums and perm_cells, which memtui.engine.permutations checks before calling them. */
-int64_t perm_version(void) { return 4; }
+int64_t perm_version(void) { return 5; }
 
 /* splitmix64 (Steele, Lea & Flood 2014): the permutations' generator, one stream per permutation from its seed. */
 static inline uint64_t splitmix64(uint64_t *state)
@@ -206,6 +206,7 @@ void perm_orders(int64_t count, int64_t n_keys, const uint64_t *restrict seeds, 
 }
 
 #define PERM_AHEAD 4 /* rows ahead whose cache lines perm_sums prefetches */
+#define PERM_CELLS 1024 /* cells perm_cells takes through every permutation of a chunk at once */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define PERM_CLONES __attribute__((target_clones("avx2", "default")))
@@ -252,33 +253,40 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
 
 /* Per permutation j and cell k, from perm_sums' sums (in double): the cell's estimate dm - shift[k] (dm: the change
    of its cohort's mean from its base column col_b[k] to its column col_t[k]) into att[j * n_cells + k], and its
-   studentised |estimate| / sqrt(variance) (variance: the cohort's centred changes' sum of squares over n^2, plus the
-   controls' fixed ctrl_var[k]; the cross term of the squares c[col_t], or none where cross[k] is 0) folded into
-   the running maximum label_max[j * n_labels + label[k]] of the cell's class of families (label -1: none). A
-   standard error at or below floor leaves the cell out. */
+   squared studentised estimate estimate^2 / variance (variance: the cohort's centred changes' sum of squares over
+   n^2, plus the controls' fixed ctrl_var[k]; the cross term of the squares c[col_t], or none where cross[k] is 0)
+   folded into the running maximum label_max[j * n_labels + label[k]] of the cell's class of families (label -1:
+   none). A variance at or below floor2 (the squared standard-error floor) leaves the cell out. */
 void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t width, const float *restrict s,
                 const float *restrict q, const float *restrict c,
                 const int64_t *restrict cohort, const int64_t *restrict col_t, const int64_t *restrict col_b,
                 const int64_t *restrict cross, const double *restrict n, const double *restrict shift,
-                const double *restrict ctrl_var, double floor, const int64_t *restrict label, int64_t n_labels,
+                const double *restrict ctrl_var, double floor2, const int64_t *restrict label, int64_t n_labels,
                 float *restrict att, double *restrict label_max)
 {
-    for (int64_t j = 0; j < n_perms; j++) {
-        double *lm = label_max + j * n_labels;
-        for (int64_t k = 0; k < n_cells; k++) {
-            const int64_t row = (j * n_groups + cohort[k]) * width, t = row + col_t[k], b = row + col_b[k];
-            const double nk = n[k];
-            const double dm = ((double)s[t] - (double)s[b]) / nk;
-            const double cr = cross[k] ? (double)c[t] : 0.0;
-            double ss = (double)q[t] + (double)q[b] - 2.0 * cr - nk * dm * dm;
-            ss = ss < 0.0 ? 0.0 : ss;
-            const double a = dm - shift[k];
-            att[j * n_cells + k] = (float)a;
-            const double se = sqrt(ss / (nk * nk) + ctrl_var[k]);
-            if (label[k] < 0 || !(se > floor))
-                continue;
-            const double tk = fabs(a) / se;
-            lm[label[k]] = tk > lm[label[k]] ? tk : lm[label[k]];
+    /* cells in blocks, every permutation of the chunk over a block: the cells' constants are read from cache once
+       per block, not once per permutation */
+    for (int64_t k0 = 0; k0 < n_cells; k0 += PERM_CELLS) {
+        const int64_t k1 = k0 + PERM_CELLS < n_cells ? k0 + PERM_CELLS : n_cells;
+        for (int64_t j = 0; j < n_perms; j++) {
+            double *lm = label_max + j * n_labels;
+            const float *sj = s + j * n_groups * width, *qj = q + j * n_groups * width, *cj = c + j * n_groups * width;
+            float *aj = att + j * n_cells;
+            for (int64_t k = k0; k < k1; k++) {
+                const int64_t row = cohort[k] * width, t = row + col_t[k], b = row + col_b[k];
+                const double nk = n[k];
+                const double dm = ((double)sj[t] - (double)sj[b]) / nk;
+                const double cr = cross[k] ? (double)cj[t] : 0.0;
+                double ss = (double)qj[t] + (double)qj[b] - 2.0 * cr - nk * dm * dm;
+                ss = ss < 0.0 ? 0.0 : ss;
+                const double a = dm - shift[k];
+                aj[k] = (float)a;
+                const double var = ss / (nk * nk) + ctrl_var[k];
+                if (label[k] < 0 || !(var > floor2))
+                    continue;
+                const double t2 = a * a / var; /* squared: the maxima are compared, and rooted, by the caller */
+                lm[label[k]] = t2 > lm[label[k]] ? t2 : lm[label[k]];
+            }
         }
     }
 }

@@ -186,7 +186,7 @@ def _library():
     if lib is None or not hasattr(lib, "perm_version"):
         return None
     lib.perm_version.restype = ctypes.c_int64
-    if lib.perm_version() != 4:
+    if lib.perm_version() != 5:
         return None
     lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
     lib.perm_sums.restype = None
@@ -282,10 +282,10 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
         _LIB.perm_cells(
             len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
             p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
-            p.ctrl_var.ctypes.data, floor, label.ctypes.data, n_labels, att.ctypes.data, top.ctypes.data,
+            p.ctrl_var.ctypes.data, floor * floor, label.ctypes.data, n_labels, att.ctypes.data, top.ctypes.data,
         )  # fmt: skip
         cells[:, start : start + len(order)] = att.T
-        return top
+        return np.sqrt(top)
     att, var = cell_stats(p, *sums(p, order))
     cells[:, start : start + len(order)] = att.T
     se = np.sqrt(var)
