@@ -92,9 +92,16 @@ def test_layouts_of_the_same_instances_in_another_row_order_get_the_same_relabel
     p = permutations.plan(lay, est, keys, len(keys))
     p_r = permutations.plan(lay_r, est_r, flip, len(keys))  # row i of the flipped data is instance flip[i]
     seeds = np.arange(7, 12, dtype=np.uint64)
-    inst = p.keys[permutations.orders(p, seeds)]  # instance in each slot
-    inst_r = p_r.keys[permutations.orders(p_r, seeds)]
-    np.testing.assert_array_equal(inst, inst_r)
+    np.testing.assert_array_equal(_new_cohorts(p, seeds, p.keys), _new_cohorts(p_r, seeds, p_r.keys))
+
+
+def _new_cohorts(p, seeds, keys) -> np.ndarray:
+    """Per permutation, the cohort (slot group) each instance gets, indexed by its key."""
+    slot_group = np.repeat(np.arange(len(p.starts) - 1), np.diff(p.starts))
+    out = np.full((len(seeds), int(keys.max()) + 1), -1)
+    for j, order in enumerate(permutations.orders(p, seeds)):
+        out[j, keys[order]] = slot_group
+    return out
 
 
 def _null_p_values(lay, est, *, count: int, seed: int, broken: bool, monkeypatch) -> dict[str, float]:
@@ -170,6 +177,29 @@ def test_without_keys_layouts_of_the_same_treated_instances_get_the_same_relabel
     assert lay_h.n_units == lay.n_units - 3
     p, p_h = permutations.plan(lay, did.point_estimates(lay)), permutations.plan(lay_h, did.point_estimates(lay_h))
     seeds = np.arange(3, dtype=np.uint64)
-    rows = lay.source_rows[p.treated_rows][permutations.orders(p, seeds)]
-    rows_h = lay_h.source_rows[p_h.treated_rows][permutations.orders(p_h, seeds)]
-    np.testing.assert_array_equal(rows, rows_h)
+    by_row = _new_cohorts(p, seeds, lay.source_rows[p.treated_rows])
+    np.testing.assert_array_equal(by_row, _new_cohorts(p_h, seeds, lay_h.source_rows[p_h.treated_rows]))
+    assert (by_row >= 0).sum() == len(seeds) * len(p.keys)
+
+
+def test_seeds_are_relabelled_by_one_permutation_of_the_instances():
+    """Two labellings of the same instances (two seeds' orders): each permutation relabels both by the same pi of the
+    instances (an instance takes the cohort its image had, a_s o pi), so each seed keeps its own cohort sizes and
+    their joint law is invariant: joint statements across seeds stay exact."""
+    y, treatment, steps = _data()
+    other = treatment.copy()
+    trained = other != NEVER
+    other[trained] = np.random.default_rng(0).permutation(other[trained])  # another seed: other cohorts
+    keys = np.arange(len(treatment))
+    seeds = np.arange(3, dtype=np.uint64)
+    maps = []
+    for t in (treatment, other):
+        lay = build_layout(y, t, steps, never=NEVER)
+        p = permutations.plan(lay, did.point_estimates(lay), keys, len(keys))
+        key_of = keys[lay.source_rows[p.treated_rows]]
+        pi = np.full((len(seeds), len(keys)), -1)
+        for j, order in enumerate(permutations.orders(p, seeds)):
+            pi[j, key_of[order]] = key_of  # the instance that takes slot p takes the cohort of the one observed there
+        maps.append(pi)
+    np.testing.assert_array_equal(maps[0], maps[1])
+    assert not np.array_equal(maps[0][0][maps[0][0] >= 0], np.flatnonzero(maps[0][0] >= 0))  # not the identity

@@ -129,18 +129,32 @@ def _control_variance(lay: Layout) -> np.ndarray:
 
 def orders(p: Plan, seeds: np.ndarray) -> np.ndarray:
     """One permutation per seed (count x treated rows): row j lists, slot by slot, the treated row the j-th
-    permutation puts there: the keys in a uniformly random order (Fisher-Yates with splitmix64 seeded by ``seeds[j]``),
-    the treated rows of those keys in that order. The order of the keys is uniform, so are the ranks of any subset of
-    them, and the orders induced on disjoint subsets are independent: layouts on one set of keys get the same
-    relabelling, subgroups independent ones within each (a stratified permutation). The compiled loop and numpy's
-    make the same permutations."""
+    permutation puts there.
+
+    Permutation j is a permutation pi of the treated instances' keys: the keys in a uniformly random order
+    (Fisher-Yates with splitmix64 seeded by ``seeds[j]``) matched, in turn, with the keys in ascending order; an
+    instance then takes the cohort the observed labelling gave its image (a relabelling a o pi of the observed labels
+    a). Layouts of the same instances get the same pi: one panel scored by several models, several metrics (one
+    labelling: the same relabelling) and the seeds of a seed suite (independent labellings a_s, each relabelled by the
+    same pi: their joint law is invariant under it, so joint statements stay exact). The orders pi induces on
+    disjoint subsets of the keys are independent and uniform: subgroups get a permutation stratified by group. The
+    compiled loop and numpy make the same permutations."""
     seeds = np.ascontiguousarray(seeds, np.uint64)
-    out = np.empty((len(seeds), len(p.keys)), np.int64)
+    shuffled = np.empty((len(seeds), len(p.keys)), np.int64)  # per permutation: the treated rows in its key order
     if compiled():
         work = np.empty(p.n_keys, np.int64)
         _LIB.perm_orders(len(seeds), p.n_keys, seeds.ctypes.data, p.row_of_key.ctypes.data, len(p.keys),
-                         work.ctypes.data, out.ctypes.data)  # fmt: skip
-        return out
+                         work.ctypes.data, shuffled.ctypes.data)  # fmt: skip
+    else:
+        shuffled[:] = _shuffled(p, seeds)
+    # pi maps the m-th treated row in key order to the m-th in shuffled order: the slot of row pi(i) goes to row i
+    out = np.empty_like(shuffled)
+    np.put_along_axis(out, shuffled, np.argsort(p.keys, kind="stable")[None, :], axis=1)
+    return out
+
+
+def _shuffled(p: Plan, seeds: np.ndarray) -> np.ndarray:
+    """numpy's Fisher-Yates of ``perm_orders``, the same draws: per seed, the treated rows in its order of the keys."""
     state = seeds.copy()
     work = np.tile(np.arange(p.n_keys, dtype=np.int64), (len(seeds), 1))
     rows = np.arange(len(seeds))
