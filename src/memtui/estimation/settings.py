@@ -40,7 +40,7 @@ class Settings:
     estimator: str = "did"
     base_period: str = "varying"  # pre-treatment cells: "varying" (checkpoint before c) or "universal" (before g)
     control_group: str = "never_treated"  # or "not_yet_treated"
-    draws: int = DEFAULT_DRAWS  # multiplier-bootstrap draws; 0 = analytic standard errors and pointwise bands only
+    draws: int = DEFAULT_DRAWS  # bootstrap draws B (permutations P under band permutation); 0 = analytic, pointwise
     multiplier: str = "rademacher"  # or "mammen"
     seed: int = 0
     alpha: float = 0.05
