@@ -134,3 +134,12 @@ def test_level_on_null_panels_of_skewed_persistent_noise(broken, monkeypatch):
     level_held = np.mean(flagged) <= 0.05 + 3 * mc
     uniform = abs(np.mean(np.asarray(p_values) <= 0.5) - 0.5) <= 4 * np.sqrt(0.25 / reps)
     assert (level_held and uniform) != broken
+
+
+def test_a_design_with_too_few_labellings_says_nothing_can_be_significant():
+    d = simulate(Simulation(n_cohorts=1, per_cohort=12, n_never=40, n_checkpoints=8, seed=0, effect=5.0))
+    panel = Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(len(d["steps"]), bool),
+                  metrics=dict(d["values"]), signs=dict(d["signs"]))  # fmt: skip
+    r = estimate(panel, PERM)
+    assert any("distinct labellings" in note for note in r.notes)
+    assert not r.cells["significant"].any()  # one cohort: every permutation is the observed labelling

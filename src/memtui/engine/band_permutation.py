@@ -188,12 +188,24 @@ class PermutationBand:
 
         if not drawn:  # pointwise, analytic bands: R did's rule, as every band without draws
             return evidence.r_did_notes(lay, est)
+        import math
+
         treated = int(lay.n_units - lay.group_n[0])
-        return [
+        notes = [
             f"permutation band: the cohort labels of the {treated} treated instances permuted (cohort sizes kept, the "
             f"{int(lay.group_n[0])} never-trained instances fixed); exact under the sharp null of no cohort-specific "
             "effect where the training order is a uniform shuffle"
         ]
+        # how many distinct labellings there are: N! / prod n_g! (a permutation within a cohort changes nothing)
+        sizes = lay.group_n[1:]
+        labellings = math.lgamma(treated + 1) - sum(math.lgamma(int(n) + 1) for n in sizes)
+        if labellings < math.log(20):
+            notes.append(
+                f"only {round(math.exp(labellings))} distinct labellings of the treated instances exist: the "
+                "permutation band cannot mark anything significant at 5 % (a p-value is at least one over their "
+                "number); use --band calibrated"
+            )
+        return notes
 
     def design_notes(self, cohorts, post_cells, min_control) -> list[str]:
         return []  # exact by design at any cohort size

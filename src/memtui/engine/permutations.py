@@ -330,11 +330,16 @@ def permute(
     seeds = np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.int64).astype(np.uint64)
     chunks = [(start, seeds[start : start + _CHUNK]) for start in range(0, count, _CHUNK)]
     done = [0]
+    slot_group = np.repeat(np.arange(len(p.starts) - 1), np.diff(p.starts))
+    unchanged = np.zeros(count, bool)
 
     def one(item) -> None:
         start, mine = item
         order = orders(p, mine)
         top[start : start + len(order), :n_labels] = _chunk(p, order, label, n_labels, floor, cells, start)
+        # a permutation that leaves every instance in its cohort is the observed labelling (a design with few
+        # labellings draws it): its maxima are the observed ones, not their float32 recomputation
+        unchanged[start : start + len(order)] = (slot_group[order] == slot_group).all(axis=1)
         done[0] += len(order)
         if progress is not None:
             progress(min(1.0, done[0] / count))
@@ -351,7 +356,7 @@ def permute(
         laws[name] = np.full(count + 1, np.nan)
         if m.any():  # the observed labelling's maximum first, then the permutations'
             laws[name][0] = observed[m].max()
-            laws[name][1:] = top[:, mine].max(axis=1)
+            laws[name][1:] = np.where(unchanged, laws[name][0], top[:, mine].max(axis=1))
     centre = cells.mean(axis=1, dtype=np.float64)
     cells -= centre.astype(np.float32)[:, None]
     return Drawn(cells=cells, centre=centre, laws=laws)
