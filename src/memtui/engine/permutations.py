@@ -62,6 +62,7 @@ class Plan:
     keys: np.ndarray  # (treated rows,) the key each treated row is permuted by
     n_keys: int
     row_of_key: np.ndarray  # (n_keys,) the treated row of each key (-1: none)
+    by_key: np.ndarray  # (treated rows,) the treated rows in ascending order of their keys
     cohort: np.ndarray  # per cell: its cohort (0-based among the treated groups)
     col_t: np.ndarray  # per cell: its checkpoint's and its base's padded columns
     col_b: np.ndarray
@@ -110,7 +111,8 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
         raise ValueError("two treated rows share a key: permutations need one key per instance")
     return Plan(
         y=y, starts=starts, base=base + 1, split=np.minimum(split, padded), keys=keys,
-        n_keys=int(n_keys), row_of_key=row_of_key, cohort=cohort, col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
+        n_keys=int(n_keys), row_of_key=row_of_key, by_key=np.argsort(keys, kind="stable"), cohort=cohort,
+        col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
         shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay), treated_rows=treated,
     )  # fmt: skip
@@ -149,7 +151,7 @@ def orders(p: Plan, seeds: np.ndarray) -> np.ndarray:
         shuffled[:] = _shuffled(p, seeds)
     # pi maps the m-th treated row in key order to the m-th in shuffled order: the slot of row pi(i) goes to row i
     out = np.empty_like(shuffled)
-    np.put_along_axis(out, shuffled, np.argsort(p.keys, kind="stable")[None, :], axis=1)
+    np.put_along_axis(out, shuffled, p.by_key[None, :], axis=1)
     return out
 
 
