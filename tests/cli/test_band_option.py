@@ -15,7 +15,7 @@ def test_every_significance_verb_offers_the_band(capsys, verb):
     with pytest.raises(SystemExit):
         main([verb, "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--band {calibrated,classic}" in text
+    assert "--band {calibrated,classic,permutation}" in text
     assert "calibrated (studentised bootstrap-t" in text and "classic (R did's and the paper's" in text
 
 

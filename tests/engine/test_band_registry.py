@@ -136,9 +136,10 @@ def test_the_registry_is_the_choices_the_literal_and_the_default():
 
 
 def test_an_unknown_band_is_refused_in_one_line_naming_the_registered_ones(wide):
-    with pytest.raises(MemtuiError, match=r"^band must be one of calibrated, classic, wide, not 'nope'\.$"):
+    refused = r"^band must be one of calibrated, classic, permutation, wide, not 'nope'\.$"
+    with pytest.raises(MemtuiError, match=refused):
         Settings(band="nope")
-    with pytest.raises(MemtuiError, match="band must be one of calibrated, classic, wide, not 'nope'"):
+    with pytest.raises(MemtuiError, match="band must be one of calibrated, classic, permutation, wide, not 'nope'"):
         get_band("nope")
 
 

@@ -33,7 +33,7 @@ def sim_panel(sim: Simulation = SIM) -> Panel:
 
 
 def test_the_band_choices_are_the_engines():
-    assert SETTING_CHOICES["band"] == tuple(BANDS) == ("calibrated", "classic")
+    assert SETTING_CHOICES["band"] == tuple(BANDS) == ("calibrated", "classic", "permutation")
     assert Settings().band == "calibrated"
     assert Settings().key()["band"] == "calibrated"
 

@@ -134,6 +134,8 @@ def calibration_line(result: EstimateResult, measured=None) -> str:
     post_cells = int((~result.cells["pre_treatment"]).sum())
     smallest = int(np.min(sizes))
     m = nearest(float(np.median(sizes)), post_cells)
+    if not hasattr(m, band):  # a band the calibration study did not simulate (the permutation band: exact by design)
+        return f"Calibration: the {band} band is not in the calibration study; {BANDS[band].summary}."
     p, q = m.rate(band)[0], m.rate(other)[0]
     known = (
         f"cohorts of {smallest} instances: the {band} band is known to over-reject with cohorts under "

@@ -95,7 +95,8 @@ def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
                                       "(universal)"}),
         (("--control-group",), {"default": d.control_group, "choices": list(CHOICES["control_group"]),
                                 "help": "controls: validation instances only, or also instances not trained on yet"}),
-        (("-B", "--draws"), {"type": int, "default": d.draws, "help": "bootstrap draws (0: analytic only)"}),
+        (("-B", "--draws"), {"type": int, "default": d.draws,
+                             "help": "bootstrap draws B; permutations P under --band permutation (0: analytic only)"}),
         (("--multiplier",), {"default": d.multiplier, "choices": list(CHOICES["multiplier"]),
                              "help": "bootstrap weights"}),
         (("--seed",), {"type": int, "default": d.seed, "help": "seed of the bootstrap draws"}),
@@ -185,8 +186,10 @@ def add_by_args(p: argparse.ArgumentParser) -> None:
 
 
 BAND_HELP = (
-    "simultaneous band: calibrated (studentised bootstrap-t; holds its level with small cohorts) or classic (R did's "
-    "and the paper's; needed for --multiplier mammen) [calibrated]"
+    "simultaneous band: permutation (P = -B permutations of the cohort labels; exact by design where the training "
+    "order is a uniform shuffle: the default for panels built from Pythia/NeoX, OLMo or Amber orders), calibrated "
+    "(studentised bootstrap-t; holds its level with small cohorts; the default elsewhere) or classic (R did's and the "
+    "paper's; needed for --multiplier mammen)"
 )
 
 
@@ -212,21 +215,35 @@ COVARIATES_BAND_NOTE = (
 )
 
 
-def _band(args) -> str:
-    """The band asked for; the default calibrated band is not derived for doubly robust DiD, so with --covariates and
-    no --band the classic one is used and the user told so after the results (``run_notes``: an error is one line,
-    never a note and then the error). An explicit --band calibrated is refused by Settings."""
+def _band(args, panel=None) -> str:
+    """The band asked for. Without --band: the permutation band where ``panel``'s training order is a uniform shuffle
+    and the design allows it (``estimation.settings.default_band``), else the calibrated one; with --covariates the
+    classic one (the calibrated band is not derived for doubly robust DiD). What was decided and why is kept for
+    ``run_notes`` (said after the results: an error is one line, never a note and then the error). An explicit
+    --band the settings cannot serve is refused by Settings."""
     from memtui.engine.band_classic import CLASSIC
-    from memtui.estimation.settings import DEFAULT_BAND
+    from memtui.estimation.settings import DEFAULT_BAND, default_band, order_not_shuffled
 
-    if getattr(args, "covariates", ()) and args.band == DEFAULT_BAND and not getattr(args, "band_chosen", False):
+    if getattr(args, "band_chosen", False) or args.band != DEFAULT_BAND:
+        return args.band
+    if getattr(args, "covariates", ()):
+        args.band_note = COVARIATES_BAND_NOTE
         return CLASSIC.name
-    return args.band
+    if panel is None:
+        return args.band
+    band, why = default_band(panel, draws=args.draws, control_group=args.control_group, covariates=(),
+                             cluster=getattr(args, "cluster", "") or "", engine=args.engine)  # fmt: skip
+    if band != DEFAULT_BAND:
+        args.band_note = f"band: {band} ({why}); --band calibrated for the bootstrap-t band"
+    elif args.draws and order_not_shuffled(panel) is None:  # a shuffled order whose design rules permutation out
+        args.band_note = f"band: calibrated, not permutation: {why}"
+    return band
 
 
 def run_notes(args) -> list[str]:
     """What the command line decided for the user (a default it changed), to print after the results' own notes."""
-    return [COVARIATES_BAND_NOTE] if _band(args) != args.band else []
+    note = getattr(args, "band_note", None)
+    return [note] if note else []
 
 
 def settings_from_args(args, panel):
@@ -246,7 +263,7 @@ def settings_from_args(args, panel):
         family=args.family,
         final_step=args.final_step,
         engine=args.engine,
-        band=_band(args),
+        band=_band(args, panel),
         covariates=getattr(args, "covariates", ()),
         cluster=getattr(args, "cluster", "") or "",
     ).validate()

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <math.h>
 
 #define TILE 256 /* draws of one cell held in locals (L1) between the draw and its studentisation */
 
@@ -145,6 +146,146 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
                 float t2 = (y * y) / den;
                 t2 = t2 != t2 ? 0.0f : t2; /* 0 / 0: a cell whose draw and spread are both nil */
                 g[d] = t2 > g[d] ? t2 : g[d];
+            }
+        }
+    }
+}
+
+/* The per-cohort sums of permutations of the cohort labels (memtui.engine.permutations): for each of n_perms
+   permutations and each of n_groups cohorts, over the rows order[p], p in starts[g] .. starts[g + 1] - 1 (the rows the
+   permutation gives cohort g), the sums of y, y^2 and the cross products y * (the previous column) in the columns
+   before split[g] and y * y[base[g]] (the row's value at the cohort's base column) from split[g] on, column by column,
+   into s, q and c (n_perms x n_groups x width, float32). y: the treated rows, width floats apart; its column 0 is zero
+   (the lag of column 1 reads it). Each row is read once, its sums added into the cohort's rows of the outputs (in
+   cache while the cohort's rows are read). Column 0 of the outputs is left as it is. Compiled for AVX2 as well where
+   the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
+   arguments' version of perm_sums and perm_cells, which memtui.engine.permutations checks before calling them. */
+int64_t perm_version(void) { return 5; }
+
+/* splitmix64 (Steele, Lea & Flood 2014): the permutations' generator, one stream per permutation from its seed. */
+static inline uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* A uniform integer in [0, n), n < 2^32: Lemire's multiply-shift on the top 32 bits of a draw, rejecting the few
+   low products that would bias it (exact). */
+static inline uint64_t below(uint64_t *state, uint64_t n)
+{
+    const uint64_t threshold = (((uint64_t)1 << 32) - n) % n;
+    for (;;) {
+        const uint64_t product = (splitmix64(state) >> 32) * n;
+        if ((product & 0xFFFFFFFFULL) >= threshold)
+            return product >> 32;
+    }
+}
+
+/* The permutations' slot lists (memtui.engine.permutations.orders): for permutation j, the keys 0 .. n_keys - 1 in a
+   uniformly random order (Fisher-Yates, from the last position down, with the stream seeded by seeds[j], in work), and
+   out[j * n_rows ...] the treated rows of the keys in that order (row_of_key[k] < 0: no treated row has key k). */
+void perm_orders(int64_t count, int64_t n_keys, const uint64_t *restrict seeds, const int64_t *restrict row_of_key,
+                 int64_t n_rows, int64_t *restrict work, int64_t *restrict out)
+{
+    for (int64_t j = 0; j < count; j++) {
+        uint64_t state = seeds[j];
+        for (int64_t k = 0; k < n_keys; k++)
+            work[k] = k;
+        for (int64_t i = n_keys - 1; i > 0; i--) {
+            const int64_t other = (int64_t)below(&state, (uint64_t)i + 1), kept = work[i];
+            work[i] = work[other];
+            work[other] = kept;
+        }
+        int64_t *dst = out + j * n_rows;
+        for (int64_t k = 0; k < n_keys; k++)
+            if (row_of_key[work[k]] >= 0)
+                *dst++ = row_of_key[work[k]];
+    }
+}
+
+#define PERM_AHEAD 4 /* rows ahead whose cache lines perm_sums prefetches */
+#define PERM_CELLS 1024 /* cells perm_cells takes through every permutation of a chunk at once */
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define PERM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define PERM_CLONES
+#endif
+
+PERM_CLONES
+void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width, const float *restrict y,
+               const int64_t *restrict order, const int64_t *restrict starts, const int64_t *restrict base,
+               const int64_t *restrict split, float *restrict s, float *restrict q, float *restrict c)
+{
+    for (int64_t j = 0; j < n_perms; j++) {
+        const int64_t *ord = order + j * n_rows;
+        for (int64_t g = 0; g < n_groups; g++) {
+            const int64_t b = base[g], sp = split[g], out = (j * n_groups + g) * width;
+            float *restrict as = s + out, *restrict aq = q + out, *restrict ac = c + out;
+            for (int64_t k = 1; k < width; k++)
+                as[k] = aq[k] = ac[k] = 0.0f;
+            for (int64_t p = starts[g]; p < starts[g + 1]; p++) {
+                const float *restrict r = y + ord[p] * width;
+                const float yb = r[b];
+                if (p + PERM_AHEAD < n_rows) { /* the rows are read in random order: ask for a later one's lines now */
+                    const char *ahead = (const char *)(y + ord[p + PERM_AHEAD] * width);
+                    for (int64_t byte = 0; byte < width * (int64_t)sizeof(float); byte += 64)
+                        __builtin_prefetch(ahead + byte);
+                }
+                for (int64_t k = 1; k < sp; k++) {
+                    const float v = r[k];
+                    as[k] += v;
+                    aq[k] += v * v;
+                    ac[k] += v * r[k - 1];
+                }
+                for (int64_t k = sp; k < width; k++) {
+                    const float v = r[k];
+                    as[k] += v;
+                    aq[k] += v * v;
+                    ac[k] += v * yb;
+                }
+            }
+        }
+    }
+}
+
+/* Per permutation j and cell k, from perm_sums' sums (in double): the cell's estimate dm - shift[k] (dm: the change
+   of its cohort's mean from its base column col_b[k] to its column col_t[k]) into att[j * n_cells + k], and its
+   squared studentised estimate estimate^2 / variance (variance: the cohort's centred changes' sum of squares over
+   n^2, plus the controls' fixed ctrl_var[k]; the cross term of the squares c[col_t], or none where cross[k] is 0)
+   folded into the running maximum label_max[j * n_labels + label[k]] of the cell's class of families (label -1:
+   none). A variance at or below floor2 (the squared standard-error floor) leaves the cell out. */
+void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t width, const float *restrict s,
+                const float *restrict q, const float *restrict c,
+                const int64_t *restrict cohort, const int64_t *restrict col_t, const int64_t *restrict col_b,
+                const int64_t *restrict cross, const double *restrict n, const double *restrict shift,
+                const double *restrict ctrl_var, double floor2, const int64_t *restrict label, int64_t n_labels,
+                float *restrict att, double *restrict label_max)
+{
+    /* cells in blocks, every permutation of the chunk over a block: the cells' constants are read from cache once
+       per block, not once per permutation */
+    for (int64_t k0 = 0; k0 < n_cells; k0 += PERM_CELLS) {
+        const int64_t k1 = k0 + PERM_CELLS < n_cells ? k0 + PERM_CELLS : n_cells;
+        for (int64_t j = 0; j < n_perms; j++) {
+            double *lm = label_max + j * n_labels;
+            const float *sj = s + j * n_groups * width, *qj = q + j * n_groups * width, *cj = c + j * n_groups * width;
+            float *aj = att + j * n_cells;
+            for (int64_t k = k0; k < k1; k++) {
+                const int64_t row = cohort[k] * width, t = row + col_t[k], b = row + col_b[k];
+                const double nk = n[k];
+                const double dm = ((double)sj[t] - (double)sj[b]) / nk;
+                const double cr = cross[k] ? (double)cj[t] : 0.0;
+                double ss = (double)qj[t] + (double)qj[b] - 2.0 * cr - nk * dm * dm;
+                ss = ss < 0.0 ? 0.0 : ss;
+                const double a = dm - shift[k];
+                aj[k] = (float)a;
+                const double var = ss / (nk * nk) + ctrl_var[k];
+                if (label[k] < 0 || !(var > floor2))
+                    continue;
+                const double t2 = a * a / var; /* squared: the maxima are compared, and rooted, by the caller */
+                lm[label[k]] = t2 > lm[label[k]] ? t2 : lm[label[k]];
             }
         }
     }

@@ -12,11 +12,13 @@ from memtui.core.errors import MemtuiError
 from memtui.engine.band import Band
 from memtui.engine.band_calibrated import CALIBRATED
 from memtui.engine.band_classic import CLASSIC
+from memtui.engine.band_permutation import PERMUTATION
 
-BandName = Literal["calibrated", "classic"]  # Settings.band's type; a test holds it equal to BANDS' names
+# Settings.band's type; a test holds it equal to BANDS' names
+BandName = Literal["calibrated", "classic", "permutation"]
 
 # in the order the choices list them; the first is the default
-BANDS: dict[str, Band] = {band.name: band for band in (CALIBRATED, CLASSIC)}
+BANDS: dict[str, Band] = {band.name: band for band in (CALIBRATED, CLASSIC, PERMUTATION)}
 DEFAULT_BAND: BandName = "calibrated"
 
 

@@ -59,7 +59,8 @@ from memtui.engine import did
 from memtui.engine.band_registry import BANDS, band_names
 from memtui.engine.layout import NEVER_INDEX, Layout, build_layout
 from memtui.engine.summaries import aggregate
-from memtui.estimation.estimate import _pretrend, aggregate_members, cell_masks
+from memtui.estimation.estimate import aggregate_members, cell_masks
+from memtui.estimation.pretrend import pretrend
 from memtui.estimation.settings import DEFAULT_DRAWS, Settings
 from memtui.panel.model import NEVER, Panel
 
@@ -260,7 +261,7 @@ def panel_flags(
         _, agg_se = drawn.aggregate_se(agg_draws, s.floor, lambda: np.full(len(s.members), np.nan))
         crit_e = drawn.critical_value(drawn.aggregate_law(agg_draws[:-1], agg_se[:-1], rows, post_e), alpha)
         # the pre-trend test exactly as the estimate runs it (its function; NaN p where there is no placebo cell)
-        p = _pretrend(drawn.boot.cells, se, est.att, pre, alpha, tmax.get("pre")).p_value
+        p = pretrend(drawn.boot.cells, se, est.att, pre, alpha, tmax.get("pre")).p_value
         out[name] = {"flags": _flags(est.att, se, crit, theta, agg_se, crit_e, p, s, alpha), "crit": crit["post"]}
     return out
 

@@ -21,11 +21,11 @@ from memtui.engine.memory import check_memory as check_memory
 from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import aggregate, analytic_se
 from memtui.estimation.choices import ESTIMATORS
+from memtui.estimation.pretrend import pretrend
 from memtui.estimation.results import SCOPES as SCOPES
 from memtui.estimation.results import (
     EstimateResult,
     Overall,
-    Pretrend,
     Progress,
     final_index,
     result_frame,
@@ -414,7 +414,7 @@ def _assembled(panel: Panel, settings: Settings, lay, est, drawn: BandDraws | No
         persistent=_persistent(c),
         residual=c.subset("residual"),
         overall=_overall(c),
-        pretrend=_pretrend(c.draws, c.se, est.att, c.pre, settings.alpha, c.tmax.get("pre")),
+        pretrend=pretrend(c.draws, c.se, est.att, c.pre, settings.alpha, c.tmax.get("pre")),
         crit=float(crit[~c.pre][0]) if (~c.pre).any() else float("nan"),
         cohorts=np.unique(c.cohort_step),
         checkpoints=lay.steps,
@@ -422,23 +422,3 @@ def _assembled(panel: Panel, settings: Settings, lay, est, drawn: BandDraws | No
         band=settings.band,
     )
     return result, c
-
-
-def _pretrend(draws, se, att, pre, alpha, tmax: np.ndarray | None = None) -> Pretrend:
-    """Joint sup-t test of the placebo cells c < g (no anticipation => all zero)."""
-    none = Pretrend(n_cells=int(pre.sum()))
-    if draws is None or not pre.any():
-        return none
-    ok = pre & np.isfinite(se)
-    if not ok.any():
-        return none
-    stat = float(np.max(np.abs(att[ok]) / se[ok]))
-    tmax = did.sup_t(draws, se, ok) if tmax is None else tmax  # the same law: sup-t over the pre cells with an se
-    crit = did.critical_value(tmax, alpha)
-    return Pretrend(
-        n_cells=int(pre.sum()),
-        sup_t=stat,
-        p_value=float(np.mean(tmax >= stat)),
-        crit=crit,
-        n_significant=int(np.sum(np.abs(att[ok]) / se[ok] > crit)),
-    )

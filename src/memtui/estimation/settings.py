@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 from memtui.core.errors import MemtuiError
+from memtui.engine.band_permutation import PERMUTATION
 from memtui.engine.band_registry import BANDS, DEFAULT_BAND, BandName
 from memtui.estimation.choices import SETTING_CHOICES
 
@@ -39,7 +40,7 @@ class Settings:
     estimator: str = "did"
     base_period: str = "varying"  # pre-treatment cells: "varying" (checkpoint before c) or "universal" (before g)
     control_group: str = "never_treated"  # or "not_yet_treated"
-    draws: int = DEFAULT_DRAWS  # multiplier-bootstrap draws; 0 = analytic standard errors and pointwise bands only
+    draws: int = DEFAULT_DRAWS  # bootstrap draws B (permutations P under band permutation); 0 = analytic, pointwise
     multiplier: str = "rademacher"  # or "mammen"
     seed: int = 0
     alpha: float = 0.05
@@ -103,3 +104,46 @@ def _check_covariates(s: Settings) -> None:
         raise MemtuiError(
             f"covariates need the did estimator and the memtui engine, not estimator {s.estimator} / engine {s.engine}."
         )
+
+
+# the data orders (``memtui build --order``) whose training order is a seeded uniform shuffle of the instances:
+# GPT-NeoX / Megatron's shuffle index (Pythia, PolyPythias), OLMo's and OLMo-core's global indices, Amber's chunks
+SHUFFLED_ORDERS = ("neox", "olmo", "olmo-core", "amber")
+
+
+def order_not_shuffled(panel) -> str | None:
+    """Why ``panel``'s cohorts are not known to be assigned at random (None where they are): its provenance does not
+    name a uniformly shuffled order (a panel built before provenance, imported from a table, a memmap token file of
+    unknown order), or some instances were inserted at chosen steps (non-random timing)."""
+    order = panel.attrs.get("order", "")
+    if order not in SHUFFLED_ORDERS:
+        known = f"its order is {order!r}" if order else "it records no data order (imported, or built before it did)"
+        return f"the panel's training order is not known to be a uniform shuffle ({known})"
+    if "insertion_steps" in panel.provenance or "duplicates" in panel.provenance or "inserted_config" in panel.attrs:
+        return "some instances were inserted at chosen steps: their timing is not random"
+    return None
+
+
+def design_not_permutable(control_group: str, covariates, cluster: str, engine: str) -> str | None:
+    """Why the permutation band cannot serve these settings on any panel (None where it can): the reasons its
+    ``refusal`` gives, in the words of a default that falls back."""
+    if control_group != "never_treated":
+        return "not-yet-treated controls move with the cohort labels"
+    if covariates:
+        return "--covariates (doubly robust DiD) is not permuted"
+    if cluster:
+        return "--cluster: the permutation band permutes instances, not clusters"
+    if engine != "memtui":
+        return f"engine {engine} has only the classic band"
+    return None
+
+
+def default_band(panel, *, draws: int, control_group: str, covariates, cluster: str, engine: str) -> tuple[str, str]:
+    """The band a run gets without --band, and why: the permutation band where the panel's order is a uniform
+    shuffle and the design allows it (exact by design), else the calibrated band (``DEFAULT_BAND``)."""
+    if not draws:
+        return DEFAULT_BAND, "no draws: pointwise bands"
+    why = order_not_shuffled(panel) or design_not_permutable(control_group, covariates, cluster, engine)
+    if why is None:
+        return PERMUTATION.name, "the panel's training order is a uniform shuffle: the permutation band (exact)"
+    return DEFAULT_BAND, why
