@@ -80,8 +80,9 @@ def extra_bands(monkeypatch):
 def test_every_registered_band_is_a_row_measured_or_said_why_not(extra_bands):
     panel = null_panel()
     got = cb.calibrate(panel, Settings(draws=100), panels=6)
-    assert got.bands == tuple(BANDS) == ("calibrated", "classic", "renamed", "refusing", "failing")
-    assert set(got.hits) == {"calibrated", "classic", "renamed"}
+    assert got.bands == tuple(BANDS) and got.bands[-3:] == ("renamed", "refusing", "failing")
+    assert {"calibrated", "classic"} <= set(got.bands)
+    assert set(got.hits) == set(BANDS) - {"refusing", "failing"}
     assert "not-yet-treated" in got.skipped["refusing"] and "training batch" in got.skipped["failing"]
     # the same null panels and the same draws: a renamed band counts exactly what the band it copies counts
     assert got.hits["renamed"] == got.hits["calibrated"] and got.crit["renamed"] == got.crit["calibrated"]
@@ -114,5 +115,5 @@ def test_the_command_prints_one_row_per_band(extra_bands, cli, tmp_path, monkeyp
     assert "±" in rows["renamed"] and "±" in rows["classic"]
     code, out, err = cli("calibrate", sample, "--panels", "3", "-B", "100", "--json")
     d = json.loads(out)
-    assert set(d["family_wise_error"]) == {"calibrated", "classic", "renamed"}
+    assert set(d["family_wise_error"]) == set(BANDS) - {"refusing", "failing"}
     assert set(d["not_calibrated"]) == {"refusing", "failing"} and set(d["verdict"]) == set(BANDS)
