@@ -29,8 +29,10 @@ import time
 
 import numpy as np
 
+from memtui.estimation.correlations import CORRELATION_SCOPES, correlations
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import CORRELATION_SCOPES, Suite, correlations, estimate_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import Suite
 from memtui.panel.synthetic import SuiteSimulation, simulate_suite
 
 
@@ -44,7 +46,7 @@ def true_correlation(result, truth: np.ndarray, scope_cells) -> float:
 
 def scope_cells(result, scope: str):
     """The (cohort, checkpoint) pairs of ``scope`` (all finite in this simulation): as ``correlations`` picks them."""
-    from memtui.estimation.suite import _scope_mask
+    from memtui.estimation.correlations import _scope_mask
 
     mask = _scope_mask(result, scope)
     return result.cells["cohort"].to_numpy()[mask], result.cells["checkpoint"].to_numpy()[mask]

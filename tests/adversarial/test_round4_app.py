@@ -22,7 +22,7 @@ from memtui.app.open_dialog import OpenPanelDialog, PanelTree
 from memtui.app.profile import ProfilePane
 from memtui.core.errors import MemtuiError
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import create_panel, read_panel
 from memtui.panel.synthetic import Simulation, simulate, write_synthetic
 

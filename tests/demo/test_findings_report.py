@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.demo.findings import _corrected
-from memtui.estimation.suite import Correlations
+from memtui.estimation.correlations import Correlations
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""The correlation of the models' true profiles (estimation.suite.correlations' ``pearson_corrected``): on simulated
+"""The correlation of the models' true profiles (estimation.correlations' ``pearson_corrected``): on simulated
 suites with a known true correlation its interval covers the truth where the raw r's interval does not, its point
 estimate is the cells' covariance less the joint draws' noise covariance, it is clipped to [-1, 1] with a note, and
 the raw r is what it was."""
@@ -11,9 +11,7 @@ from scipy import stats
 
 from memtui.engine import did
 from memtui.engine.layout import build_layout
-from memtui.estimation.settings import Settings
-from memtui.estimation.suite import (
-    Suite,
+from memtui.estimation.correlations import (
     _corrected_pearson,
     _corrected_record,
     _draw_correlations,
@@ -22,8 +20,10 @@ from memtui.estimation.suite import (
     _pivot_interval,
     _spurious,
     correlations,
-    estimate_suite,
 )
+from memtui.estimation.settings import Settings
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import Suite
 from memtui.panel.model import NEVER
 from memtui.panel.synthetic import SuiteSimulation, simulate_suite
 

@@ -223,7 +223,8 @@ class ComparePane(VerticalScroll, can_focus=True):
     def _estimate(self, settings: Settings, by: str = "") -> None:
         from dataclasses import replace
 
-        from memtui.estimation.suite import correlations, estimate_suite
+        from memtui.estimation.correlations import correlations
+        from memtui.estimation.suite import estimate_suite
         from memtui.estimation.suite_by import compare_by
 
         worker = get_current_worker()
@@ -252,7 +253,7 @@ class ComparePane(VerticalScroll, can_focus=True):
     def _pooled(self, settings: Settings, progress) -> list[str]:
         """A seed suite's pooled lines (none for a suite of models); a refusal is one line in their place."""
         from memtui.estimation.seeds import estimate_pooled
-        from memtui.estimation.suite import is_seed_suite
+        from memtui.estimation.suite_load import is_seed_suite
 
         if not is_seed_suite(self.suite.panels):
             return []
@@ -371,7 +372,7 @@ class ComparePane(VerticalScroll, can_focus=True):
 
 def undetermined(c) -> np.ndarray:
     """The pairs whose corrected correlation the data do not determine: its interval, clipped, is all of [-1, 1]
-    (``estimation.suite._corrected_record`` notes the same pairs)."""
+    (``estimation.correlations._corrected_record`` notes the same pairs)."""
     with np.errstate(invalid="ignore"):
         return (c.pearson_corrected_low <= -1) & (c.pearson_corrected_high >= 1)
 

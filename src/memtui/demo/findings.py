@@ -4,8 +4,8 @@
 learning rate (correlation across cohorts between the instantaneous estimate and the rate at the cohort's training
 steps); (iii) the profiles of different sizes correlate. Each claim gets a verdict computed from the numbers, stated
 with them, whichever way it goes: the report says what did not hold as plainly as what did. Estimation is
-:mod:`estimation.suite` (joint bootstrap draws, so correlations between models have intervals); figures are SVG from
-:mod:`memtui.report.svgplot`.
+:mod:`estimation.suite` (joint bootstrap draws, so correlations between models have intervals:
+:mod:`estimation.correlations`); figures are SVG from :mod:`memtui.report.svgplot`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.core.text import clean
 from memtui.demo.train import DemoConfig, lr_at
+from memtui.estimation.correlations import Correlations, correlations
+from memtui.estimation.headline import headline
 from memtui.estimation.settings import DEFAULT_BAND, DEFAULT_DRAWS, Settings
-from memtui.estimation.suite import Correlations, SuiteResult, correlations, estimate_suite, headline, load_suite
+from memtui.estimation.suite import SuiteResult, estimate_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.report.svgplot import Series, grid, line_plot, write_svg
 
 FIGURES = ("instantaneous.svg", "lr.svg", "persistent.svg", "correlations.svg", "tracking.svg")
