@@ -22,10 +22,6 @@ ALLOWED: dict[str, str] = {
         "The calibrated band's hot path: the studentise callback works in place on bootstrap_shared's temporaries and "
         "shares per-layout constants and result buffers with the function that builds them."
     ),
-    "estimation/correlations.py:_corrected_pearson": (
-        "Most of its length is the derivation of the correction and its interval in the docstring; the body is one "
-        "numeric kernel whose threaded closures fill shared per-draw covariance buffers."
-    ),
     "orders/neox.py:NeoxOrder.exposure": (
         "A single vectorised pass from documents to their training steps whose intermediate arrays (occurrences, "
         "owning samples, token ranges) each feed the next line; named pieces would only pass a dozen arrays around."

@@ -248,6 +248,8 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
                 text = _num(value[i, j], ".3f")
                 if math.isfinite(low[i, j]):
                     text += f" [{fixed2(low[i, j])}, {fixed2(high[i, j])}]"
+                elif method == "pearson_corrected" and corr.undetermined[i, j]:
+                    text += " [n.d.]"  # not determined by these data: the note says why
                 row.append(f"{text:>{cell}}")
             lines.append(f"{name:<{width}}" + "".join(row))
     for note in (*sr.suite.notes, *sr.notes, *corr.notes):

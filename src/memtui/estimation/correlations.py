@@ -6,6 +6,7 @@ docs/methods.md, "Correlations of true profiles").
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
@@ -37,8 +38,9 @@ class Correlations:
 
     ``pearson_corrected`` estimates the Pearson correlation of the models' **true** profiles over the same cells: the
     cells' covariance minus the estimation noise's covariance that the joint draws measure (``_corrected_pearson``),
-    with a bootstrap interval ``pearson_corrected_low``/``_high``; ``pearson_clipped`` marks the pairs whose corrected
-    value fell outside [-1, 1] and is shown at the bound. Spearman has no corrected value (only the raw one).
+    with a bootstrap interval ``pearson_corrected_low``/``_high`` (NaN where these data do not determine it:
+    ``undetermined``); ``pearson_clipped`` marks the pairs whose corrected value fell outside [-1, 1] and is shown at
+    the bound. Spearman has no corrected value (only the raw one).
 
     NaN where there is no interval or corrected value (no draws, or models whose estimates use different instances).
     ``n_cells``: the cells correlated."""
@@ -68,6 +70,13 @@ class Correlations:
                 setattr(self, name, np.full((m, m), np.nan))
         if self.pearson_clipped is None:
             self.pearson_clipped = np.zeros((m, m), bool)
+
+    @property
+    def undetermined(self) -> np.ndarray:
+        """The pairs whose true profiles' correlation these data do not determine: a corrected value with NaN bounds
+        (every correlation in [-1, 1] fits them; ``_corrected_interval``)."""
+        with np.errstate(invalid="ignore"):
+            return np.isfinite(self.pearson_corrected) & np.isnan(self.pearson_corrected_low)
 
     def frame(self) -> pl.DataFrame:
         """One row per pair of models (both orders and the diagonal) and method: ``correlation`` with ``low``/``high``
@@ -204,10 +213,12 @@ def _corrected_record(true: dict, names: list[str], notes: list[str]) -> dict:
             "correlation of its true profile cannot be estimated (no corrected value)"
         )
     clipped = np.abs(point) > 1
+    undetermined = np.isfinite(point) & np.isnan(true["low"])
     upper = np.triu(clipped, 1)
     if upper.any():
         pairs = ", ".join(
-            f"{names[i]}–{names[j]} {point[i, j]:.3f} [{true['low'][i, j]:.3f}, {true['high'][i, j]:.3f}]"
+            f"{names[i]}–{names[j]} {point[i, j]:.3f} "
+            + ("(not determined)" if undetermined[i, j] else f"[{true['low'][i, j]:.3f}, {true['high'][i, j]:.3f}]")
             for i, j in zip(*np.nonzero(upper), strict=True)
         )
         notes.append(
@@ -217,15 +228,16 @@ def _corrected_record(true: dict, names: list[str], notes: list[str]) -> dict:
         )
     with np.errstate(invalid="ignore"):
         value = np.clip(point, -1, 1)
-        low = np.clip(np.fmin(true["low"], point), -1, 1)
-        high = np.clip(np.fmax(true["high"], point), -1, 1)
-    whole = np.triu((low <= -1) & (high >= 1), 1)
+        low = np.where(undetermined, np.nan, np.clip(np.fmin(true["low"], point), -1, 1))
+        high = np.where(undetermined, np.nan, np.clip(np.fmax(true["high"], point), -1, 1))
+    whole = np.triu(undetermined, 1)
     if whole.any():
         pairs = ", ".join(f"{names[i]}–{names[j]}" for i, j in zip(*np.nonzero(whole), strict=True))
         notes.append(
-            f"the true profiles' correlation of {pairs} is not determined by these data (interval [-1, 1]): their "
-            "estimation noise, shared by the cells of a cohort or checkpoint, is as large as the profiles' own "
-            "variation; only the raw correlation is informative there (docs/methods.md)"
+            f"the true profiles' correlation of {pairs} is not determined by these data (no interval: every "
+            "correlation in [-1, 1] fits them): their estimation noise, shared by the cells of a cohort or checkpoint, "
+            "is as large as the profiles' own variation; only the raw correlation is informative there "
+            "(docs/methods.md)"
         )
     return {"pearson_corrected": value, "pearson_corrected_low": low, "pearson_corrected_high": high,
             "pearson_clipped": clipped}  # fmt: skip
@@ -271,9 +283,9 @@ def _corrected_pearson(
 
     The interval is a generalised confidence interval (Weerahandi 1993, JASA 88:899-905): A's error is W = C(t, e) +
     C(e, t) + (S(e) - N), C the cells' covariance, and draw b gives a copy W_b, so C_b = A - W_b is a draw of the
-    true covariance's generalised pivot; the interval is the union of the alpha/2 and 1 - alpha/2 quantiles of
-    ratio(C_b) and the corrected r +- z times their standard deviation (``_pivot_interval``; [-1, 1] where too many
-    C_b have a non-positive diagonal, i.e. the data allow a flat true profile). S(e) - N's copy is S(d_b) - N. C(t,
+    true covariance's generalised pivot; the interval inverts a test of A01 - rho sqrt(A00 A11) = 0 whose standard
+    error comes from the copies W_b (``_corrected_interval``; NaN where it cannot be determined, e.g. where the data
+    allow a flat true profile). S(e) - N's copy is S(d_b) - N. C(t,
     d_b) needs the unknown t: C(x, d_b) holds it plus C(e, d_b), whose variance is spurious, so the linear term's
     draws are rescaled (per pair, the 4 entries jointly) to the covariance Var_b C(x, d_b) - E C(d', d_b)^2, the
     second term the U-statistic of pairs of independent draws (b, b + s) and of each draw's own noise covariance
@@ -284,6 +296,26 @@ def _corrected_pearson(
     fluctuates as much as S(t) itself, the world's C(x, d) overstated W's spread by ~20 % and its basic interval fell
     to [-1, 1] or beyond; fixing the true variances at their estimates (a test inversion) covered 87-90 %, since
     A's diagonal is as uncertain as its off-diagonal. benchmarks/correlations.py measures the coverage."""
+    a, pivots = _corrected_pivots(est, draws, rows, signs, slab, shifts)
+    point = _ratio(a)
+    m = len(a)
+    low, high = np.full((m, m), np.nan), np.full((m, m), np.nan)
+    for (i, j), pivot in pivots.items():
+        low[i, j], high[i, j] = _corrected_interval(a[np.ix_((i, j), (i, j))], pivot, alpha)
+        low[j, i], high[j, i] = low[i, j], high[i, j]
+    diag = np.diagonal(a) > 0
+    np.fill_diagonal(point, np.where(diag, 1.0, np.nan))
+    np.fill_diagonal(low, np.where(diag, 1.0, np.nan))
+    np.fill_diagonal(high, np.where(diag, 1.0, np.nan))
+    return {"point": point, "low": low, "high": high, "no_signal": ~diag}
+
+
+def _corrected_pivots(
+    est: np.ndarray, draws: list[np.ndarray], rows: np.ndarray, signs: np.ndarray, slab: int, shifts: tuple[int, ...]
+) -> tuple[np.ndarray, dict[tuple[int, int], np.ndarray]]:
+    """The corrected covariance matrix A = S - N of the models' profiles over the cells ``rows`` and, per pair (i, j)
+    of models with a finite corrected correlation, the B draws (B x 2 x 2) of its generalised pivot C_b = A - W_b
+    (``_corrected_pearson`` says how)."""
     m, k = est.shape
     n_draws = draws[0].shape[1]
     x = est - est.mean(axis=1, keepdims=True)
@@ -312,7 +344,7 @@ def _corrected_pearson(
     n = noise.mean(axis=0)
     a = s - n
     point = _ratio(a)
-    low, high = np.full((m, m), np.nan), np.full((m, m), np.nan)
+    pivots = {}
     for i in range(m):
         for j in range(i + 1, m):
             if not np.isfinite(point[i, j]):
@@ -325,34 +357,82 @@ def _corrected_pearson(
             _, inv_root_x = _psd_roots(v_x)
             lin = (lin @ (root_t @ inv_root_x).T).reshape(n_draws, 2, 2)
             w = lin + np.swapaxes(lin, 1, 2) + noise[:, pij][:, :, pij] - n[np.ix_(pij, pij)]
-            low[i, j], high[i, j] = _pivot_interval(point[i, j], a[np.ix_(pij, pij)] - w, alpha)
-            low[j, i], high[j, i] = low[i, j], high[i, j]
-    diag = np.diagonal(a) > 0
-    np.fill_diagonal(point, np.where(diag, 1.0, np.nan))
-    np.fill_diagonal(low, np.where(diag, 1.0, np.nan))
-    np.fill_diagonal(high, np.where(diag, 1.0, np.nan))
-    return {"point": point, "low": low, "high": high, "no_signal": ~diag}
+            pivots[i, j] = a[np.ix_(pij, pij)] - w
+    return a, pivots
 
 
-def _pivot_interval(point: float, pivot: np.ndarray, alpha: float) -> tuple[float, float]:
-    """The 1 - alpha interval of a corrected correlation from its generalised pivot's draws ``pivot`` (B x 2 x 2): the
-    union of the draws' alpha/2 and 1 - alpha/2 percentiles and point +- z_(1 - alpha/2) times their standard deviation
-    (the draws' correlations clipped to [-1, 1]); a draw with a non-positive diagonal (the data allow a flat true
-    profile) counts at both ends of the percentiles, and more than alpha/2 of them give [-1, 1].
+def _corrected_interval(a: np.ndarray, pivot: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The 1 - alpha interval of a pair's corrected correlation r = A01 / sqrt(A00 A11) (``a``: the pair's 2 x 2
+    corrected covariance, its diagonal positive) from the draws of its generalised pivot ``pivot`` (B x 2 x 2, C_b =
+    A - W_b): the correlations rho in [-1, 1] that a level-alpha test of g(rho) = A01 - rho sqrt(A00 A11) = 0 accepts.
+    g's error, linearised in A's error W, is W01 - rho (A11 W00 + A00 W11) / (2 sqrt(A00 A11)); its copies over the
+    draws W_b = A - C_b give the test two ways, and the interval is their union: with g's standard deviation
+    (Fieller's 1954 interval for a ratio, a quadratic inequality in rho: ``_fieller``) and with the percentiles of the
+    pivot's g (``_pivot_percentiles``). (NaN, NaN) where it cannot be determined: sqrt(A00 A11) is within z standard
+    errors of 0 (the data allow a flat true profile: every rho fits) or every rho in [-1, 1] is accepted; the bound
+    alone where every rho in [-1, 1] is rejected (r lies beyond the bound by more than its noise allows).
 
-    Why both: the draws' spread is the corrected r's sampling spread (within a few per cent on the simulated suites),
-    but in the interior their asymmetry is not its asymmetry: the percentile interval missed the truth mostly from
-    above (18 of 20 misses at rho 0.8, noise 0.3) and covered 85-92 % where the symmetric one covers 94-95 %; near
-    +-1 the clipped draws' standard deviation is too small and the percentiles, which hold the bound, are the ones
-    that cover (docs/methods.md, "Correlations of true profiles")."""
-    ok = (pivot[:, 0, 0] > 0) & (pivot[:, 1, 1] > 0)
-    if np.mean(~ok) > alpha / 2:
-        return -1.0, 1.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.clip(pivot[:, 0, 1] / np.sqrt(np.where(ok, pivot[:, 0, 0] * pivot[:, 1, 1], 1.0)), -1, 1)
-    low, high = np.quantile(np.where(ok, r, -1.0), alpha / 2), np.quantile(np.where(ok, r, 1.0), 1 - alpha / 2)
-    half = NormalDist().inv_cdf(1 - alpha / 2) * float(np.std(r[ok], ddof=1))
-    return min(float(low), point - half), max(float(high), point + half)
+    Why a test on the covariance scale: the ratio's own draws are clipped at +-1 and skewed there, and the sampling
+    spread of r shrinks towards the bound, so neither their percentiles nor r +- z sd held their level near it (87-88 %
+    at rho 0.95 with 8 checkpoints, 60 instances a cohort and noise correlated across the models). g is linear in
+    A, whose draws' spread is its sampling spread, its spread is taken at each rho tried, and the bound is where rho
+    is looked for, not where draws are clipped. Why the union: near the bound g's error is skewed (the noise's
+    covariance S(e) - N), which the percentiles hold and the standard deviation does not; in the interior the
+    percentiles alone covered 1-2 points less (docs/methods.md, "Correlations of true profiles")."""
+    s = float(np.sqrt(a[0, 0] * a[1, 1]))
+    w = a[None] - pivot
+    u = w[:, 0, 1]
+    v = (a[1, 1] * w[:, 0, 0] + a[0, 0] * w[:, 1, 1]) / (2 * s)
+    first = _fieller(a[0, 1], s, u, v, alpha)
+    if first is None:
+        return math.nan, math.nan
+    second = _pivot_percentiles(a[0, 1], s, u - u.mean(), v - v.mean(), alpha)
+    low, high = min(first[0], second[0]), max(first[1], second[1])
+    if low <= -1 and high >= 1:
+        return math.nan, math.nan
+    if low > 1 or high < -1:
+        return (1.0, 1.0) if low > 1 else (-1.0, -1.0)
+    return max(low, -1.0), min(high, 1.0)
+
+
+def _fieller(a01: float, s: float, u: np.ndarray, v: np.ndarray, alpha: float) -> tuple[float, float] | None:
+    """The rho with (a01 - rho s)^2 <= z^2 Var(u - rho v) (unclipped), None where s is within z standard errors of 0
+    (the set is unbounded)."""
+    (suu, suv), (_, svv) = np.cov(np.stack([u, v]))
+    z2 = NormalDist().inv_cdf(1 - alpha / 2) ** 2
+    qa, qb, qc = s * s - z2 * svv, a01 * s - z2 * suv, a01**2 - z2 * suu  # qa rho^2 - 2 qb rho + qc <= 0
+    if qa <= 0:
+        return None
+    half = math.sqrt(max(qb * qb - qa * qc, 0.0))  # >= 0 in exact arithmetic: rho = a01 / s is always accepted
+    return (qb - half) / qa, (qb + half) / qa
+
+
+def _pivot_percentiles(a01: float, s: float, u: np.ndarray, v: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The ends of the rho in [-1, 1] at which a01 - rho s lies between the alpha/2 and 1 - alpha/2 percentiles of
+    -(u_b - rho v_b) (the pivot's side of g's error: C_b = A - W_b), found on a grid and refined by bisection;
+    (2, 2) where none does (beyond +1) and (-2, -2) below -1."""
+
+    def accepted(rho: np.ndarray) -> np.ndarray:
+        err = u[None, :] - rho[:, None] * v[None, :]
+        lo, hi = np.quantile(err, [alpha / 2, 1 - alpha / 2], axis=1)
+        g = a01 - rho * s
+        return (-hi <= g) & (g <= -lo)
+
+    grid = np.linspace(-1.0, 1.0, 101)
+    ok = accepted(grid)
+    if not ok.any():
+        return (2.0, 2.0) if a01 > 0 else (-2.0, -2.0)
+    first, last = np.flatnonzero(ok)[[0, -1]]
+
+    def edge(inside: float, outside: float) -> float:
+        for _ in range(30):
+            mid = (inside + outside) / 2
+            inside, outside = (mid, outside) if accepted(np.array([mid]))[0] else (inside, mid)
+        return inside
+
+    low = -1.0 if first == 0 else edge(grid[first], grid[first - 1])
+    high = 1.0 if last == len(grid) - 1 else edge(grid[last], grid[last + 1])
+    return low, high
 
 
 def _spurious(pairs: np.ndarray, noise: np.ndarray) -> np.ndarray:
