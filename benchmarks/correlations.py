@@ -4,6 +4,8 @@ of true profiles".
     python benchmarks/correlations.py            # 24 designs x 200 simulated suites, B = 1000 (~6 min on one core)
     python benchmarks/correlations.py --quick    # 8 designs x 40 suites, B = 400 (~30 s)
     python benchmarks/correlations.py --reps 100 --scope profile
+    python benchmarks/correlations.py --rho 0,0.5,0.8,0.95,0.99 --noise 0.3 --noise-corr 0.5 --per-cohort 60 \
+        --controls 300 --checkpoints 8 --reps 300     # near the bound: the corrected interval before and after
 
 Each suite: two models scoring the same instances (memtui.panel.synthetic.SuiteSimulation: 12 cohorts of 20, 100
 never-treated, 14 checkpoints, 90 post-treatment cells), whose true profiles correlate at exactly rho over the post
@@ -18,6 +20,11 @@ Per design: how often the 95 % interval covers the correlation of the true profi
 from the simulated truth), for the raw r's interval (``pearson_low/high``: what `compare` gave before) and the
 corrected one (``pearson_corrected_low/high``), with Monte-Carlo errors sqrt(p(1 - p)/reps); the mean raw r and
 corrected r (clipped to [-1, 1]); the intervals' mean widths; and the share of suites whose corrected r was clipped.
+
+With ``--rho``: one design (``--noise``, ``--noise-corr``, ``--per-cohort``, ``--controls``, ``--checkpoints``) at each
+rho, and the corrected interval before (``pivot_interval_before``: the union of the pivot's ratio percentiles and r
++- z sd, what memtui gave until the covariance-scale test) and now, both from the same suites and the same pivot draws.
+A pair "not determined" (no interval now, [-1, 1] before) counts as covering: it claims nothing; its share is shown.
 """
 
 from __future__ import annotations
@@ -26,11 +33,15 @@ import argparse
 import itertools
 import math
 import time
+from statistics import NormalDist
 
 import numpy as np
 
+import memtui.estimation.correlations as corr_module
+from memtui.estimation.correlations import CORRELATION_SCOPES, correlations
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import CORRELATION_SCOPES, Suite, correlations, estimate_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import Suite
 from memtui.panel.synthetic import SuiteSimulation, simulate_suite
 
 
@@ -44,7 +55,7 @@ def true_correlation(result, truth: np.ndarray, scope_cells) -> float:
 
 def scope_cells(result, scope: str):
     """The (cohort, checkpoint) pairs of ``scope`` (all finite in this simulation): as ``correlations`` picks them."""
-    from memtui.estimation.suite import _scope_mask
+    from memtui.estimation.correlations import _scope_mask
 
     mask = _scope_mask(result, scope)
     return result.cells["cohort"].to_numpy()[mask], result.cells["checkpoint"].to_numpy()[mask]
@@ -81,6 +92,79 @@ def measure(
     }
 
 
+def pivot_interval_before(point: float, pivot: np.ndarray, alpha: float) -> tuple[float, float]:
+    """The corrected interval memtui gave before the covariance-scale test (a verbatim copy, kept as the baseline):
+    the union of the pivot draws' ratio percentiles and point +- z sd, [-1, 1] where more than alpha/2 of the draws
+    allow a flat profile; then, as ``_corrected_record`` did, held around the point and clipped to [-1, 1]."""
+    ok = (pivot[:, 0, 0] > 0) & (pivot[:, 1, 1] > 0)
+    if np.mean(~ok) > alpha / 2:
+        return -1.0, 1.0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.clip(pivot[:, 0, 1] / np.sqrt(np.where(ok, pivot[:, 0, 0] * pivot[:, 1, 1], 1.0)), -1, 1)
+    low, high = np.quantile(np.where(ok, r, -1.0), alpha / 2), np.quantile(np.where(ok, r, 1.0), 1 - alpha / 2)
+    half = NormalDist().inv_cdf(1 - alpha / 2) * float(np.std(r[ok], ddof=1))
+    low, high = min(float(low), point - half), max(float(high), point + half)
+    return float(np.clip(min(low, point), -1, 1)), float(np.clip(max(high, point), -1, 1))
+
+
+class RecordPivots:
+    """Keeps the pair (0, 1)'s corrected covariance and pivot draws of each ``correlations`` call (a wrapper around
+    ``_corrected_pivots``), so the interval before can be computed from the very draws the interval now used."""
+
+    def __init__(self) -> None:
+        self.last = None
+        self.inner = corr_module._corrected_pivots
+
+    def __call__(self, *args):
+        a, pivots = self.inner(*args)
+        self.last = (a[:2, :2].copy(), pivots.get((0, 1)))
+        return a, pivots
+
+
+def near_bound(args) -> None:
+    """Old and new corrected intervals at each ``--rho`` on one design, with Monte-Carlo errors and widths."""
+    rhos = [float(r) for r in args.rho.split(",")]
+    reps, draws = args.reps or 300, args.draws or 1000
+    design = {"noise": args.noise, "noise_corr": args.noise_corr, "per_cohort": args.per_cohort,
+              "n_never": args.controls, "n_checkpoints": args.checkpoints}  # fmt: skip
+    print(f"{reps} suites per rho, B = {draws}, design {design}, scope {args.scope}, noise seeds {args.seed} + 1000 k "
+          "+ rep\n")  # fmt: skip
+    print(
+        "| rho | true r | corrected r | clipped | before: coverage | width | now: coverage | width | not determined |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    record = RecordPivots()
+    corr_module._corrected_pivots = record
+    start = time.perf_counter()
+    try:
+        for k, rho in enumerate(rhos):
+            rows = []
+            for rep in range(reps):
+                sim = SuiteSimulation(rho=rho, seed=args.seed + 1000 * k + rep, **design)
+                panels, truth = simulate_suite(sim)
+                sr = estimate_suite(Suite(names=["a", "b"], panels=panels), Settings(draws=draws, seed=rep))
+                c = correlations(sr, scope=args.scope)
+                first = sr.results["a"]["loglik"]
+                target = true_correlation(first, truth, scope_cells(first, args.scope))
+                a, pivot = record.last
+                point = a[0, 1] / math.sqrt(a[0, 0] * a[1, 1])
+                old = pivot_interval_before(point, pivot, sr.settings.alpha)
+                new = (c.pearson_corrected_low[0, 1], c.pearson_corrected_high[0, 1])
+                undetermined = bool(c.undetermined[0, 1])
+                rows.append((target, c.pearson_corrected[0, 1], c.pearson_clipped[0, 1], old[0] <= target <= old[1],
+                             old[1] - old[0], undetermined or new[0] <= target <= new[1], new[1] - new[0],
+                             undetermined))  # fmt: skip
+            m = np.array(rows, dtype=float)
+            cov_old, cov_new = m[:, 3].mean(), m[:, 5].mean()
+            mc_old, mc_new = (math.sqrt(p * (1 - p) / reps) for p in (cov_old, cov_new))
+            print(f"| {rho:g} | {m[:, 0].mean():.3f} | {np.nanmean(m[:, 1]):.3f} | {m[:, 2].mean():.0%} | "
+                  f"{cov_old:.1%} ± {mc_old:.1%} | {m[:, 4].mean():.3f} | {cov_new:.1%} ± {mc_new:.1%} | "
+                  f"{np.nanmean(m[:, 6]):.3f} | {m[:, 7].mean():.0%} |", flush=True)  # fmt: skip
+    finally:
+        corr_module._corrected_pivots = record.inner
+    print(f"\n{time.perf_counter() - start:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="8 designs x 40 suites, B = 400")
@@ -94,7 +178,17 @@ def main() -> None:
         help="design k's suites have noise seeds SEED + 1000 k + rep: independent across designs [10000]",
     )
     ap.add_argument("--only", help="run only these designs, e.g. '0:0.8:0.3,0.6:0.95:0.1' (noise corr:rho:noise)")
+    ap.add_argument("--rho", help="near the bound: these true correlations (e.g. 0,0.5,0.8,0.95,0.99) on one design, "
+                    "the corrected interval before and now")  # fmt: skip
+    ap.add_argument("--noise", type=float, default=0.3, help="with --rho: a post cell's se over the profiles' sd [0.3]")
+    ap.add_argument("--noise-corr", type=float, default=0.5, help="with --rho: the models' noise correlation [0.5]")
+    ap.add_argument("--per-cohort", type=int, default=60, help="with --rho: instances per cohort [60]")
+    ap.add_argument("--controls", type=int, default=300, help="with --rho: never-trained instances [300]")
+    ap.add_argument("--checkpoints", type=int, default=8, help="with --rho: checkpoints [8]")
     args = ap.parse_args()
+    if args.rho:
+        near_bound(args)
+        return
     reps = args.reps or (40 if args.quick else 200)
     draws = args.draws or (400 if args.quick else 1000)
     rhos = (0.5, 0.8, 0.95, 1.0)

@@ -24,7 +24,8 @@ import numpy as np
 from benchmarks.suite import METRICS, PAPER, write_models
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import estimate_suite, load_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.model import Panel
 from memtui.panel.synthetic import Simulation, simulate
 

@@ -29,7 +29,8 @@ import numpy as np
 from memtui.engine import kernels
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import estimate_suite, load_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import create_panel
 from memtui.panel.synthetic import Simulation, simulate
 

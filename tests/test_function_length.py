@@ -22,10 +22,6 @@ ALLOWED: dict[str, str] = {
         "The calibrated band's hot path: the studentise callback works in place on bootstrap_shared's temporaries and "
         "shares per-layout constants and result buffers with the function that builds them."
     ),
-    "estimation/suite.py:_corrected_pearson": (
-        "Most of its length is the derivation of the correction and its interval in the docstring; the body is one "
-        "numeric kernel whose threaded closures fill shared per-draw covariance buffers."
-    ),
     "orders/neox.py:NeoxOrder.exposure": (
         "A single vectorised pass from documents to their training steps whose intermediate arrays (occurrences, "
         "owning samples, token ranges) each feed the next line; named pieces would only pass a dozen arrays around."
@@ -46,7 +42,7 @@ ALLOWED: dict[str, str] = {
         "A check of every insertion record against the order's maps followed by their grouping by example tokens; "
         "both loops share the records' positions and samples and it is barely over the limit."
     ),
-    "estimation/suite.py:correlations": (
+    "estimation/correlations.py:correlations": (
         "Barely over the limit: argument checks, the cells every model shares, and the point and interval estimates, "
         "with the interval kernels already in their own functions."
     ),

@@ -15,6 +15,7 @@ LIGHT = {
     # the estimation reads a Panel, never a file, and knows nothing of the app or of torch
     "memtui.estimation.estimate": ("textual", "torch", "h5py", "memtui.panel.hdf5"),
     "memtui.estimation.suite": ("textual", "torch", "transformers"),
+    "memtui.estimation.correlations": ("textual", "torch", "transformers"),
     # the extraction job API the app polls
     "memtui.extract.jobs": ("textual", "torch", "transformers", "h5py"),
     "memtui.panel.model": ("h5py", "polars", "textual", "torch"),

@@ -22,7 +22,7 @@ from memtui.app.open_dialog import OpenPanelDialog, PanelTree
 from memtui.app.profile import ProfilePane
 from memtui.core.errors import MemtuiError
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import create_panel, read_panel
 from memtui.panel.synthetic import Simulation, simulate, write_synthetic
 
@@ -62,11 +62,12 @@ async def _compare_grid(suite, size=(120, 60)) -> tuple[str, object]:
 
 
 @run_async
-async def test_compare_pane_says_not_determined_where_the_corrected_interval_is_all_of_minus_one_to_one(tmp_path):
-    """Tiny cohorts whose noise is as large as the profiles: the corrected r's interval is [−1, 1]. The pane showed
-    `−0.73` with `[−1, 1]` and no word why; it says "not determined", and the note `memtui compare` prints."""
+async def test_compare_pane_says_not_determined_where_the_corrected_correlation_has_no_interval(tmp_path):
+    """Tiny cohorts whose noise is as large as the profiles: the corrected r is not determined (NaN bounds; it was
+    [−1, 1]). The pane showed `−0.73` with `[−1, 1]` and no word why; it says "not determined", and the note `memtui
+    compare` prints."""
     grid, corr = await _compare_grid(_suite(tmp_path, 3, 10, (0.3, 0.3)))
-    assert corr.pearson_corrected_low[0, 1] <= -1 and corr.pearson_corrected_high[0, 1] >= 1  # the case itself
+    assert corr.undetermined[0, 1] and np.isnan(corr.pearson_corrected_high[0, 1])  # the case itself
     corrected = grid.split("Raw Pearson")[0]
     assert "n.d." in corrected and "1–2 not determined" in corrected
     assert f"{corr.pearson_corrected[0, 1]:+.2f}".replace("-", "−") not in corrected  # no number for it

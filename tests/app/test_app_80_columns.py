@@ -13,7 +13,7 @@ from memtui.app.fmt import short_step
 from memtui.app.heatmap import Heatmap
 from memtui.app.main import MemtuiApp
 from memtui.app.profile import Legend
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.synthetic import Simulation, write_synthetic
 

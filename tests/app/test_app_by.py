@@ -24,7 +24,7 @@ from memtui.app.profile import ProfilePane
 from memtui.app.summaries import final_checkpoint
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import estimate_by
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.covariates import covariate_lines, write_covariates
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import NEVER

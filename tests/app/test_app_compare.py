@@ -12,7 +12,7 @@ from memtui.app import palette
 from memtui.app.compare import ComparePane, OverlayPlot, correlation_grid
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.synthetic import Simulation, write_synthetic
 
 SIM = dict(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8)

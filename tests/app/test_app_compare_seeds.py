@@ -12,7 +12,7 @@ from memtui.app.compare import ComparePane
 from memtui.app.fmt import num
 from memtui.estimation.seeds import estimate_pooled
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import create_panel
 from memtui.panel.synthetic_seeds import SeedSimulation, simulate_seeds
 

@@ -16,7 +16,7 @@ from memtui.app.compare import ComparePane, OverlayPlot, correlation_grid
 from memtui.app.main import MemtuiApp
 from memtui.app.plots import BandPlot, as_256, lightness, plot_colours
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.synthetic import Simulation, write_synthetic
 

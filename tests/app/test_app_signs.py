@@ -15,7 +15,7 @@ from memtui.app.compare import correlation_grid
 from memtui.app.fmt import cell, short_step
 from memtui.app.main import MemtuiApp
 from memtui.app.summary_lines import mde_line
-from memtui.estimation.suite import load_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.synthetic import Simulation, write_synthetic
 

@@ -13,9 +13,12 @@ import polars as pl
 import pytest
 
 from memtui.estimation.compare import compare
+from memtui.estimation.correlations import correlations
 from memtui.estimation.estimate import estimate
+from memtui.estimation.headline import headline
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import correlations, estimate_suite, headline, load_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import create_panel, read_panel
 from memtui.panel.synthetic import Simulation, simulate
 

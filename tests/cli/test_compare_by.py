@@ -14,8 +14,8 @@ import polars as pl
 import pytest
 
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import load_suite
 from memtui.estimation.suite_by import compare_by
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.covariates import write_covariates
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.samples import SUITE, sample_path

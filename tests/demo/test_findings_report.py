@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.demo.findings import _corrected
-from memtui.estimation.suite import Correlations
+from memtui.estimation.correlations import Correlations
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,9 +30,9 @@ def test_a_determined_correlation_is_quoted_with_its_interval():
     assert _corrected(_corr(1.0, 0.9, 1.0, clipped=True), "a", "b") == ["1.00 (clipped)", "[0.90, 1.00]"]
 
 
-def test_an_interval_of_minus_one_to_one_reads_not_determined():
-    assert _corrected(_corr(0.95, -1.0, 1.0), "a", "b") == ["not determined (0.95)", "[-1, 1]"]
-    assert _corrected(_corr(1.0, -1.0, 1.0, clipped=True), "a", "b") == ["not determined (1.00, clipped)", "[-1, 1]"]
+def test_a_value_without_an_interval_reads_not_determined():
+    assert _corrected(_corr(0.95, np.nan, np.nan), "a", "b") == ["not determined (0.95)", "none"]
+    assert _corrected(_corr(1.0, np.nan, np.nan, clipped=True), "a", "b") == ["not determined (1.00, clipped)", "none"]
     assert _corrected(_corr(np.nan, np.nan, np.nan), "a", "b") == ["n/a", "n/a"]
 
 

@@ -23,7 +23,8 @@ from memtui.estimation.compare import compare
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import estimate_by
-from memtui.estimation.suite import Suite, estimate_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import Suite
 from memtui.panel.model import NEVER, Panel
 from memtui.panel.synthetic import Simulation, simulate
 

@@ -14,7 +14,8 @@ from memtui.engine import permutations
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings, default_band, order_not_shuffled
 from memtui.estimation.subgroups import estimate_by
-from memtui.estimation.suite import Suite, estimate_suite
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import Suite
 from memtui.panel.model import NEVER, Panel
 from memtui.panel.synthetic import Simulation, simulate
 

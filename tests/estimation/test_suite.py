@@ -15,9 +15,12 @@ from scipy import stats
 from memtui.core.errors import MemtuiError
 from memtui.engine import did
 from memtui.engine.layout import build_layout
+from memtui.estimation.correlations import correlations
 from memtui.estimation.estimate import estimate
+from memtui.estimation.headline import headline, plateau
 from memtui.estimation.settings import Settings
-from memtui.estimation.suite import correlations, estimate_suite, headline, load_suite, plateau
+from memtui.estimation.suite import estimate_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.panel.hdf5 import create_panel, read_panel
 from memtui.panel.model import NEVER
 from memtui.panel.synthetic import Simulation, simulate

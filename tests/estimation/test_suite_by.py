@@ -12,10 +12,13 @@ import polars as pl
 import pytest
 
 from memtui.core.errors import MemtuiError
+from memtui.estimation.correlations import correlations
+from memtui.estimation.headline import headline
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import estimate_by
-from memtui.estimation.suite import Suite, correlations, estimate_suite, headline, load_suite
+from memtui.estimation.suite import estimate_suite
 from memtui.estimation.suite_by import compare_by
+from memtui.estimation.suite_load import Suite, load_suite
 from memtui.panel.hdf5 import create_panel
 from memtui.panel.model import NEVER, Panel
 

@@ -177,7 +177,7 @@ def test_neox_seed_suite_treatments_equal_the_library_maps(tmp_path, replica, cl
     assert not np.array_equal(panels["seed1"].treatment, home.treatment)  # data order moves the treatment
 
     # the suite opens as one: instances matched by id, each seed's own treatment kept
-    from memtui.estimation.suite import load_suite
+    from memtui.estimation.suite_load import load_suite
 
     for path in paths:  # scores for every checkpoint, so that the suite has completed checkpoints
         with PanelWriter(path) as w:

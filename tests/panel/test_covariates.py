@@ -183,7 +183,7 @@ def test_covariates_of_a_copied_sample_round_trip(tmp_path):
 
 def test_a_suite_keeps_each_instance_its_covariates(tmp_path):
     """load_suite puts the panels on the instances they share: covariates follow their instances."""
-    from memtui.estimation.suite import _restrict
+    from memtui.estimation.suite_load import _restrict
 
     path = make(tmp_path, covariates={"x": np.arange(N) * 10.0, "t": np.array(list("abcdef"))})
     part = _restrict(read_panel(path), np.array([4, 0, 2]), None)

@@ -22,7 +22,7 @@ def open_app(path: Path | list[Path] | None = None):
     paths = [Path(p) for p in path] if isinstance(path, list | tuple) else [Path(path or default_panel())]
     suite = None
     if len(paths) > 1:
-        from memtui.estimation.suite import load_suite
+        from memtui.estimation.suite_load import load_suite
 
         try:
             suite = load_suite(paths)

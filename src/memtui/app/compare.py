@@ -66,9 +66,10 @@ def correlation_grid(
     """A k × k grid of correlations, each cell coloured on the heatmap's ramp (so +1 is the strongest warm colour),
     with the bootstrap interval of each pair listed under it, in lines of ``line_width`` that break between pairs.
 
-    ``undetermined`` marks the pairs whose value the data do not determine (a corrected correlation whose interval is
-    all of [-1, 1]): their cell says ``n.d.`` and their interval "not determined", never a number that looks like a
-    finding. ``clipped`` marks values held at ±1 (the estimate fell beyond it): a ``*`` follows them."""
+    ``undetermined`` marks the pairs whose value the data do not determine (a corrected correlation without an
+    interval: every correlation in [-1, 1] fits the data): their cell says ``n.d.`` and their interval "not
+    determined", never a number that looks like a finding. ``clipped`` marks values held at ±1 (the estimate fell
+    beyond it): a ``*`` follows them."""
     k = len(names)
     undetermined = np.zeros((k, k), bool) if undetermined is None else undetermined
     clipped = np.zeros((k, k), bool) if clipped is None else clipped
@@ -97,14 +98,14 @@ def correlation_grid(
              else f"{i + 1}–{j + 1} [{num(low[i, j], 2)}, {num(high[i, j], 2)}]", style="dim")
         for i in range(k)
         for j in range(i + 1, k)
-        if math.isfinite(low[i, j])
+        if math.isfinite(low[i, j]) or undetermined[i, j]
     ]  # fmt: skip
     if pairs:
         text.append_text(pack(Text("intervals:", style="dim"), pairs, line_width))
         text.append("\n")
     keys = []
     if np.triu(undetermined, 1).any():
-        keys.append("n.d.: not determined by these data (interval [−1, 1]); the raw correlation below is informative")
+        keys.append("n.d.: not determined by these data (no interval); the raw correlation below is informative")
     if np.triu(clipped & ~undetermined, 1).any():
         keys.append("*: the corrected value fell beyond ±1 and is shown at the bound")
     for line in keys:  # wrapped to the pane (80 columns leave about 78)
@@ -223,7 +224,8 @@ class ComparePane(VerticalScroll, can_focus=True):
     def _estimate(self, settings: Settings, by: str = "") -> None:
         from dataclasses import replace
 
-        from memtui.estimation.suite import correlations, estimate_suite
+        from memtui.estimation.correlations import correlations
+        from memtui.estimation.suite import estimate_suite
         from memtui.estimation.suite_by import compare_by
 
         worker = get_current_worker()
@@ -252,7 +254,7 @@ class ComparePane(VerticalScroll, can_focus=True):
     def _pooled(self, settings: Settings, progress) -> list[str]:
         """A seed suite's pooled lines (none for a suite of models); a refusal is one line in their place."""
         from memtui.estimation.seeds import estimate_pooled
-        from memtui.estimation.suite import is_seed_suite
+        from memtui.estimation.suite_load import is_seed_suite
 
         if not is_seed_suite(self.suite.panels):
             return []
@@ -370,10 +372,9 @@ class ComparePane(VerticalScroll, can_focus=True):
 
 
 def undetermined(c) -> np.ndarray:
-    """The pairs whose corrected correlation the data do not determine: its interval, clipped, is all of [-1, 1]
-    (``estimation.suite._corrected_record`` notes the same pairs)."""
-    with np.errstate(invalid="ignore"):
-        return (c.pearson_corrected_low <= -1) & (c.pearson_corrected_high >= 1)
+    """The pairs whose corrected correlation the data do not determine (``Correlations.undetermined``: no interval;
+    ``estimation.correlations._corrected_record`` notes the same pairs)."""
+    return c.undetermined
 
 
 def seed_lines(pooled) -> list[str]:

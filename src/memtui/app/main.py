@@ -197,7 +197,8 @@ class MemtuiApp(App):
         **kwargs,
     ) -> None:
         """``models``: every model's panel, in the suite's order (``panel`` is one of them); ``suite``: the same
-        panels on their common instances and checkpoints (``estimation.suite.load_suite``), for the Compare pane."""
+        panels on their common instances and checkpoints (``estimation.suite_load.load_suite``), for the Compare
+        pane."""
         super().__init__(**kwargs)
         self.panel = panel
         self.models = models or [panel]

@@ -135,7 +135,10 @@ def _settings(args, panel):
 
 def _suite(args, out: Path | None) -> int:
     from memtui.cli.options import progress_bar
-    from memtui.estimation.suite import correlations, estimate_suite, headline, load_suite
+    from memtui.estimation.correlations import correlations
+    from memtui.estimation.headline import headline
+    from memtui.estimation.suite import estimate_suite
+    from memtui.estimation.suite_load import load_suite
 
     suite = load_suite(args.panels)
     settings = _settings(args, suite.panels[0])  # without -m: the first panel's default metric
@@ -155,7 +158,7 @@ def _suite(args, out: Path | None) -> int:
 
 def _seed_lines(sr, metric: str) -> list[str]:
     """A seed suite's between-seed spread of the profile (how much of memorisation is data order)."""
-    from memtui.estimation.suite import seed_spread
+    from memtui.estimation.headline import seed_spread
 
     spread = seed_spread(sr, metric)
     if spread is None:
@@ -245,6 +248,8 @@ def _suite_lines(sr, table: pl.DataFrame, corr) -> list[str]:
                 text = _num(value[i, j], ".3f")
                 if math.isfinite(low[i, j]):
                     text += f" [{fixed2(low[i, j])}, {fixed2(high[i, j])}]"
+                elif method == "pearson_corrected" and corr.undetermined[i, j]:
+                    text += " [n.d.]"  # not determined by these data: the note says why
                 row.append(f"{text:>{cell}}")
             lines.append(f"{name:<{width}}" + "".join(row))
     for note in (*sr.suite.notes, *sr.notes, *corr.notes):

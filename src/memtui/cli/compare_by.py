@@ -2,7 +2,7 @@
 (``estimation.suite_by``), and per model the difference between groups.
 
 Files ``-o OUT.csv`` writes (docs/estimation.md, "Comparing models"), each row naming its group:
-  OUT.csv, the headline table (one row per group and model: group, treated, controls, then ``suite.headline``'s
+  OUT.csv, the headline table (one row per group and model: group, treated, controls, then ``headline.headline``'s
   columns); OUT-correlations.csv, the correlation matrices in long form (group first); OUT-differences.csv, per model
   the differences between groups (overall and per event time c - g >= 0, each with its band)."""
 
@@ -19,8 +19,8 @@ def run_by(args, out: Path | None, settings_of, companion, write_together, suite
     the lines of one suite comparison), passed in so that this module imports nothing of compare at start-up."""
     _refuse(args)
     from memtui.cli.options import progress_bar
-    from memtui.estimation.suite import load_suite
     from memtui.estimation.suite_by import compare_by
+    from memtui.estimation.suite_load import load_suite
 
     suite = load_suite(args.panels)
     settings = settings_of(args, suite.panels[0])
@@ -53,7 +53,7 @@ def by_lines(res, suite_lines) -> list[str]:
     design = (
         "shared never-treated controls" if res.shared_controls else "each group with its own never-treated controls"
     )
-    from memtui.estimation.suite import headline
+    from memtui.estimation.headline import headline
 
     lines = [f"{len(res.models)} models by {clean(res.spec, 60)}: {len(res.groups)} groups, {design}; one set of draws "
              "for every model and group"]  # fmt: skip

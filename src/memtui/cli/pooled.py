@@ -22,7 +22,7 @@ def run_pooled(args, out: Path | None, settings_of, companion, write_together) -
     """Load the panels as a suite, refuse anything but a seed suite, estimate and print the pooled profile."""
     from memtui.cli.options import progress_bar
     from memtui.estimation.seeds import estimate_pooled
-    from memtui.estimation.suite import is_seed_suite, load_suite
+    from memtui.estimation.suite_load import is_seed_suite, load_suite
 
     suite = load_suite(args.panels)
     if not is_seed_suite(suite.panels):

@@ -115,7 +115,7 @@ def check_panels(paths: list[Path]) -> None:
     for path in paths:
         read_for_app(path)
     if len(paths) > 1:
-        from memtui.estimation.suite import load_suite
+        from memtui.estimation.suite_load import load_suite
 
         load_suite(paths)  # panels that do not form a suite: its one-line error
 

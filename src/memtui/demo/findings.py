@@ -4,8 +4,8 @@
 learning rate (correlation across cohorts between the instantaneous estimate and the rate at the cohort's training
 steps); (iii) the profiles of different sizes correlate. Each claim gets a verdict computed from the numbers, stated
 with them, whichever way it goes: the report says what did not hold as plainly as what did. Estimation is
-:mod:`estimation.suite` (joint bootstrap draws, so correlations between models have intervals); figures are SVG from
-:mod:`memtui.report.svgplot`.
+:mod:`estimation.suite` (joint bootstrap draws, so correlations between models have intervals:
+:mod:`estimation.correlations`); figures are SVG from :mod:`memtui.report.svgplot`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.core.text import clean
 from memtui.demo.train import DemoConfig, lr_at
+from memtui.estimation.correlations import Correlations, correlations
+from memtui.estimation.headline import headline
 from memtui.estimation.settings import DEFAULT_BAND, DEFAULT_DRAWS, Settings
-from memtui.estimation.suite import Correlations, SuiteResult, correlations, estimate_suite, headline, load_suite
+from memtui.estimation.suite import SuiteResult, estimate_suite
+from memtui.estimation.suite_load import load_suite
 from memtui.report.svgplot import Series, grid, line_plot, write_svg
 
 FIGURES = ("instantaneous.svg", "lr.svg", "persistent.svg", "correlations.svg", "tracking.svg")
@@ -169,14 +172,15 @@ def _pairs(c: Correlations) -> list[tuple[str, str, float, float, float]]:
 
 def _corrected(c: Correlations, a: str, b: str) -> list[str]:
     """The corrected (true-profile) Pearson correlation of a pair and its interval, as the report's two cells: an
-    interval of [-1, 1] reads "not determined" (the number alone would look like a finding), a clipped value says so."""
+    pair the data do not determine reads "not determined" (the number alone would look like a finding), a clipped
+    value says so."""
     i, j = c.names.index(a), c.names.index(b)
     v, lo, hi = c.pearson_corrected[i, j], c.pearson_corrected_low[i, j], c.pearson_corrected_high[i, j]
     if not np.isfinite(v):
         return ["n/a", "n/a"]
     clipped = ", clipped" if c.pearson_clipped is not None and c.pearson_clipped[i, j] else ""
-    if lo <= -1 and hi >= 1:
-        return [f"not determined ({v:.2f}{clipped})", "[-1, 1]"]
+    if c.undetermined[i, j]:
+        return [f"not determined ({v:.2f}{clipped})", "none"]
     return [f"{v:.2f}" + (f" ({clipped[2:]})" if clipped else ""), f"[{lo:.2f}, {hi:.2f}]"]
 
 
@@ -332,7 +336,7 @@ def _correlation_section(f: Findings, fig) -> list[str]:
                           "its 95% interval"], rows))  # fmt: skip
     out += ["", "The raw r is the correlation of the estimated profiles, attenuated by their estimation noise; the "
             "corrected one estimates the correlation of the models' true profiles (docs/methods.md, \"Correlations "
-            "of true profiles\"). Where its interval is [-1, 1] the data do not determine it, and only the raw r is "
+            "of true profiles\"). Where it has no interval the data do not determine it, and only the raw r is "
             "informative."]  # fmt: skip
     sp = f.corr.spearman
     off = sp[~np.eye(len(f.result.names), dtype=bool)]

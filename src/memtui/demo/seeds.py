@@ -290,7 +290,7 @@ def _forget_workdir(panel: Path, work: Path) -> None:
 def _pooled(panels: list[Path], draws: int):
     from memtui.estimation.seeds import estimate_pooled
     from memtui.estimation.settings import Settings
-    from memtui.estimation.suite import load_suite
+    from memtui.estimation.suite_load import load_suite
 
     suite = load_suite(panels)
     return estimate_pooled(suite.panels, Settings(metric="loglik", draws=draws), suite.names)

@@ -1,6 +1,7 @@
 """A model suite compared group by group (``memtui compare A.h5 B.h5 ... --by SPEC``): the suite comparison of every
-group of instances (``estimation.suite``: headline figures per model, correlations of the models' profiles) and, per
-model, the difference between groups (``estimation.subgroups``: one set of multiplier draws for every group).
+group of instances (``estimation.headline``: headline figures per model; ``estimation.correlations``: correlations
+of the models' profiles) and, per model, the difference between groups (``estimation.subgroups``: one set of
+multiplier draws for every group).
 
 The panels of a suite share their instances, so an instance belongs to the same group in every panel: the groups are
 read from the covariate of the first panel (in the suite's order) that has it; the other panels may lack it, and one
@@ -28,18 +29,14 @@ import polars as pl
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.estimation.correlations import Correlations, correlations
 from memtui.estimation.group_spec import resolve
+from memtui.estimation.headline import headline
 from memtui.estimation.results import Progress
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import ByResult, estimate_by, subset_panel
-from memtui.estimation.suite import (
-    Correlations,
-    Suite,
-    SuiteResult,
-    correlations,
-    headline,
-    refuse_too_few_shared,
-)
+from memtui.estimation.suite import SuiteResult
+from memtui.estimation.suite_load import Suite, refuse_too_few_shared
 from memtui.panel.model import Panel
 
 __all__ = ["SuiteByResult", "compare_by", "group_rows", "suite_panels_by"]
@@ -75,7 +72,7 @@ class SuiteByResult:
         return self.sizes[self.models[0]][group]
 
     def headline(self) -> pl.DataFrame:
-        """``suite.headline`` of every group, stacked: a row per group and model, the group and its size first."""
+        """``headline.headline`` of every group, stacked: a row per group and model, the group and its size first."""
         frames = []
         for group, sr in self.suites.items():
             sizes = [self.sizes[m][group] for m in self.models]
