@@ -119,7 +119,8 @@ def _skewed_null(seed: int, per: int = 10, cohorts: int = 6, never: int = 40, t:
 
 @pytest.mark.parametrize("broken", [False, True])
 def test_level_on_null_panels_of_skewed_persistent_noise(broken, monkeypatch):
-    """120 null panels (a random walk of centred exponential steps, 10 per cohort): the post band flags at most
+    """120 null panels (a random walk of centred exponential steps, 10 per cohort), the band as it runs (its centred
+    law): the post band flags at most
     5 % + 3 Monte-Carlo s.e., and the pre-trend p-values are uniform (half of them at most 1/2). A variant that does
     not permute the labels fails: its p-values are all 1."""
     if broken:
@@ -143,3 +144,22 @@ def test_a_design_with_too_few_labellings_says_nothing_can_be_significant():
     r = estimate(panel, PERM)
     assert any("distinct labellings" in note for note in r.notes)
     assert not r.cells["significant"].any()  # one cohort: every permutation is the observed labelling
+
+
+def test_the_centred_law_flags_more_true_cells_than_the_uncentred_one(monkeypatch):
+    """Effects in every cohort: relabelled raw rows carry their own cohort's effects into the others and widen the
+    law; the centred rows (each less its own cohort's estimates) do not. On the same seeded panels the centred band's
+    critical value is lower on every one and it flags more of the (all truly non-zero) post cells in all."""
+    from memtui.engine.band_permutation import PERMUTATION
+
+    got = {}
+    for centred in (True, False):
+        monkeypatch.setattr(PERMUTATION, "centred", centred)
+        got[centred] = []
+        for seed in range(4):
+            r = estimate(_panel(seed, effect=0.5), Settings(band="permutation", draws=99, seed=seed))
+            got[centred].append((r.crit, int(r.cells.filter(~r.cells["pre_treatment"])["significant"].sum())))
+    crit, flagged = np.asarray(got[True]).T
+    crit_raw, flagged_raw = np.asarray(got[False]).T
+    assert np.all(crit < crit_raw)
+    assert flagged.sum() > flagged_raw.sum()
