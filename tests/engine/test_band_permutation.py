@@ -52,7 +52,7 @@ def test_the_centred_rows_estimate_zero_at_every_post_cell_under_the_identity(lo
     """Centred (each treated row less its own cohort's estimated effects): under the observed labelling every
     post-treatment cell estimates 0 with its own standard error, every placebo cell is as observed."""
     lay, est = _layout(estimator, base_period)
-    p = permutations.plan(lay, est)
+    p = permutations.plan(lay, est, centred=True)
     att, var = permutations.cell_stats(p, *permutations.sums(p, np.arange(len(p.keys))[None]))
     scale = np.abs(est.att).max()
     post = ~lay.cell_pre

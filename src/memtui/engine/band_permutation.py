@@ -102,9 +102,11 @@ class PermutationBand:
     miscalibrated_below = 1  # exact by design: no cohort size where it over-rejects
     small_sample_plan = True  # plans as the calibrated band (the permutation quantile is close to its Welch t)
 
-    def __init__(self, *, centred: bool = True) -> None:
-        # centred: the treated rows less their own cohort's estimated post-treatment effects before relabelling (the
-        # default: power under effects); uncentred: the raw rows, exact under the sharp null of no memorisation
+    def __init__(self, *, centred: bool = False) -> None:
+        # uncentred (the band): the raw rows relabelled, exact under the sharp null of no memorisation. centred: each
+        # treated row less its own cohort's estimated post-treatment effects first; measured anti-conservative (the
+        # estimates bring the controls' noise into the treated rows, where it cancels: docs/methods.md), kept for
+        # benchmarks/permutation_level.py
         self.centred = centred
 
     def draws_label(self, draws: int) -> str:

@@ -75,13 +75,14 @@ class Plan:
     treated_rows: slice  # the treated rows in the layout
 
 
-def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = True) -> Plan:
+def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = False) -> Plan:
     """The ``Plan`` of ``lay`` (``unsupported`` must be None). ``keys``, ``n_keys``: the key of each of the layout's
     data rows (``Layout.source_rows`` index them) and how many keys there are (a source shared by layouts on subsets
     of one panel: subgroups, seeds); default: each treated instance's rank among the treated instances (by data row),
     so that layouts of the same instances (a suite's models and metrics) key them alike whatever else they hold.
     ``centred``: each treated row less its own cohort's estimated post-treatment effects (``centre_rows``), so that
-    permutations describe the estimate's noise, not the effects they would carry into other cohorts."""
+    permutations do not carry one cohort's effects into another; not exact, and measured anti-conservative (see
+    ``centre_rows``): the band runs uncentred."""
     treated = slice(int(lay.group_start[1]), lay.n_units)
     width = lay.y.shape[1]
     padded = 1 + -(-width // _BLOCK) * _BLOCK
@@ -128,8 +129,11 @@ def centre_rows(lay: Layout, est, y: np.ndarray, starts: np.ndarray, lagged: np.
     estimate is the cohort's mean change from its base (a placebo column or none, left as observed) to c less the
     controls', so under the observed labelling every post-treatment cell of the centred rows estimates 0 exactly (its
     standard error unchanged: a constant per column within a cohort), and the placebo cells (c < g: their columns are
-    before the base) are as observed. A permuted cohort then holds rows whose own effects are taken out: the
-    permutation law is the noise's (Freedman-Lane's residual permutation, the placebo cells' null kept)."""
+    before the base) are as observed. A permuted cohort then holds rows whose own effects are taken out (Freedman-Lane's
+    residual permutation, the placebo cells' null kept). But an estimate is the cohort's change less the controls':
+    subtracting it puts the controls' mean change into the cohort's rows, where a permuted estimate cancels it, so the
+    permutation law lacks the controls' (and the treated rows' common) noise that the observed estimate carries: too
+    narrow (docs/methods.md measures it), hence off by default."""
     post = ~lay.cell_pre
     if np.any(post & lagged):
         raise ValueError("a post-treatment cell's base is the checkpoint before it: cannot centre its cohort")
@@ -335,7 +339,7 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
 def permute(
     lay: Layout, est, masks: dict[str, np.ndarray], se: np.ndarray, *, count: int, seed: int, floor: float,
     keys: np.ndarray | None = None, n_keys: int | None = None, progress: Callable[[float], None] | None = None,
-    prepared: Plan | None = None, centred: bool = True,
+    prepared: Plan | None = None, centred: bool = False,
 ) -> Drawn:  # fmt: skip
     """``count`` seeded permutations of ``lay``'s cohort labels: the cells' permuted estimates and each mask's law of
     max |estimate / its standard error| over its cells with a usable ``se`` (the observed standard errors, floored:
