@@ -133,10 +133,10 @@ def _null_p_values(lay, est, *, count: int, seed: int, broken: bool, monkeypatch
 
 @pytest.mark.parametrize("broken", [False, True])
 def test_p_values_are_uniform_over_random_labellings_of_fixed_skewed_outcomes(broken, monkeypatch):
-    """Exactness of the uncentred law, whatever the noise: fixed outcomes (skewed, persistent: a random walk of centred exponential steps),
-    the cohort labels assigned at random again and again (the design's own randomisation); the p-value of each
-    labelling is uniform on {1, ..., P + 1} / (P + 1), so P(p <= k / (P + 1)) = k / (P + 1). A band that does not
-    permute the labels (p = 1 always) fails."""
+    """Exactness (the uncentred law), whatever the noise: fixed outcomes (skewed, persistent: a random walk of centred
+    exponential steps), the cohort labels assigned at random again and again (the design's own randomisation); the
+    p-value of each labelling is uniform on {1, ..., P + 1} / (P + 1), so P(p <= k / (P + 1)) = k / (P + 1). A band
+    that does not permute the labels (p = 1 always) fails."""
     rng = np.random.default_rng(5)
     cohorts, per, never, t = 5, 6, 20, 7
     steps = np.arange(t) * 1000

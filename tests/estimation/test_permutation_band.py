@@ -172,8 +172,7 @@ def _effects_everywhere(seed: int) -> Panel:
 
 
 @pytest.mark.parametrize("centred", [False, True])
-def test_the_pre_trend_check_holds_its_level_with_effects_everywhere_and_the_centred_law_does_not(centred,
-                                                                                                   monkeypatch):  # fmt: skip
+def test_the_pre_trend_level_holds_with_effects_everywhere_and_fails_centred(centred, monkeypatch):
     """Panels with effects in every cohort and no pre-trend (few controls: 15 against cohorts of 30): the band's
     pre-trend check rejects at most 5 % + 3 Monte-Carlo s.e. over 150 panels. The centred law (each treated row less
     its cohort's estimates) fails it: the estimates carry the controls' noise into the treated rows, where a permuted

@@ -57,8 +57,9 @@ def run(args) -> int:
         if s.draws
         else "pointwise, no bootstrap"
     )
+    draws = _draws(res.band, s.draws)
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
-          f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, {_draws(res.band, s.draws)})")  # fmt: skip
+          f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, {draws})")  # fmt: skip
     for name, frame in (("instantaneous", res.instantaneous), ("residual", res.residual)):
         if frame.height:
             where = " (c = g)" if name == "instantaneous" else f" at step {frame['checkpoint'][0]}"
