@@ -184,3 +184,10 @@ def test_the_pre_trend_level_holds_with_effects_everywhere_and_fails_centred(cen
     rejected = [estimate(_effects_everywhere(seed), Settings(band="permutation", draws=39, seed=seed)).pretrend.p_value
                 < 0.05 for seed in range(reps)]  # fmt: skip
     assert (np.mean(rejected) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / reps)) != centred
+
+
+def test_the_header_names_permutations_p_and_bootstrap_draws_b(cli, small_panel):
+    code, out, _ = cli("estimate", small_panel, "-B", "99", "--band", "permutation")
+    assert code == 0 and "(permutation simultaneous 95% band" in out and ", P=99)" in out and "B=99" not in out
+    code, out, _ = cli("estimate", small_panel, "-B", "99")
+    assert code == 0 and ", B=99)" in out and "P=99" not in out
