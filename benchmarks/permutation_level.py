@@ -12,6 +12,10 @@ the panel's), on the same data. Rows:
   Counted per panel: the post band flags a cell (family-wise error), the pre-trend check rejects (p < alpha).
 - **partial null**: the same noise, an effect at c = g only (``--transient`` times the noise's step sd, every cohort):
   family-wise error over the null post cells (c > g), strong control.
+Columns: the permutation band (the raw treated rows relabelled), its centred law (each treated row less its own
+cohort's estimated post-treatment effects before relabelling: ``PermutationBand.centred``, off in the band) and the
+calibrated band.
+
 - **power**: benchmarks/calibration.py's panels (white noise sd 8, instance sd 60) with its profile (peak 12 x effect,
   decaying to 15 %) at effect ``--effect`` (the issue's delta), 100 per cohort, 20 x 21: the share of the truly
   non-zero post cells each band flags, and the family-wise error of the pre-trend check.
@@ -32,11 +36,27 @@ import numpy as np  # noqa: E402
 
 from benchmarks.calibration import Design, panel_arrays  # noqa: E402
 from benchmarks.skewed_noise import noise  # noqa: E402
+from memtui.engine.band_permutation import PERMUTATION  # noqa: E402
 from memtui.estimation.estimate import estimate  # noqa: E402
 from memtui.estimation.settings import Settings  # noqa: E402
 from memtui.panel.model import NEVER, Panel  # noqa: E402
 
-BANDS = ("permutation", "calibrated")
+# the columns: the permutation band (the raw rows relabelled: exact under the sharp null), its centred law (each
+# treated row less its own cohort's estimated post-treatment effects first: engine.permutations.centre_rows, off in
+# the band) and the calibrated band
+BANDS = ("permutation", "centred", "calibrated")
+
+
+def run_band(panel, band: str, settings: dict, seed: int):
+    """One estimate under ``band`` (a column of ``BANDS``); "centred" runs the permutation band with its law centred
+    (the registered band's switch, put back after)."""
+    if band != "centred":
+        return estimate(panel, Settings(band=band, seed=seed, **settings))
+    PERMUTATION.centred = True
+    try:
+        return estimate(panel, Settings(band="permutation", seed=seed, **settings))
+    finally:
+        PERMUTATION.centred = False
 
 
 def skewed_panel(seed: int, per: int, transient: float = 0.0, cohorts: int = 20, never: int = 200, t: int = 21):
@@ -70,7 +90,7 @@ def run(settings: dict, make, reps: int, seed0: int, count) -> dict:
     for r in range(reps):
         panel = make(seed0 + r)
         for band in BANDS:
-            result = estimate(panel, Settings(band=band, seed=seed0 + r, **settings))
+            result = run_band(panel, band, settings, seed0 + r)
             got[band].append(count(result))
     return {band: np.asarray(v, float) for band, v in got.items()}
 
@@ -78,6 +98,11 @@ def run(settings: dict, make, reps: int, seed0: int, count) -> dict:
 def share(x: np.ndarray) -> str:
     p = float(np.mean(x))
     return f"{100 * p:.1f} ± {100 * np.sqrt(max(p * (1 - p), 1e-12) / len(x)):.1f} %"
+
+
+def _mean(x: np.ndarray) -> str:
+    """A mean share over panels with its Monte-Carlo standard error (the panels' spread over sqrt(R))."""
+    return f"{100 * x.mean():.1f} ± {100 * x.std(ddof=1) / np.sqrt(len(x)):.1f} %"
 
 
 def rows(args) -> list[str]:
@@ -118,7 +143,7 @@ def _power(design, effect: float, reps: int, common: dict) -> list[str]:
     power = run(common, power_panel, reps, 10_000, true_cells)
     return [
         f"| power: effect {effect:g} (peak {12 * effect:g}, noise sd 8), 100/cohort 20x21 | share of the true (post) "
-        f"cells flagged | {reps} | " + " | ".join(f"{100 * power[b][:, 0].mean():.1f} %" for b in BANDS) + " |",
+        f"cells flagged | {reps} | " + " | ".join(_mean(power[b][:, 0]) for b in BANDS) + " |",
         f"| same panels | pre-trend check rejects | {reps} | "
         + " | ".join(share(power[b][:, 1]) for b in BANDS)
         + " |",
@@ -132,8 +157,8 @@ def main() -> None:
     parser.add_argument("--power-reps", type=int, default=200, help="panels of the power row [200]")
     parser.add_argument("--draws", type=int, default=999, help="permutations P and bootstrap draws B [999]")
     parser.add_argument("--transient", type=float, default=3.0, help="partial null's effect at c = g, in step sds [3]")
-    parser.add_argument("--effect", type=lambda v: [float(x) for x in v.split(",")], default=[0.2, 1.0],
-                        help="power rows' effects (calibration.py's units), comma-separated [0.2,1]")  # fmt: skip
+    parser.add_argument("--effect", type=lambda v: [float(x) for x in v.split(",")], default=[0.5, 1.0],
+                        help="power rows' effects (calibration.py's units), comma-separated [0.5,1]")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.reps, args.power_reps, args.draws = 40, 20, 199

@@ -40,16 +40,31 @@ def loops(request, monkeypatch):
 @pytest.mark.parametrize("estimator,base_period", DESIGNS)
 def test_the_identity_permutation_gives_the_estimate_and_its_standard_error(loops, estimator, base_period):
     lay, est = _layout(estimator, base_period)
-    p = permutations.plan(lay, est)
+    p = permutations.plan(lay, est, centred=False)
     att, var = permutations.cell_stats(p, *permutations.sums(p, np.arange(len(p.keys))[None]))
     scale = np.abs(est.att).max()
     np.testing.assert_allclose(att[0], est.att, atol=1e-5 * scale)
     np.testing.assert_allclose(np.sqrt(var[0]), est.se, rtol=1e-4)
 
 
+@pytest.mark.parametrize("estimator,base_period", DESIGNS)
+def test_the_centred_rows_estimate_zero_at_every_post_cell_under_the_identity(loops, estimator, base_period):
+    """Centred (each treated row less its own cohort's estimated effects): under the observed labelling every
+    post-treatment cell estimates 0 with its own standard error, every placebo cell is as observed."""
+    lay, est = _layout(estimator, base_period)
+    p = permutations.plan(lay, est, centred=True)
+    att, var = permutations.cell_stats(p, *permutations.sums(p, np.arange(len(p.keys))[None]))
+    scale = np.abs(est.att).max()
+    post = ~lay.cell_pre
+    assert np.abs(est.att[post]).max() > 0.1 * scale  # the effects were there to take out
+    np.testing.assert_allclose(att[0][post], 0.0, atol=1e-5 * scale)
+    np.testing.assert_allclose(att[0][~post], est.att[~post], atol=1e-5 * scale)
+    np.testing.assert_allclose(np.sqrt(var[0]), est.se, rtol=1e-4)
+
+
 def test_a_permutation_is_a_relabelling_of_the_treated_rows_with_the_cohort_sizes_kept(loops):
     lay, est = _layout()
-    p = permutations.plan(lay, est)
+    p = permutations.plan(lay, est, centred=False)  # the raw rows: a relabelling of the layout's own
     orders = permutations.orders(p, np.arange(1, 6, dtype=np.uint64))
     for row in orders:
         assert sorted(row) == list(range(len(p.keys)))
@@ -105,21 +120,23 @@ def _new_cohorts(p, seeds, keys) -> np.ndarray:
 
 
 def _null_p_values(lay, est, *, count: int, seed: int, broken: bool, monkeypatch) -> dict[str, float]:
-    """The post family's and the placebo family's p-values of one labelling."""
+    """The post family's and the placebo family's p-values of one labelling, under the uncentred law (the exact
+    one: the centred law subtracts estimates, so it is exact only asymptotically)."""
     masks = {"post": ~lay.cell_pre, "pre": lay.cell_pre}
     se = did.floored(est.se, did.se_floor(lay.scale))
     if broken:  # the labels not permuted: every "permutation" is the observed labelling
         monkeypatch.setattr(permutations, "orders", lambda p, seeds: np.tile(np.arange(len(p.keys)), (len(seeds), 1)))
-    drawn = permutations.permute(lay, est, masks, se, count=count, seed=seed, floor=did.se_floor(lay.scale))
+    drawn = permutations.permute(lay, est, masks, se, count=count, seed=seed, floor=did.se_floor(lay.scale),
+                                 centred=False)  # fmt: skip
     return {name: float(np.mean(law >= law[0])) for name, law in drawn.laws.items()}
 
 
 @pytest.mark.parametrize("broken", [False, True])
 def test_p_values_are_uniform_over_random_labellings_of_fixed_skewed_outcomes(broken, monkeypatch):
-    """Exactness, whatever the noise: fixed outcomes (skewed, persistent: a random walk of centred exponential steps),
-    the cohort labels assigned at random again and again (the design's own randomisation); the p-value of each
-    labelling is uniform on {1, ..., P + 1} / (P + 1), so P(p <= k / (P + 1)) = k / (P + 1). A band that does not
-    permute the labels (p = 1 always) fails."""
+    """Exactness (the uncentred law), whatever the noise: fixed outcomes (skewed, persistent: a random walk of centred
+    exponential steps), the cohort labels assigned at random again and again (the design's own randomisation); the
+    p-value of each labelling is uniform on {1, ..., P + 1} / (P + 1), so P(p <= k / (P + 1)) = k / (P + 1). A band
+    that does not permute the labels (p = 1 always) fails."""
     rng = np.random.default_rng(5)
     cohorts, per, never, t = 5, 6, 20, 7
     steps = np.arange(t) * 1000

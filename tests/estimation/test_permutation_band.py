@@ -12,7 +12,7 @@ import pytest
 from memtui.core.errors import MemtuiError
 from memtui.engine import permutations
 from memtui.estimation.estimate import estimate
-from memtui.estimation.settings import Settings, default_band, order_not_shuffled
+from memtui.estimation.settings import PERMUTATION_NOT_DEFAULT, Settings, default_band, order_not_shuffled
 from memtui.estimation.subgroups import estimate_by
 from memtui.estimation.suite import estimate_suite
 from memtui.estimation.suite_load import Suite
@@ -69,10 +69,11 @@ def test_a_suite_and_subgroups_run_under_it_and_a_suite_model_is_its_lone_estima
     assert np.isfinite(by.joint_crit["profile"])
 
 
-def test_the_default_is_the_permutation_band_where_the_order_is_a_uniform_shuffle():
+def test_the_default_is_the_calibrated_band_on_every_panel_and_says_why():
     common = {"draws": 999, "control_group": "never_treated", "covariates": (), "cluster": "", "engine": "memtui"}
-    assert default_band(_panel(attrs={"order": "neox"}), **common)[0] == "permutation"
-    assert default_band(_panel(attrs={"order": "olmo-core"}), **common)[0] == "permutation"
+    for order in ("neox", "olmo-core"):  # shuffled: the permutation band could run; its measured power is the reason
+        band, reason = default_band(_panel(attrs={"order": order}), **common)
+        assert band == "calibrated" and reason == PERMUTATION_NOT_DEFAULT and "42.6 %" in reason
     for panel, why in ((_panel(), "not known"), (_panel(attrs={"order": "memmap"}), "memmap"),
                        (_panel(attrs={"order": "neox", "inserted_config": "{}"}), "inserted")):  # fmt: skip
         band, reason = default_band(panel, **common)
@@ -84,7 +85,7 @@ def test_the_default_is_the_permutation_band_where_the_order_is_a_uniform_shuffl
         assert band == "calibrated" and why in reason
 
 
-def test_the_cli_default_follows_the_panel_and_says_so(tmp_path):
+def test_the_cli_default_is_calibrated_and_says_why_on_a_shuffled_panel(tmp_path):
     from argparse import Namespace
 
     from memtui.cli.options import run_notes, settings_from_args
@@ -97,8 +98,8 @@ def test_the_cli_default_follows_the_panel_and_says_so(tmp_path):
         return Namespace(**{**base, **kw})
 
     a = args()
-    assert settings_from_args(a, _panel(attrs={"order": "neox"})).band == "permutation"
-    assert "permutation" in run_notes(a)[0]
+    assert settings_from_args(a, _panel(attrs={"order": "neox"})).band == "calibrated"
+    assert run_notes(a) == [f"band: calibrated, not permutation: {PERMUTATION_NOT_DEFAULT}"]
     a = args()
     assert settings_from_args(a, _panel()).band == "calibrated" and run_notes(a) == []
     a = args(control_group="not_yet_treated")
@@ -144,3 +145,50 @@ def test_a_design_with_too_few_labellings_says_nothing_can_be_significant():
     r = estimate(panel, PERM)
     assert any("distinct labellings" in note for note in r.notes)
     assert not r.cells["significant"].any()  # one cohort: every permutation is the observed labelling
+
+
+def test_the_centred_law_flags_more_true_cells_than_the_uncentred_one(monkeypatch):
+    """Effects in every cohort: relabelled raw rows carry their own cohort's effects into the others and widen the
+    law; the centred rows (each less its own cohort's estimates) do not. On the same seeded panels the centred band's
+    critical value is lower on every one and it flags more of the (all truly non-zero) post cells in all."""
+    from memtui.engine.band_permutation import PERMUTATION
+
+    got = {}
+    for centred in (True, False):
+        monkeypatch.setattr(PERMUTATION, "centred", centred)
+        got[centred] = []
+        for seed in range(4):
+            r = estimate(_panel(seed, effect=0.5), Settings(band="permutation", draws=99, seed=seed))
+            got[centred].append((r.crit, int(r.cells.filter(~r.cells["pre_treatment"])["significant"].sum())))
+    crit, flagged = np.asarray(got[True]).T
+    crit_raw, flagged_raw = np.asarray(got[False]).T
+    assert np.all(crit < crit_raw)
+    assert flagged.sum() > flagged_raw.sum()
+
+
+def _effects_everywhere(seed: int) -> Panel:
+    d = simulate(Simulation(n_cohorts=6, per_cohort=30, n_never=15, n_checkpoints=8, seed=seed, effect=1.0))
+    return Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(len(d["steps"]), bool),
+                 metrics=dict(d["values"]), signs=dict(d["signs"]))  # fmt: skip
+
+
+@pytest.mark.parametrize("centred", [False, True])
+def test_the_pre_trend_level_holds_with_effects_everywhere_and_fails_centred(centred, monkeypatch):
+    """Panels with effects in every cohort and no pre-trend (few controls: 15 against cohorts of 30): the band's
+    pre-trend check rejects at most 5 % + 3 Monte-Carlo s.e. over 150 panels. The centred law (each treated row less
+    its cohort's estimates) fails it: the estimates carry the controls' noise into the treated rows, where a permuted
+    estimate cancels it, so its law is too narrow (why the band runs uncentred)."""
+    from memtui.engine.band_permutation import PERMUTATION
+
+    monkeypatch.setattr(PERMUTATION, "centred", centred)
+    reps = 150
+    rejected = [estimate(_effects_everywhere(seed), Settings(band="permutation", draws=39, seed=seed)).pretrend.p_value
+                < 0.05 for seed in range(reps)]  # fmt: skip
+    assert (np.mean(rejected) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / reps)) != centred
+
+
+def test_the_header_names_permutations_p_and_bootstrap_draws_b(cli, small_panel):
+    code, out, _ = cli("estimate", small_panel, "-B", "99", "--band", "permutation")
+    assert code == 0 and "(permutation simultaneous 95% band" in out and ", P=99)" in out and "B=99" not in out
+    code, out, _ = cli("estimate", small_panel, "-B", "99")
+    assert code == 0 and ", B=99)" in out and "P=99" not in out

@@ -57,8 +57,9 @@ def run(args) -> int:
         if s.draws
         else "pointwise, no bootstrap"
     )
+    draws = _draws(res.band, s.draws)
     print(f"profile        {len(res.cohorts)} cohorts x {len(res.checkpoints)} checkpoints: {cells.height} cells, "
-          f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, B={s.draws})")  # fmt: skip
+          f"{post['significant'].sum()}/{post.height} post-treatment significant ({band}, {draws})")  # fmt: skip
     for name, frame in (("instantaneous", res.instantaneous), ("residual", res.residual)):
         if frame.height:
             where = " (c = g)" if name == "instantaneous" else f" at step {frame['checkpoint'][0]}"
@@ -90,6 +91,14 @@ def run(args) -> int:
     return 0
 
 
+def _draws(band: str, draws: int) -> str:
+    """How the header names the draws: the band's own label (P=... for permutations), else B=... (bootstrap)."""
+    from memtui.engine.band_registry import BANDS
+
+    label = getattr(BANDS.get(band), "draws_label", None)
+    return label(draws) if label is not None else f"B={draws}"
+
+
 def _print_by(args) -> int:
     from memtui.cli.options import estimate_by_from_args
     from memtui.estimation.settings import coverage
@@ -101,7 +110,7 @@ def _print_by(args) -> int:
     if s.draws:
         print(f"joint band     {coverage(s.alpha)} simultaneous over every group: profile crit "
               f"{_num(by.joint_crit['profile'], '.3f')}, persistent crit {_num(by.joint_crit['persistent'], '.3f')} "
-              f"({s.band}, B={s.draws})")  # fmt: skip
+              f"({s.band}, {_draws(s.band, s.draws)})")  # fmt: skip
     for name in by.names:
         res = by.groups[name]
         cells = by.joint(name) if s.draws else res.cells

@@ -186,10 +186,10 @@ def add_by_args(p: argparse.ArgumentParser) -> None:
 
 
 BAND_HELP = (
-    "simultaneous band: permutation (P = -B permutations of the cohort labels; exact by design where the training "
-    "order is a uniform shuffle: the default for panels built from Pythia/NeoX, OLMo or Amber orders), calibrated "
-    "(studentised bootstrap-t; holds its level with small cohorts; the default elsewhere) or classic (R did's and the "
-    "paper's; needed for --multiplier mammen)"
+    "simultaneous band: calibrated (studentised bootstrap-t; holds its level with small cohorts; the default), "
+    "permutation (P = -B permutations of the cohort labels; exact under no memorisation where the training order is "
+    "a uniform shuffle, with less power than calibrated where there are effects) or classic (R did's and the paper's; "
+    "needed for --multiplier mammen)"
 )
 
 
@@ -216,8 +216,8 @@ COVARIATES_BAND_NOTE = (
 
 
 def _band(args, panel=None) -> str:
-    """The band asked for. Without --band: the permutation band where ``panel``'s training order is a uniform shuffle
-    and the design allows it (``estimation.settings.default_band``), else the calibrated one; with --covariates the
+    """The band asked for. Without --band: the calibrated one (``estimation.settings.default_band``: on a panel whose
+    training order is a uniform shuffle, a note says why not the permutation band); with --covariates the
     classic one (the calibrated band is not derived for doubly robust DiD). What was decided and why is kept for
     ``run_notes`` (said after the results: an error is one line, never a note and then the error). An explicit
     --band the settings cannot serve is refused by Settings."""

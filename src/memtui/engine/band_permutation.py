@@ -102,6 +102,17 @@ class PermutationBand:
     miscalibrated_below = 1  # exact by design: no cohort size where it over-rejects
     small_sample_plan = True  # plans as the calibrated band (the permutation quantile is close to its Welch t)
 
+    def __init__(self, *, centred: bool = False) -> None:
+        # uncentred (the band): the raw rows relabelled, exact under the sharp null of no memorisation. centred: each
+        # treated row less its own cohort's estimated post-treatment effects first; measured anti-conservative (the
+        # estimates bring the controls' noise into the treated rows, where it cancels: docs/methods.md), kept for
+        # benchmarks/permutation_level.py
+        self.centred = centred
+
+    def draws_label(self, draws: int) -> str:
+        """How a header names the number of draws: P permutations."""
+        return f"P={draws}"
+
     def refusal(self, settings: Any) -> str | None:
         if not settings.draws:
             return None  # no draws: pointwise analytic bands, as every band's
@@ -148,7 +159,7 @@ class PermutationBand:
         keys, n_keys = (source.keys, source.n_keys) if source is not None else (None, None)
         drawn = permutations.permute(
             lay, est, masks, se, count=draws, seed=seed, floor=floor, keys=keys, n_keys=n_keys, progress=progress,
-            prepared=prepared,
+            prepared=prepared, centred=self.centred,
         )  # fmt: skip
         # a permutation keeps the cohorts' sizes: the aggregates' weights do not move (no weight term)
         boot = did.BootstrapDraws(cells=drawn.cells, group_w=np.zeros((lay.n_groups, draws)))
@@ -178,7 +189,7 @@ class PermutationBand:
 
         if permutations.unsupported(lay) is not None:
             return None
-        return permutations.plan(lay, est), members
+        return permutations.plan(lay, est, centred=self.centred), members
 
     def from_draws(self, boot) -> None:
         return None  # permutations, not multiplier draws

@@ -75,11 +75,14 @@ class Plan:
     treated_rows: slice  # the treated rows in the layout
 
 
-def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None) -> Plan:
+def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = False) -> Plan:
     """The ``Plan`` of ``lay`` (``unsupported`` must be None). ``keys``, ``n_keys``: the key of each of the layout's
     data rows (``Layout.source_rows`` index them) and how many keys there are (a source shared by layouts on subsets
     of one panel: subgroups, seeds); default: each treated instance's rank among the treated instances (by data row),
-    so that layouts of the same instances (a suite's models and metrics) key them alike whatever else they hold."""
+    so that layouts of the same instances (a suite's models and metrics) key them alike whatever else they hold.
+    ``centred``: each treated row less its own cohort's estimated post-treatment effects (``centre_rows``), so that
+    permutations do not carry one cohort's effects into another; not exact, and measured anti-conservative (see
+    ``centre_rows``): the band runs uncentred."""
     treated = slice(int(lay.group_start[1]), lay.n_units)
     width = lay.y.shape[1]
     padded = 1 + -(-width // _BLOCK) * _BLOCK
@@ -103,6 +106,8 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
     np.minimum.at(split, cohort[with_base], lay.cell_t[with_base] + 1)
     if not np.all(with_base | lagged | none) or np.any(lay.cell_t[lagged] + 1 >= split[cohort[lagged]]):
         raise ValueError("a cell's base is neither its cohort's, the checkpoint before it nor none")
+    if centred:
+        centre_rows(lay, est, y, starts, lagged)
     level = lay.level if lay.level is not None else np.zeros(width)
     keys = np.asarray(keys)[rows[treated]]
     row_of_key = np.full(int(n_keys), -1, np.int64)
@@ -116,6 +121,25 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
         shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay), treated_rows=treated,
     )  # fmt: skip
+
+
+def centre_rows(lay: Layout, est, y: np.ndarray, starts: np.ndarray, lagged: np.ndarray) -> None:
+    """Subtract from each treated row of ``y`` (padded: column c + 1 holds checkpoint c) its cohort's estimated
+    post-treatment effects, in place: cell (g, c)'s estimate at column c of cohort g's rows. A post-treatment cell's
+    estimate is the cohort's mean change from its base (a placebo column or none, left as observed) to c less the
+    controls', so under the observed labelling every post-treatment cell of the centred rows estimates 0 exactly (its
+    standard error unchanged: a constant per column within a cohort), and the placebo cells (c < g: their columns are
+    before the base) are as observed. A permuted cohort then holds rows whose own effects are taken out (Freedman-Lane's
+    residual permutation, the placebo cells' null kept). But an estimate is the cohort's change less the controls':
+    subtracting it puts the controls' mean change into the cohort's rows, where a permuted estimate cancels it, so the
+    permutation law lacks the controls' (and the treated rows' common) noise that the observed estimate carries: too
+    narrow (docs/methods.md measures it), hence off by default."""
+    post = ~lay.cell_pre
+    if np.any(post & lagged):
+        raise ValueError("a post-treatment cell's base is the checkpoint before it: cannot centre its cohort")
+    effect = np.zeros((len(starts) - 1, y.shape[1]), np.float32)
+    effect[lay.cell_group[post] - 1, lay.cell_t[post] + 1] = np.nan_to_num(est.att[post])
+    y -= np.repeat(effect, np.diff(starts), axis=0)
 
 
 def _control_variance(lay: Layout) -> np.ndarray:
@@ -315,13 +339,13 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
 def permute(
     lay: Layout, est, masks: dict[str, np.ndarray], se: np.ndarray, *, count: int, seed: int, floor: float,
     keys: np.ndarray | None = None, n_keys: int | None = None, progress: Callable[[float], None] | None = None,
-    prepared: Plan | None = None,
+    prepared: Plan | None = None, centred: bool = False,
 ) -> Drawn:  # fmt: skip
     """``count`` seeded permutations of ``lay``'s cohort labels: the cells' permuted estimates and each mask's law of
     max |estimate / its standard error| over its cells with a usable ``se`` (the observed standard errors, floored:
     a cell without one is in no family). Each permutation's standard errors are its own (the estimate's formula), a
     permuted one at or below ``floor`` leaving its cell out of that permutation's maximum."""
-    p = prepared if prepared is not None else plan(lay, est, keys, n_keys)
+    p = prepared if prepared is not None else plan(lay, est, keys, n_keys, centred=centred)
     usable = np.isfinite(se)
     fams = {name: np.asarray(m, bool) & usable for name, m in masks.items()}
     label, classes = _classes(fams)
