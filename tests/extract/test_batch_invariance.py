@@ -2,9 +2,10 @@
 
 Every row is scored alone, then in batches of 2, 3 and 8 and all together, in several orders and compositions, with
 the batch right-padded to its longest row or to the panel's full width (junk beyond each row's length): every metric
-(the four panel metrics, both extractability metrics and the sampling one, ``sampled_logp``) must be equal bit for bit, NaNs in the same places. Each
-comparison is within one process and one set of kernels; the check also runs at two thread counts, and in a
-subprocess with torch's AVX2 kernels (and MKL's) where the CPU has AVX-512, since users' CPUs differ.
+(the four panel metrics, both extractability metrics and the sampling one, ``sampled_logp``) must be equal bit for
+bit, NaNs in the same places. Each comparison is within one process and one set of kernels; the check also runs at
+two thread counts, and in a subprocess with torch's AVX2 kernels (and MKL's) where the CPU has AVX-512, since
+users' CPUs differ.
 """
 
 from __future__ import annotations

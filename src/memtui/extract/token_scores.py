@@ -16,7 +16,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
-from memtui.panel.model import NEVER, Panel
+from memtui.panel.model import Panel
 from memtui.panel.token_scores import read_layout, width_of
 
 SEED = 0  # the choice of N instances is the same on every run and every worker

@@ -359,7 +359,11 @@ class WorkDir:
         return self.part_path(unit).exists()
 
     def write_part(
-        self, unit: Unit, columns: dict[str, np.ndarray], meta: dict, tokens: tuple[np.ndarray, np.ndarray] | None = None
+        self,
+        unit: Unit,
+        columns: dict[str, np.ndarray],
+        meta: dict,
+        tokens: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """The unit's columns, exactly the metrics in ``columns`` (each one of ``METRICS``); their names are also
         listed in the part's meta, so what a part carries is explicit. ``tokens``: the per-token scores of the unit's
@@ -371,7 +375,8 @@ class WorkDir:
         meta = {**meta, "metrics": list(names)}
         arrays = {m: np.asarray(columns[m], np.float64) for m in names}
         if tokens is not None:
-            arrays["token_rows"], arrays["token_logp"] = np.asarray(tokens[0], np.int64), np.asarray(tokens[1], np.float32)
+            arrays["token_rows"] = np.asarray(tokens[0], np.int64)
+            arrays["token_logp"] = np.asarray(tokens[1], np.float32)
 
         buffer = io.BytesIO()
         np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)

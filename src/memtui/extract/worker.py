@@ -62,9 +62,9 @@ from memtui.extract.units import (
     write_in_work,
 )
 from memtui.panel import metrics as registry
+from memtui.panel.hdf5 import read_done as read_metrics_done
 from memtui.panel.hdf5 import read_panel, read_tokens
 from memtui.panel.token_scores import complete as read_done  # a checkpoint is done with its per-token scores too
-from memtui.panel.hdf5 import read_done as read_metrics_done
 from memtui.panel.token_scores import read_layout
 
 __all__ = ["run", "main", "log_path", "check_tokens"]
