@@ -19,7 +19,7 @@ VOCAB = 101
 
 def model_for_sampling():
     # sharp enough that a greedy continuation has a probability worth measuring by sampling (p >= 0.05)
-    return tiny_models.tiny_model(3, VOCAB, hidden=32, positions=64, sharpen=6)
+    return tiny_models.tiny_model(3, VOCAB, hidden=32, positions=64, sharpen=30)
 
 
 def greedy_row(model, prefix: list[int], ell: int) -> np.ndarray:
