@@ -68,19 +68,20 @@ def _ids(text: str, where: str) -> list[int]:
 
 def choose(treatment: np.ndarray, lengths: np.ndarray | None, n: int, seed: int = SEED) -> np.ndarray:
     """``n`` rows spread evenly across the cohorts and the never-trained rows (round robin over the groups, each
-    group's rows in a seeded random order), rows with at least one target first; sorted."""
+    group's rows in a seeded random order); rows without a target (fewer than two tokens) only where the others run
+    out. Sorted."""
     rng = np.random.default_rng(seed)
     scoreable = np.ones(len(treatment), bool) if lengths is None else np.asarray(lengths) >= 2
-    queues = []
+    queues, rest = [], []
     for group in np.unique(treatment):
         members = np.flatnonzero(treatment == group)
         members = members[rng.permutation(len(members))]
-        queues.append(np.r_[members[scoreable[members]], members[~scoreable[members]]])
+        queues.append(members[scoreable[members]])
+        rest += members[~scoreable[members]].tolist()
     picked: list[int] = []
-    depth = 0
-    while len(picked) < n:
-        picked += [int(q[depth]) for q in queues if depth < len(q)][: n - len(picked)]
-        depth += 1
+    for depth in range(max(map(len, queues))):
+        picked += [int(q[depth]) for q in queues if depth < len(q)]
+    picked = (picked + rest)[:n]
     return np.sort(np.array(picked, dtype=np.int64))
 
 

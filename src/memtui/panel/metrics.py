@@ -72,7 +72,7 @@ REGISTRY: Mapping[str, Metric] = MappingProxyType(
             Metric(
                 "sampled_logp",
                 1,
-                "log-probability that top-k sampling (k 40, T 1) from k tokens reproduces the next l",
+                "log p that top-40 sampling (T 1) from k tokens reproduces the next l",
                 "nats (<= 0; -690.8 = p below 1e-300)",
                 "extractability",
             ),
