@@ -75,10 +75,14 @@ def run(args) -> int:
 
 def _token_score_rows(path, steps: np.ndarray) -> list[tuple[str, str]]:
     """What ``extract --token-scores`` stored: which instances, at which checkpoints, and its size on disk."""
+    from memtui.core.errors import MemtuiError
     from memtui.extract.token_scores import fmt_bytes
     from memtui.panel.token_scores import read_layout
 
-    layout = read_layout(path)
+    try:
+        layout = read_layout(path)
+    except MemtuiError as exc:  # info describes the rest of the panel all the same
+        return [("token scores", f"unreadable: {clean(str(exc), 200)}")]
     if layout is None:
         return []
     ids = ", ".join(map(str, layout.ids[:8])) + (f", … ({len(layout.ids) - 8} more)" if len(layout.ids) > 8 else "")
