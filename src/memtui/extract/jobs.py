@@ -20,7 +20,6 @@ from pathlib import Path
 
 from memtui.core.errors import MemtuiError
 from memtui.extract import progress as records
-from memtui.extract import token_scores
 from memtui.extract.launches import launch_record, read_launch, write_launch
 from memtui.extract.locking import FileLock, holder_of, open_beside, process_alive
 from memtui.extract.options import ExtractOptions
@@ -69,6 +68,8 @@ def check(panel_path: str | os.PathLike, options: ExtractOptions, *, local: bool
     options.metrics_for(panel_path, panel)  # a wrong --extractable is refused here, not after "started"
     _check_folder(panel_path)
     check_free_space(panel_path, panel.n_instances, options.n_workers)
+    from memtui.extract import token_scores  # reads the panel's HDF5: not on the import path of the job API
+
     token_scores.check_space(panel_path, panel, options.token_scores)  # and a --token-scores that does not fit
     log = log_path(panel_path)
     if log.is_symlink():  # the workers would refuse it too, but only after we had said "started"
@@ -171,7 +172,9 @@ def prepare(panel_path: str | os.PathLike, options: ExtractOptions) -> tuple[Pat
 
 def _token_group(panel_path: Path, options: ExtractOptions) -> ExtractOptions:
     """Record the --token-scores subset in the panel before any worker starts; the workers read it from there."""
-    token_scores.ensure_group(panel_path, options.token_scores)
+    from memtui.extract.token_scores import ensure_group
+
+    ensure_group(panel_path, options.token_scores)
     return dataclasses.replace(options, token_scores=None)
 
 
