@@ -158,6 +158,7 @@ def ensure_group(panel_path: Path, spec: str | None, me=None) -> None:
     from memtui.extract.commit import Lease
     from memtui.extract.units import Owner, WorkDir
     from memtui.panel.hdf5 import read_panel
+    from memtui.panel.superblock import clear_writer_flags
     from memtui.panel.token_scores import create_group
 
     panel = read_panel(panel_path)
@@ -169,6 +170,7 @@ def ensure_group(panel_path: Path, spec: str | None, me=None) -> None:
         raise MemtuiError(f"{panel_path}: an extraction is committing into it; rerun when it has finished.")
     try:
         if read_layout(panel_path) is None:  # made meanwhile by another worker of this launch: it is the same
+            clear_writer_flags(panel_path)  # a committer killed mid-commit leaves HDF5's mark; the lease is ours
             create_group(panel_path, rows)
     finally:
         lease.release()

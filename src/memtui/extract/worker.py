@@ -352,8 +352,11 @@ class _Scorer:
             rows = self._batch(order, i)
             L = int(self.lengths[rows].max())
             try:
-                wanted = [j for j, r in enumerate(rows) if int(r) in slot]
-                out, kept = self.scorer.score_tokens(self.tokens[rows, :L], self.lengths[rows], wanted)
+                batch, lens = self.tokens[rows, :L], self.lengths[rows]
+                wanted = [j for j, r in enumerate(rows) if int(r) in slot]  # rows of the per-token subset
+                out, kept = (
+                    self.scorer.score_tokens(batch, lens, wanted) if wanted else (self.scorer.score(batch, lens), {})
+                )
             except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
                 if not _is_oom(exc) or self.bs == 1:
                     raise

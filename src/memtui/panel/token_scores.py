@@ -115,8 +115,11 @@ def read_token_scores(panel_or_path: Panel | str | os.PathLike, ids) -> dict[int
 def create_group(path: str | os.PathLike, rows: np.ndarray) -> None:
     """Add an empty token-score group for panel ``rows`` (sorted) to the panel at ``path``: the file edited in memory,
     written beside and renamed over it, refused if it changed meanwhile. The caller holds the commit lease."""
+    from memtui.core.memory import require_memory
+
     path = Path(path)
     before = _identity(path)
+    require_memory(3 * before[2], f"adding per-token scores to {path}", "free memory or extract on a larger machine")
     image = path.read_bytes()
     buffer = io.BytesIO(image)
     with h5py.File(buffer, "r+", libver="latest", locking=False) as f:
