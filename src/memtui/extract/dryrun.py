@@ -53,7 +53,8 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
         lines.append("  nothing to score: every requested checkpoint is already extracted (a run would only commit "
                      "scored parts left in the work folder)")  # fmt: skip
     work, log = work_dir(panel_path), log_path(panel_path)
-    lines.append(f"  would write: the {len(steps)} checkpoint column(s) into {panel_path} (in place: it never grows); "
+    grows = "in place: it never grows" if rows is None else "in place; it grows only by the per-token scores"
+    lines.append(f"  would write: the {len(steps)} checkpoint column(s) into {panel_path} ({grows}); "
                  f"claims, parts and worker records in {work}/; the log {log}")  # fmt: skip
     if mode == "slurm":
         lines.append(f"  SLURM:       submitit's files in {work}/slurm/; the job script follows")
