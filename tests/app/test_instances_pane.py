@@ -80,7 +80,8 @@ def make_panel(path, token_scores: bool = True):
         with h5py.File(path, "r+") as f:
             group = f.create_group("instances/token_scores")
             group.create_dataset("ids", data=np.arange(n, dtype=np.int64) + 100)
-            group.create_dataset("logprob", data=lp.astype(np.float16), chunks=(1, t, width - 1), compression="gzip")
+            group.create_dataset("logp", data=lp.astype(np.float16), chunks=(1, t, width - 1), compression="gzip")
+            group.create_dataset("done", data=np.ones(t, np.uint8))
     return path
 
 

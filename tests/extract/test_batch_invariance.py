@@ -2,9 +2,10 @@
 
 Every row is scored alone, then in batches of 2, 3 and 8 and all together, in several orders and compositions, with
 the batch right-padded to its longest row or to the panel's full width (junk beyond each row's length): every metric
-(the four panel metrics and both extractability metrics) must be equal bit for bit, NaNs in the same places. Each
-comparison is within one process and one set of kernels; the check also runs at two thread counts, and in a
-subprocess with torch's AVX2 kernels (and MKL's) where the CPU has AVX-512, since users' CPUs differ.
+(the four panel metrics, both extractability metrics and the sampling one, ``sampled_logp``) must be equal bit for
+bit, NaNs in the same places. Each comparison is within one process and one set of kernels; the check also runs at
+two thread counts, and in a subprocess with torch's AVX2 kernels (and MKL's) where the CPU has AVX-512, since
+users' CPUs differ.
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ import tiny_models
 import torch
 
 from memtui.extract.scoring import Scorer
+from memtui.panel import metrics as registry
 
 VOCAB = 211
 WIDTH = 48
 KL = (3, 5)  # small enough that most rows have an extractability score
+# top-k wide enough that random suffixes often stay inside it (a finite sampled_logp), narrow enough to cut some off
+SAMPLING = (200, 0.9)
 HERE = Path(__file__).resolve()
 
 
@@ -65,13 +69,15 @@ def invariance_failures(chunk: int | None, few: bool = False) -> list[str]:
     """Every (order, batch size, padding) setup whose scores differ from the rows' scores alone; ``few``: a subset
     (two threads on a shared 2-core machine wait on each other, and the full set then takes minutes)."""
     model = tiny_models.tiny_model(0, VOCAB, hidden=48, positions=64, sharpen=20)
-    scorer = Scorer(model, torch.device("cpu"), chunk=chunk, extractable=KL)
+    scorer = Scorer(model, torch.device("cpu"), chunk=chunk, extractable=KL, sampling=SAMPLING)
     tokens, lengths = rows_of_unequal_length()
     n = len(lengths)
     rng = np.random.default_rng(0)
     alone = score_in_batches(scorer, tokens, lengths, np.arange(n), 1, full_width=False)
     assert np.isnan(alone["loglik"][7]) and np.isnan(alone["extractable"][9]) and not np.isnan(alone["loglik"][8])
     assert np.nanmean(alone["accuracy"]) > 0 and np.nanstd(alone["entropy"]) > 0  # the scores are not trivial
+    sampled = alone["sampled_logp"][np.isfinite(alone["sampled_logp"])]
+    assert (sampled > registry.SAMPLED_LOGP_FLOOR).sum() >= 3 and (sampled == registry.SAMPLED_LOGP_FLOOR).any()
     orders = {
         "row order": np.arange(n),
         "longest first": np.argsort(-lengths, kind="stable"),

@@ -155,7 +155,8 @@ def test_extractability_leaves_the_four_metrics_bitwise_unchanged(chunk):
     plain = Scorer(model, torch.device("cpu"), chunk=chunk).score(tokens, lengths)
     flags = Scorer(model, torch.device("cpu"), chunk=chunk, extractable=(4, 8)).score(tokens, lengths)
     assert set(plain) == {"loglik", "accuracy", "rank", "entropy"} and set(flags) == {*plain, "extractable",
-                                                                                     "extractable_len"}  # fmt: skip
+                                                                                     "extractable_len",
+                                                                                     "sampled_logp"}  # fmt: skip
     for name in plain:
         np.testing.assert_array_equal(flags[name], plain[name], err_msg=name)
     assert np.isnan(flags["extractable"][[3, 5]]).all() and np.isfinite(flags["extractable_len"][[0, 1, 2, 4]]).all()

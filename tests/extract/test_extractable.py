@@ -109,7 +109,7 @@ def test_extractable_option_must_agree_with_the_panel(tmp_path, tiny_checkpoints
                log=lambda m: None) == "done"  # fmt: skip
     old = make_panel(tmp_path / "old.h5")  # no extractability metrics at all
     with h5py_file(old) as f:
-        for name in ("extractable", "extractable_len"):
+        for name in ("extractable", "extractable_len", "sampled_logp"):
             del f["metrics"][name]
     with pytest.raises(MemtuiError, match="has no extractability metrics"):
         run(old, model=str(tiny_checkpoints), extractable="32,32", handle_signals=False, log=lambda m: None)
@@ -126,7 +126,7 @@ def test_old_four_metric_panels_extract_their_four_metrics(tmp_path, tiny_checkp
     folded into it writes its four; a six-metric panel refuses a four-metric part (scored again)."""
     old = make_panel(tmp_path / "old.h5")  # the tiny reference's instances
     with h5py_file(old) as f:  # what a panel made before looks like
-        for name in ("extractable", "extractable_len"):
+        for name in ("extractable", "extractable_len", "sampled_logp"):
             del f["metrics"][name]
     assert sorted(read_panel(old).metrics) == sorted(METRICS[:4]) and read_extractable(old) is None
     assert run(old, model=str(tiny_checkpoints), batch_size=7, handle_signals=False, log=lambda m: None) == "done"
@@ -138,7 +138,7 @@ def test_old_four_metric_panels_extract_their_four_metrics(tmp_path, tiny_checkp
     # a part with six columns, folded into a four-metric panel: four are written
     fresh = make_panel(tmp_path / "fresh.h5")
     with h5py_file(fresh) as f:
-        for name in ("extractable", "extractable_len"):
+        for name in ("extractable", "extractable_len", "sampled_logp"):
             del f["metrics"][name]
     work = WorkDir(fresh).ensure()
     unit = plan_units([0], np.array(STEPS), 40, 1)[0]

@@ -30,7 +30,7 @@ def test_dry_run_measures_everything_the_gpu_run_will(tmp_path):
             assert row[path]["tokens_per_s"] > 0 and 0 < row[path]["mfu_989"] < row[path]["mfu_989_with_attention"]
         assert row["speedup_vs_naive"] > 0
     inv = report["invariance"]
-    metrics = {"loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len"}
+    metrics = {"loglik", "accuracy", "rank", "entropy", "extractable", "extractable_len", "sampled_logp"}
     for key in ("bfloat16_fast", "bfloat16_invariant", "float32_fast", "float32_invariant"):
         assert set(inv[f"{key}_batch_vs_alone_max_abs"]) == metrics
     assert all(d == 0 for d in inv["float32_invariant_batch_vs_alone_max_abs"].values())  # the CPU guarantee

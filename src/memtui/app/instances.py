@@ -236,7 +236,8 @@ class InstanceScreen(Screen[None]):
             scores = read_token_scores(self.panel, [r.id]) if self.panel.has_tokens else None
             if scores and r.id in scores:
                 steps = list(self.panel.steps)
-                gain = token_colours.gains(scores[r.id], steps.index(r.cohort), steps.index(r.base), len(r.tokens))
+                by_token = token_colours.by_token(scores[r.id])
+                gain = token_colours.gains(by_token, steps.index(r.cohort), steps.index(r.base), len(r.tokens))
         except Exception as exc:  # noqa: BLE001 - as above
             note = _reason(exc)
         self.post_message(InstanceReady(r.id, path, gain, note=note))

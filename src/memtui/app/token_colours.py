@@ -17,9 +17,16 @@ from memtui.app import palette
 from memtui.report.instances import shown
 
 
+def by_token(targets: np.ndarray) -> np.ndarray:
+    """``read_token_scores``' (checkpoints, length - 1) targets (column j: the row's token j + 1) as (checkpoints,
+    length), one column per token: the first token has no context, so no score (NaN)."""
+    first = np.full((targets.shape[0], 1), np.nan, dtype=np.float32)
+    return np.concatenate([first, targets.astype(np.float32)], axis=1)
+
+
 def gains(scores: np.ndarray, after: int, before: int, length: int) -> np.ndarray:
     """Per token (the row's first ``length``), the log-probability gained from checkpoint column ``before`` to
-    ``after`` of ``scores`` ((checkpoints, L): ``read_token_scores``); NaN where either is unknown."""
+    ``after`` of ``scores`` ((checkpoints, L): ``by_token``); NaN where either is unknown."""
     with np.errstate(invalid="ignore"):
         out = scores[after, :length].astype(np.float64) - scores[before, :length].astype(np.float64)
     return out

@@ -47,6 +47,10 @@ def run(args) -> int:
             "--foreground runs one worker in this terminal; drop --workers/--gpus/--slurm (--device cuda:N picks "
             "its GPU)."
         )
+    if options.token_scores is not None and not args.dry_run:  # the dry run's plan says it among the rest
+        from memtui.extract.token_scores import launch_estimate
+
+        print(launch_estimate(args.panel, options), flush=True)
     if options.slurm is not None:
         return _slurm(args, options)
     if args.dry_run:

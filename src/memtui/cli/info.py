@@ -57,6 +57,7 @@ def run(args) -> int:
         label = clean(registry.label(name), 80)
         rows.append(("metric", f"{clean(name, 40):<{width}} {label} ({better} is better), {coverage:.1%} filled"))
     rows.append(("tokens", "stored" if p.has_tokens else "not stored"))
+    rows += _token_score_rows(path, p.steps)
     if p.n_parameters:
         config = next((c for c, done in zip(p.configs, p.done, strict=False) if done and c), "")
         rows.append(("model size", f"{p.n_parameters:,} parameters" + (f"; {clean(config)}" if config else "")))
@@ -70,6 +71,27 @@ def run(args) -> int:
     for label, text in rows:
         print(f"{label:<{pad}}{text}")
     return 0
+
+
+def _token_score_rows(path, steps: np.ndarray) -> list[tuple[str, str]]:
+    """What ``extract --token-scores`` stored: which instances, at which checkpoints, and its size on disk."""
+    from memtui.core.errors import MemtuiError
+    from memtui.extract.token_scores import fmt_bytes
+    from memtui.panel.token_scores import read_layout
+
+    try:
+        layout = read_layout(path)
+    except MemtuiError as exc:  # info describes the rest of the panel all the same
+        return [("token scores", f"unreadable: {clean(str(exc), 200)}")]
+    if layout is None:
+        return []
+    ids = ", ".join(map(str, layout.ids[:8])) + (f", … ({len(layout.ids) - 8} more)" if len(layout.ids) > 8 else "")
+    done = steps[layout.done]
+    span = f", steps {done[0]} .. {done[-1]}" if len(done) else ""
+    return [
+        ("token scores", f"{len(layout.ids)} instances (ids {ids}); {int(layout.done.sum())}/{len(steps)} checkpoints"
+                         f"{span}; {fmt_bytes(layout.stored_bytes)} stored (float16, compressed)"),
+    ]  # fmt: skip
 
 
 def _covariate_rows(covariates: dict) -> list[tuple[str, str]]:

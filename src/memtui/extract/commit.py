@@ -38,6 +38,7 @@ from memtui.extract.units import (
 )
 from memtui.panel.hdf5 import PanelWriter, read_done
 from memtui.panel.superblock import clear_writer_flags
+from memtui.panel.token_scores import Layout, read_layout, write_column
 
 Expect = Callable[[int], dict]  # step -> {"model": ..., "revision": ...} this run scores it with
 
@@ -287,9 +288,11 @@ def commit_ready(
 
 def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None], expect: Expect | None) -> int:
     steps, done = read_done(panel)
+    layout = read_layout(panel)  # per-token scores: a checkpoint is complete with them too
+    complete = done if layout is None else done & layout.done
     n = _n_instances(panel)
     ready = finished_steps(work, steps, n)
-    for step in [s for s in ready if done[np.flatnonzero(steps == s)[0]]]:  # committed before a crash: clean up
+    for step in [s for s in ready if complete[np.flatnonzero(steps == s)[0]]]:  # committed before a crash: clean up
         for unit in ready.pop(step):
             work.drop(unit)
     if not ready:
@@ -304,18 +307,19 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None], 
                 log("lost the commit lease to another committer; stopping")
                 break
             units = ready[step]
-            got = _read_step(work, step, units, metrics, n, expect(step) if expect else None, log)
+            index = units[0].index
+            tokens = layout if layout is not None and not layout.done[index] else None
+            got = _read_step(work, step, units, metrics, n, expect(step) if expect else None, log, tokens)
+            if got is not None and not done[index] and got[1].get("tokens_only") is True:
+                log(f"the parts of step {step} carry per-token scores only, but its metrics are not committed; they "
+                    "are scored again")  # fmt: skip
+                got = _discard(work, units)
             if got is not None:
-                cols, meta = got
-                writer.write_checkpoint(
-                    units[0].index,
-                    cols,
-                    revision=meta.get("revision"),
-                    weights_hash=meta.get("weights_hash", ""),
-                    model=meta.get("model", ""),
-                    parameters=int(meta.get("parameters", 0)),
-                    config=meta.get("config", ""),
-                )
+                cols, meta, per_token = got
+                if per_token is not None:  # first: a kill before the metrics' done flag rescores both
+                    write_column(writer._f, index, per_token)
+                if not done[index]:
+                    _write_metrics(writer, index, cols, meta)
                 for unit in units:
                     work.drop(unit)
                 folded += 1
@@ -323,17 +327,47 @@ def _fold(panel: Path, work: WorkDir, lease: Lease, log: Callable[[str], None], 
     return folded
 
 
+def _write_metrics(writer: PanelWriter, index: int, cols: dict[str, np.ndarray], meta: dict) -> None:
+    writer.write_checkpoint(
+        index,
+        cols,
+        revision=meta.get("revision"),
+        weights_hash=meta.get("weights_hash", ""),
+        model=meta.get("model", ""),
+        parameters=int(meta.get("parameters", 0)),
+        config=meta.get("config", ""),
+    )
+
+
+def _discard(work: WorkDir, units: list[Unit]) -> None:
+    for unit in units:
+        work.drop(unit)
+
+
 def _read_step(
-    work: WorkDir, step: int, units: list[Unit], metrics, n: int, expected: dict | None, log: Callable[[str], None]
-) -> tuple[dict[str, np.ndarray], dict] | None:
-    """The step's columns from its parts and their meta; None when a part had to go (its unit is scored again):
-    unreadable or ill-typed parts are set aside (named, one line each), another model's parts are discarded, and
-    parts that disagree on the weights they were scored with are all discarded."""
+    work: WorkDir,
+    step: int,
+    units: list[Unit],
+    metrics,
+    n: int,
+    expected: dict | None,
+    log: Callable[[str], None],
+    tokens: Layout | None = None,
+) -> tuple[dict[str, np.ndarray], dict, np.ndarray | None] | None:
+    """The step's columns from its parts, their meta and, with the panel's per-token ``tokens`` layout, the step's
+    per-token scores (subset rows x W); None when a part had to go (its unit is scored again): unreadable or
+    ill-typed parts are set aside (named, one line each), another model's parts (or parts without the per-token
+    scores the panel asks for) are discarded, and parts that disagree on the weights they were scored with are all
+    discarded."""
     cols = {m: np.full(n, np.nan) for m in metrics}
+    per_token = None if tokens is None else np.full((len(tokens.rows), tokens.width), np.nan, np.float32)
     metas, complete = [], True
     for unit in units:
         try:
             part, meta = work.read_part(unit, metrics, expected)
+            if tokens is not None:
+                inside = (tokens.rows >= unit.lo) & (tokens.rows < unit.hi)
+                per_token[inside] = work.read_part_tokens(unit, tokens.rows[inside], tokens.width)
         except PartMismatch as exc:
             log(f"discarded part {unit.name}: {exc}; it is scored again")
             work.drop(unit)
@@ -353,10 +387,10 @@ def _read_step(
     if len(identities) > 1:
         log(f"the {len(units)} parts of step {step} were scored with different weights; all are discarded and "
             "scored again")  # fmt: skip
-        for unit in units:
-            work.drop(unit)
-        return None
-    return cols, metas[0]
+        return _discard(work, units)
+    # a part scored for its per-token scores alone (its step's metrics were committed) has no metric columns
+    tokens_only = any(m.get("tokens_only") is True for m in metas)
+    return cols, {**metas[0], "tokens_only": tokens_only}, per_token
 
 
 def _n_instances(panel: Path) -> int:

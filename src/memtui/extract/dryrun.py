@@ -17,6 +17,7 @@ from memtui.extract.options import ExtractOptions
 def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[str]:
     """The plan of a checked launch (``panel_path`` and ``options`` as :func:`jobs.check` returns them). ``mode``:
     ``foreground`` (one worker in this terminal), ``detached`` (workers on this machine) or ``slurm`` (an array)."""
+    from memtui.extract import token_scores
     from memtui.extract.checkpoints import Source, parse_checkpoints, plan_steps
     from memtui.extract.progress import log_path
     from memtui.extract.units import plan_units, work_dir
@@ -24,7 +25,9 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
 
     panel = read_panel(panel_path)
     source = Source.open(options.model, options.revision_template)
-    steps = plan_steps(panel.steps, panel.done, parse_checkpoints(options.checkpoints), source)
+    rows = token_scores.check(panel_path, panel, options.token_scores)  # the per-token subset, if any
+    done = ~token_scores.pending(panel_path, panel, rows)  # a checkpoint is done with its per-token scores too
+    steps = plan_steps(panel.steps, done, parse_checkpoints(options.checkpoints), source)
     units = plan_units(steps, panel.steps, panel.n_instances, options.split)
     n = options.n_workers
     lines = ["dry run: nothing was started and nothing was written. `memtui extract` with these options would:"]
@@ -42,13 +45,16 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     lines.append(f"  scoring:     dtype {options.dtype}, batch size {options.batch_size}, batch-invariant "
                  f"{options.batch_invariant}" + (f", chunk {options.chunk}" if options.chunk else "")
                  + (f", extractable {options.extractable}" if options.extractable else ""))  # fmt: skip
+    if rows is not None:
+        lines.append(f"  token scores: {token_scores.estimate_line(panel, rows, len(steps))}")
     if source.local is None and steps:
         lines.append(f"  revisions:   {options.revision_template} ({_hub_note(options, steps, mode)})")
     if not steps:
         lines.append("  nothing to score: every requested checkpoint is already extracted (a run would only commit "
                      "scored parts left in the work folder)")  # fmt: skip
     work, log = work_dir(panel_path), log_path(panel_path)
-    lines.append(f"  would write: the {len(steps)} checkpoint column(s) into {panel_path} (in place: it never grows); "
+    grows = "in place: it never grows" if rows is None else "in place; it grows only by the per-token scores"
+    lines.append(f"  would write: the {len(steps)} checkpoint column(s) into {panel_path} ({grows}); "
                  f"claims, parts and worker records in {work}/; the log {log}")  # fmt: skip
     if mode == "slurm":
         lines.append(f"  SLURM:       submitit's files in {work}/slurm/; the job script follows")

@@ -9,6 +9,7 @@ on other hosts — never by a pid read from a file: a pid may be reused, and a r
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
@@ -67,6 +68,9 @@ def check(panel_path: str | os.PathLike, options: ExtractOptions, *, local: bool
     options.metrics_for(panel_path, panel)  # a wrong --extractable is refused here, not after "started"
     _check_folder(panel_path)
     check_free_space(panel_path, panel.n_instances, options.n_workers)
+    from memtui.extract import token_scores  # reads the panel's HDF5: not on the import path of the job API
+
+    token_scores.check_space(panel_path, panel, options.token_scores)  # and a --token-scores that does not fit
     log = log_path(panel_path)
     if log.is_symlink():  # the workers would refuse it too, but only after we had said "started"
         raise MemtuiError(
@@ -163,7 +167,15 @@ def prepare(panel_path: str | os.PathLike, options: ExtractOptions) -> tuple[Pat
     WorkDir(panel_path).ensure()
     if options.slurm is None:
         begin_run(panel_path)
-    return panel_path, options
+    return panel_path, _token_group(panel_path, options)
+
+
+def _token_group(panel_path: Path, options: ExtractOptions) -> ExtractOptions:
+    """Record the --token-scores subset in the panel before any worker starts; the workers read it from there."""
+    from memtui.extract.token_scores import ensure_group
+
+    ensure_group(panel_path, options.token_scores)
+    return dataclasses.replace(options, token_scores=None)
 
 
 def submit_slurm(panel_path: str | os.PathLike, options: ExtractOptions) -> tuple[Path, str]:
@@ -174,6 +186,7 @@ def submit_slurm(panel_path: str | os.PathLike, options: ExtractOptions) -> tupl
     panel_path, options = check(panel_path, options, local=False)
     with launch_lock(panel_path):
         _refuse_if_live(panel_path)  # again, under the lock: the first look may be a launch old
+        options = _token_group(panel_path, options)
         return panel_path, slurm.submit(panel_path, options, read_panel(panel_path).steps)
 
 
@@ -202,7 +215,7 @@ def launch(panel_path: str | os.PathLike, options: ExtractOptions | None = None,
     with launch_lock(panel_path):
         _refuse_if_live(panel_path)  # again, under the lock: the first look may be a launch old
         begin_run(panel_path)
-        return _spawn(panel_path, options)
+        return _spawn(panel_path, _token_group(panel_path, options))
 
 
 def _spawn(panel_path: Path, options: ExtractOptions) -> list[int]:

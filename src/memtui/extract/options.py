@@ -98,6 +98,9 @@ class ExtractOptions:
     revision_template: str = "step{step}"
     split: int = 1  # instance ranges per checkpoint: > 1 when there are more workers than pending checkpoints
     extractable: str | None = None  # "K,L" that must agree with the panel's (k, l); None: the panel's
+    # per-token scores for a subset: a count, a comma list of ids or @FILE (extract/token_scores.py); None: the
+    # panel's subset if it has one, else none. The launch records the subset in the panel and passes None on.
+    token_scores: str | None = None
     workers: int = 1
     gpus: tuple[int, ...] | None = None  # local GPUs to pin one worker each to; None: no pinning
     slurm: SlurmOptions | None = None
@@ -133,6 +136,10 @@ class ExtractOptions:
             raise MemtuiError(f"--gpus runs each worker on its own GPU; --device {self.device} contradicts it.")
         if self.extractable is not None:
             self.extractable_kl()
+        if self.token_scores is not None:
+            from memtui.extract.token_scores import parse
+
+            parse(self.token_scores)
         if self.slurm is not None:
             self.slurm.minutes()
             self.slurm.extra_parameters()
@@ -247,6 +254,10 @@ class ExtractOptions:
         p.add_argument("--extractable", default=None, metavar="K,L",
                        help="(k, l)-extractability: must agree with the panel's k and l [the panel's; 32,32 when "
                             "it was built]")  # fmt: skip
+        p.add_argument("--token-scores", default=None, metavar="N|IDS",
+                       help="also store each target token's log-probability (float16) for N instances chosen across "
+                            "the cohorts and never-trained rows, or for the instance ids listed (3,17,42 or @FILE); "
+                            "the size is estimated before launch [none]")  # fmt: skip
 
     @staticmethod
     def add_launch_arguments(p: argparse.ArgumentParser) -> None:
@@ -294,6 +305,7 @@ class ExtractOptions:
             revision_template=_revision_template(args),
             split=args.split,
             extractable=getattr(args, "extractable", None),
+            token_scores=getattr(args, "token_scores", None),
             workers=workers if workers is not None else 1,
             gpus=gpus,
             slurm=slurm,
@@ -310,6 +322,8 @@ class ExtractOptions:
             argv += ["--batch-invariant", self.batch_invariant]
         if self.extractable is not None:
             argv += ["--extractable", str(self.extractable)]
+        if self.token_scores is not None:
+            argv += ["--token-scores", str(self.token_scores)]
         return argv
 
     def with_model(self, model: str) -> ExtractOptions:

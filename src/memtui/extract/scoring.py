@@ -37,6 +37,16 @@ reproduced, the decoder's prefix *is* the true prefix). ``extractable`` is 1 whe
 first mismatch). Rows with fewer than k + l tokens get NaN. Tie rule: a token is top-1 when no vocabulary entry has a
 strictly greater logit (rank 0, ties in the model's favour, as for ``accuracy``); a decoder that breaks an exact tie of
 the maximal logit by the lowest index (``torch.argmax``) can differ from this only at such a tie.
+
+With a sampling scheme (``sampling=(top_k, temperature)``, by default the registry's k = 40, T = 1) each target also
+gets its probability under that sampler, ``slogp`` (Hayes et al. 2024): the sampler keeps every vocabulary entry
+whose logit is at least the k-th largest (Hugging Face's ``TopKLogitsWarper``: ties at the boundary are all kept) and
+draws from softmax(z / T) over them, so slogp = z_t / T - logsumexp over the kept entries of z / T when fewer than
+top_k entries have a strictly greater logit than the target (rank < top_k), else -inf. The probability that one
+sampled continuation of the k-token prefix reproduces the l-token suffix exactly is the product of the suffix
+targets' sampling probabilities (each is drawn given the true prefix as long as every earlier one was reproduced, as
+for greedy decoding above): ``sampled_logp`` is their sum, floored at ``SAMPLED_LOGP_FLOOR`` (a suffix token outside
+the top k gives -inf: p = 0).
 """
 
 from __future__ import annotations
@@ -55,12 +65,14 @@ from memtui.panel import metrics as registry
 @dataclass(frozen=True)
 class TokenStats:
     """Per-target numbers, targets of one row after another in row order: ``logp`` (fp32), ``rank`` (int64) and
-    ``entropy`` (fp32); ``rows`` is each target's row in the batch (None for the targets of one row, ``head_stats``)."""
+    ``entropy`` (fp32); ``rows`` is each target's row in the batch (None for the targets of one row, ``head_stats``);
+    ``slogp`` (fp32) the target's log-probability under the sampling scheme, where the scorer has one."""
 
     logp: torch.Tensor
     rank: torch.Tensor
     entropy: torch.Tensor
     rows: torch.Tensor | None = None
+    slogp: torch.Tensor | None = None
 
     @classmethod
     def cat(cls, parts: list[TokenStats], rows: torch.Tensor) -> TokenStats:
@@ -70,6 +82,7 @@ class TokenStats:
             rank=torch.cat([p.rank for p in parts]),
             entropy=torch.cat([p.entropy for p in parts]),
             rows=rows,
+            slogp=None if parts[0].slogp is None else torch.cat([p.slogp for p in parts]),
         )
 
 
@@ -86,6 +99,7 @@ class Scores(Mapping):
     entropy: np.ndarray
     extractable: np.ndarray | None = None
     extractable_len: np.ndarray | None = None
+    sampled_logp: np.ndarray | None = None
 
     def _computed(self) -> list[str]:
         return [name for name in registry.EXTRACTED if getattr(self, name, None) is not None]
@@ -164,9 +178,11 @@ def micro_rows(length: int) -> int:
     return min(MICRO_ROWS, 1 << (m.bit_length() - 1))
 
 
-def reduce_logits(z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor) -> TokenStats:
-    """Reduce fp32 logits ``z`` (P x V, overwritten) to the targets' logp, rank and entropy, each (P,); ``buf`` is
-    P x V scratch.
+def reduce_logits(
+    z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor, sampling: tuple[int, float] | None = None
+) -> TokenStats:
+    """Reduce fp32 logits ``z`` (P x V, overwritten) to the targets' logp, rank and entropy, each (P,), and with
+    ``sampling`` = (top_k, temperature) their log-probability under that sampler; ``buf`` is P x V scratch.
 
     Four cache-friendly passes and no allocation of the size of ``z``: rank (compare into the fp32 scratch and sum,
     far faster than summing a bool tensor), max, shift-and-exp, and the dot products sum_v e_v z_v.
@@ -181,7 +197,23 @@ def reduce_logits(z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor) -> 
     log_s = torch.log(s)
     logp = (t - m).squeeze(1) - log_s
     entropy = log_s - ez / s
-    return TokenStats(logp=logp, rank=rank, entropy=entropy)
+    slogp = None if sampling is None else sampling_logp(z, (t - m).squeeze(1), rank, buf, *sampling)
+    return TokenStats(logp=logp, rank=rank, entropy=entropy, slogp=slogp)
+
+
+def sampling_logp(
+    z: torch.Tensor, t: torch.Tensor, rank: torch.Tensor, buf: torch.Tensor, top_k: int, temperature: float
+) -> torch.Tensor:
+    """Each target's log-probability under top-k sampling at ``temperature`` (the module's docstring): ``z`` the
+    logits less their row maximum (P x V), ``t`` the target's, ``rank`` its rank; -inf outside the kept entries.
+    The kept entries are the top_k largest and any tied with the k-th (one more comparison pass counts those)."""
+    k = min(int(top_k), z.shape[1])
+    top = torch.topk(z, k, dim=1, sorted=True).values  # row maxima are 0: every exp below is <= 1
+    kth = top[:, -1:]
+    ties = torch.ge(z, kth, out=buf).sum(1) - k  # entries equal to the k-th beyond the k that topk returned
+    mass = torch.exp(top / temperature).sum(1) + ties * torch.exp(kth.squeeze(1) / temperature)
+    slogp = t / temperature - torch.log(mass)
+    return torch.where(rank < k, slogp, torch.full_like(slogp, -math.inf))
 
 
 def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -214,10 +246,13 @@ class Scorer:
         chunk: int | None = None,
         extractable: tuple[int, int] | None = None,
         invariant: bool | None = None,
+        sampling: tuple[int, float] | None = (registry.SAMPLING_TOP_K, registry.SAMPLING_TEMPERATURE),
     ):
         self.model = model
         self.invariant = device.type == "cpu" if invariant is None else bool(invariant)
         self.extractable = check_extractable(extractable) if extractable is not None else None
+        # sampled_logp is one of the extractability metrics: computed with them, unless ``sampling`` is None
+        self.sampling = check_sampling(sampling) if sampling is not None and self.extractable is not None else None
         self.device = device
         self.body, self.head = split_model(model)
         self.vocab = int(self.head.weight.shape[0])
@@ -256,6 +291,7 @@ class Scorer:
         logp = torch.empty(n, dtype=torch.float32, device=dev)
         rank = torch.empty(n, dtype=torch.float32, device=dev)
         ent = torch.empty(n, dtype=torch.float32, device=dev)
+        slogp = None if self.sampling is None else torch.empty(n, dtype=torch.float32, device=dev)
         zbuf, scratch = self._buffers()
         for s in range(0, n, self.mm_chunk):
             e = min(n, s + self.mm_chunk)
@@ -270,9 +306,11 @@ class Scorer:
             for r in range(0, e - s, self.red_chunk):
                 r2 = min(e - s, r + self.red_chunk)
                 a, b = s + r, s + r2
-                got = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r])
+                got = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r], self.sampling)
                 logp[a:b], rank[a:b], ent[a:b] = got.logp, got.rank, got.entropy
-        return TokenStats(logp=logp, rank=rank.long(), entropy=ent)
+                if slogp is not None:
+                    slogp[a:b] = got.slogp
+        return TokenStats(logp=logp, rank=rank.long(), entropy=ent, slogp=slogp)
 
     @torch.inference_mode()
     def token_stats(self, tokens: torch.Tensor, lengths: torch.Tensor) -> TokenStats:
@@ -290,7 +328,7 @@ class Scorer:
         y = ids[:, 1:][valid]
         rows = torch.arange(b, device=tokens.device)[:, None].expand(b, L - 1)[valid]
         stats = self.head_stats(h, y)
-        return TokenStats(logp=stats.logp, rank=stats.rank, entropy=stats.entropy, rows=rows)
+        return TokenStats(logp=stats.logp, rank=stats.rank, entropy=stats.entropy, rows=rows, slogp=stats.slogp)
 
     @torch.inference_mode()
     def row_stats(self, tokens: np.ndarray, lengths: np.ndarray) -> TokenStats:
@@ -310,13 +348,19 @@ class Scorer:
         stats = [s for s in per_row if s is not None]
         if not stats:
             empty = torch.empty(0, device=self.device)
-            return TokenStats(logp=empty, rank=empty.long(), entropy=empty, rows=empty.long())
+            slogp = None if self.sampling is None else empty
+            return TokenStats(logp=empty, rank=empty.long(), entropy=empty, rows=empty.long(), slogp=slogp)
         counts = torch.as_tensor(np.maximum(np.asarray(lengths) - 1, 0))
         return TokenStats.cat(stats, rows=torch.repeat_interleave(torch.arange(len(lengths)), counts))
 
     def score(self, tokens: np.ndarray, lengths: np.ndarray) -> Scores:
         """The four panel metrics for each row (NaN for rows with fewer than two tokens), and with ``extractable``
-        the two extractability metrics (NaN for rows with fewer than k + l tokens)."""
+        the extractability metrics (NaN for rows with fewer than k + l tokens)."""
+        return self.score_tokens(tokens, lengths, ())[0]
+
+    def score_tokens(self, tokens: np.ndarray, lengths: np.ndarray, keep) -> tuple[Scores, dict[int, np.ndarray]]:
+        """:meth:`score`, and the per-target log-probabilities (fp32, length - 1 each) of the rows ``keep`` (indices
+        into the batch): the per-token scores ``extract --token-scores`` stores, from the same pass."""
         b = len(tokens)
         tokens, lengths = np.asarray(tokens, dtype=np.int64), np.asarray(lengths, dtype=np.int64)
         if self.invariant:
@@ -324,7 +368,12 @@ class Scorer:
         else:
             t = torch.as_tensor(tokens).to(self.device, non_blocking=True)
             stats = self.token_stats(t, torch.as_tensor(lengths).to(self.device))
-        return per_instance(b, stats, extractable=self.extractable)
+        kept = {}
+        if len(keep):
+            logp = stats.logp.cpu().numpy()
+            start = np.r_[0, np.cumsum(np.maximum(lengths - 1, 0))]
+            kept = {int(r): logp[start[r] : start[r + 1]].copy() for r in keep}
+        return per_instance(b, stats, extractable=self.extractable, sampling=self.sampling is not None), kept
 
 
 def check_extractable(kl) -> tuple[int, int]:
@@ -338,7 +387,20 @@ def check_extractable(kl) -> tuple[int, int]:
     return k, ell
 
 
-def extractability(count: torch.Tensor, top1: torch.Tensor, k: int, ell: int) -> dict[str, np.ndarray]:
+def check_sampling(sampling) -> tuple[int, float]:
+    """(top_k, temperature): a whole number >= 1 and a finite number > 0."""
+    try:
+        top_k, temperature = int(sampling[0]), float(sampling[1])
+    except (TypeError, ValueError, IndexError):
+        raise MemtuiError(f"a sampling scheme is (top_k, temperature), not {sampling!r}.") from None
+    if top_k < 1 or not math.isfinite(temperature) or temperature <= 0:
+        raise MemtuiError(f"a sampling scheme needs top_k >= 1 and a temperature > 0, got {top_k}, {temperature}.")
+    return top_k, temperature
+
+
+def extractability(
+    count: torch.Tensor, top1: torch.Tensor, k: int, ell: int, slogp: torch.Tensor | None = None
+) -> dict[str, np.ndarray]:
     """(k, l)-extractability per row from the per-target top-1 flags (CPU tensors): ``count`` targets per row, and
     ``top1`` for every target, rows one after another in row order (as ``token_stats`` returns them).
 
@@ -353,10 +415,20 @@ def extractability(count: torch.Tensor, top1: torch.Tensor, k: int, ell: int) ->
     out_len = flags.to(torch.int64).cumprod(1).sum(1).numpy().astype(np.float64)
     out_len[~full.numpy()] = math.nan
     extractable = np.where(np.isnan(out_len), math.nan, out_len == ell)
-    return {"extractable": extractable, "extractable_len": out_len}
+    out = {"extractable": extractable, "extractable_len": out_len}
+    if slogp is not None:
+        # the product of the suffix targets' sampling probabilities, as a sum of logs in float64 (a -inf among
+        # them, a token outside the top k, makes the sum -inf), floored
+        total = (slogp[idx].to(torch.float64) if len(slogp) else torch.zeros(idx.shape, dtype=torch.float64)).sum(1)
+        sampled = np.maximum(total.numpy(), registry.SAMPLED_LOGP_FLOOR)
+        sampled[~full.numpy()] = math.nan
+        out["sampled_logp"] = sampled
+    return out
 
 
-def per_instance(b: int, stats: TokenStats, extractable: tuple[int, int] | None = None) -> Scores:
+def per_instance(
+    b: int, stats: TokenStats, extractable: tuple[int, int] | None = None, sampling: bool = False
+) -> Scores:
     """Sum / mean per-target quantities into per-row metrics (float64 accumulation).
 
     Done on the CPU (a few MB per batch): deterministic, unlike float64 atomics on CUDA, and MPS has no float64.
@@ -380,7 +452,8 @@ def per_instance(b: int, stats: TokenStats, extractable: tuple[int, int] | None 
         }
     out["loglik"][n == 0] = math.nan
     if extractable is not None:
-        out.update(extractability(count.to(torch.int64), top1, *extractable))  # counts are exact in float64
+        slogp = stats.slogp.cpu() if sampling and stats.slogp is not None else None
+        out.update(extractability(count.to(torch.int64), top1, *extractable, slogp=slogp))  # counts exact in float64
     return Scores(**out)
 
 

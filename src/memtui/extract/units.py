@@ -358,17 +358,28 @@ class WorkDir:
     def has_part(self, unit: Unit) -> bool:
         return self.part_path(unit).exists()
 
-    def write_part(self, unit: Unit, columns: dict[str, np.ndarray], meta: dict) -> None:
+    def write_part(
+        self,
+        unit: Unit,
+        columns: dict[str, np.ndarray],
+        meta: dict,
+        tokens: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         """The unit's columns, exactly the metrics in ``columns`` (each one of ``METRICS``); their names are also
-        listed in the part's meta, so what a part carries is explicit."""
+        listed in the part's meta, so what a part carries is explicit. ``tokens``: the per-token scores of the unit's
+        rows of the panel's token-score subset, (their panel rows, float32 rows x W NaN-padded)."""
         unknown = sorted(set(columns) - set(METRICS))
         if unknown:
             raise ValueError(f"metrics {unknown} are not extraction metrics")
         names = panel_metrics(columns)
         meta = {**meta, "metrics": list(names)}
+        arrays = {m: np.asarray(columns[m], np.float64) for m in names}
+        if tokens is not None:
+            arrays["token_rows"] = np.asarray(tokens[0], np.int64)
+            arrays["token_logp"] = np.asarray(tokens[1], np.float32)
 
         buffer = io.BytesIO()
-        np.savez(buffer, meta=np.array(json.dumps(meta)), **{m: np.asarray(columns[m], np.float64) for m in names})
+        np.savez(buffer, meta=np.array(json.dumps(meta)), **arrays)
         path = self.part_path(unit)
         try:
             write_in_work(self.root, "parts", path.name, buffer.getvalue(), durable=True)
@@ -426,6 +437,33 @@ class WorkDir:
             if col.shape != (length,):
                 raise PartError(f"{path}: column '{m}' has shape {col.shape}, the unit has {length} rows")
         return meta, {m: col.astype(np.float64) for m, col in cols.items()}
+
+    def read_part_tokens(self, unit: Unit, rows: np.ndarray, width: int) -> np.ndarray:
+        """The part's per-token scores of panel ``rows`` (the unit's rows of the token-score subset), checked: float
+        values of shape (rows, ``width``) for exactly those rows. A part scored before the panel asked for them is a
+        :class:`PartMismatch` (it is scored again); anything malformed a :class:`PartError`."""
+        path = self.part_path(unit)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise PartError(f"{path}: {exc.strerror or exc}") from None
+        with open(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise PartError(f"{path} is not a regular file")
+            try:
+                with np.load(f, allow_pickle=False) as z:
+                    if "token_rows" not in z.files or "token_logp" not in z.files:
+                        raise PartMismatch(f"{path.name} carries no per-token scores, which the panel asks for")
+                    got_rows, values = z["token_rows"], z["token_logp"]
+            except PartError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - whatever numpy's reader raises on junk: one line, named
+                raise PartError(f"{path} is not a readable part ({type(exc).__name__}: {exc})") from None
+        if got_rows.dtype.kind not in "iu" or not np.array_equal(got_rows, rows):
+            raise PartMismatch(f"{path.name} carries per-token scores of other instances than the panel's subset")
+        if values.dtype.kind != "f" or values.shape != (len(rows), width):
+            raise PartError(f"{path}: its per-token scores have shape {values.shape}, expected {(len(rows), width)}")
+        return values.astype(np.float32)
 
     def set_aside(self, unit: Unit) -> Path | None:
         """Move a part that cannot be folded to ``PANEL.work/rejected/`` (kept for a look, out of every run's way);

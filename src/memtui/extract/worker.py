@@ -61,9 +61,15 @@ from memtui.extract.units import (
     stale_s,
     write_in_work,
 )
-from memtui.panel.hdf5 import read_done, read_panel, read_tokens
+from memtui.panel import metrics as registry
+from memtui.panel.hdf5 import read_done as read_metrics_done
+from memtui.panel.hdf5 import read_panel, read_tokens
+from memtui.panel.token_scores import complete as read_done  # a checkpoint is done with its per-token scores too
+from memtui.panel.token_scores import read_layout
 
 __all__ = ["run", "main", "log_path", "check_tokens"]
+
+SAMPLED = "sampled_logp"  # computed only for panels that have it (its top-k pass is not free)
 
 if TYPE_CHECKING:
     import torch
@@ -282,6 +288,8 @@ class _Scorer:
         self.options, self.tokens, self.lengths, self.panel_path, self.log = options, tokens, lengths, panel_path, log
         self.metrics = metrics  # the panel's: a part carries exactly these
         self.kl = kl  # (k, l) when the panel has extractability metrics, else None
+        self.token_rows = np.empty(0, np.int64)  # the panel's per-token subset (sorted rows), if it has one
+        self.width = 0
         self.dev = resolve_device(options.device)
         self.body_dtype = resolve_dtype(options.dtype, self.dev)
         n = len(lengths)
@@ -297,7 +305,9 @@ class _Scorer:
             self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)
             # --batch-invariant on/off switches the fixed-shape path (auto: on for CPU only)
             invariant = {"auto": None, "on": True, "off": False}[self.options.batch_invariant]
-            self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl, invariant=invariant)
+            sampling = (registry.SAMPLING_TOP_K, registry.SAMPLING_TEMPERATURE) if SAMPLED in self.metrics else None
+            self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl, invariant=invariant,
+                                 sampling=sampling)  # fmt: skip
             check_head(self.net, self.scorer, self.scorer.vocab)
             check_tokens(self.tokens, self.lengths, self.scorer.vocab, self.panel_path)  # one vocabulary for all
         else:
@@ -318,12 +328,23 @@ class _Scorer:
         rows = rows[: np.argmax(np.r_[self.lengths[rows] != length, True])]  # order is longest first: a prefix
         return rows if len(rows) < m else rows[: len(rows) // m * m]
 
-    def score(self, unit: Unit, should_stop: Callable[[], bool], on_batch) -> dict[str, np.ndarray] | None:
+    def unit_token_rows(self, unit: Unit) -> np.ndarray:
+        """The unit's rows of the per-token subset."""
+        return self.token_rows[(self.token_rows >= unit.lo) & (self.token_rows < unit.hi)]
+
+    def score(
+        self, unit: Unit, should_stop: Callable[[], bool], on_batch, tokens_only: bool = False
+    ) -> tuple[dict[str, np.ndarray], np.ndarray] | None:
+        """The unit's metric columns and the per-token scores of its subset rows (rows x W, NaN-padded); with
+        ``tokens_only`` (its metrics are committed) only the subset rows are scored, the columns left NaN."""
         import torch
 
-        rows_all = np.arange(unit.lo, unit.hi)
+        keep = self.unit_token_rows(unit)
+        rows_all = keep if tokens_only else np.arange(unit.lo, unit.hi)
         order = rows_all[np.argsort(-self.lengths[rows_all], kind="stable")]
-        cols = {m: np.full(len(rows_all), np.nan) for m in self.metrics}
+        cols = {m: np.full(unit.hi - unit.lo, np.nan) for m in self.metrics}
+        per_token = np.full((len(keep), self.width), np.nan, np.float32)
+        slot = {int(r): j for j, r in enumerate(keep)}
         i = 0
         while i < len(order):
             if should_stop():
@@ -331,7 +352,11 @@ class _Scorer:
             rows = self._batch(order, i)
             L = int(self.lengths[rows].max())
             try:
-                out = self.scorer.score(self.tokens[rows, :L], self.lengths[rows])
+                batch, lens = self.tokens[rows, :L], self.lengths[rows]
+                wanted = [j for j, r in enumerate(rows) if int(r) in slot]  # rows of the per-token subset
+                out, kept = (
+                    self.scorer.score_tokens(batch, lens, wanted) if wanted else (self.scorer.score(batch, lens), {})
+                )
             except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
                 if not _is_oom(exc) or self.bs == 1:
                     raise
@@ -343,11 +368,13 @@ class _Scorer:
                 continue
             for name in self.metrics:
                 cols[name][rows - unit.lo] = out[name]
+            for j, values in kept.items():
+                per_token[slot[int(rows[j])], : len(values)] = values
             if self.delay:
                 time.sleep(self.delay)
             i += len(rows)
             on_batch(i, int(self.lengths[rows].sum()))
-        return cols
+        return cols, per_token
 
 
 @dataclass(frozen=True)
@@ -368,9 +395,12 @@ class _Context:
 
 
 def _work(ctx: _Context, requested: list[int] | None) -> str:
+    from memtui.extract.token_scores import ensure_group
+
+    ensure_group(ctx.panel_path, ctx.options.token_scores, ctx.me)  # --token-scores given to this worker itself
     panel = read_panel(ctx.panel_path)
     source = Source.open(ctx.options.model, ctx.options.revision_template)
-    steps = plan_steps(panel.steps, panel.done, requested, source)
+    steps = plan_steps(panel.steps, read_done(ctx.panel_path)[1], requested, source)
     units = plan_units(steps, panel.steps, panel.n_instances, ctx.options.split)
     ctx.progress.publish(force=True, model=ctx.options.model, K=len(units), instances_total=panel.n_instances,
                          checkpoints_done=int(panel.done.sum()), checkpoints_total=panel.n_checkpoints)  # fmt: skip
@@ -396,6 +426,9 @@ class _Pass:
         lengths = lengths.astype(np.int64)
         self.metrics, kl = ctx.options.metrics_for(ctx.panel_path, panel)
         self.scorer = _Scorer(ctx.options, tokens, lengths, ctx.panel_path, ctx.log, self.metrics, kl)
+        self.layout = read_layout(ctx.panel_path)  # the per-token subset, if the panel asks for one
+        if self.layout is not None:
+            self.scorer.token_rows, self.scorer.width = self.layout.rows, self.layout.width
         self.unit_tokens = {u.name: int(lengths[u.lo : u.hi].sum()) for u in units}
         self.known_hashes = {
             h: int(s) for h, s, d in zip(panel.weight_hashes, panel.steps, panel.done, strict=False) if h and d
@@ -522,14 +555,17 @@ class _Pass:
             ctx.progress.publish(force=True, unit=unit.name, checkpoint=unit.step, k=self.done_units + 1,
                                  instances_done=0, batch_size=self.scorer.bs)  # fmt: skip
             lost = self.heartbeat.lost
-            cols = self.scorer.score(unit, lambda: ctx.should_stop() or lost.is_set(), self._on_batch(unit, pending))
+            tokens_only = bool(read_metrics_done(ctx.panel_path)[1][unit.index])  # rescored for its per-token scores
+            got = self.scorer.score(unit, lambda: ctx.should_stop() or lost.is_set(), self._on_batch(unit, pending),
+                                    tokens_only=tokens_only and self.layout is not None)  # fmt: skip
             del loaded.model
-            if cols is None:
+            if got is None:
                 taken = lost.is_set() and not ctx.should_stop()
                 if taken:
                     ctx.log(f"unit {unit.name} was taken over by another worker (this one looked stale); moving on")
                 return taken
-            self._write(unit, cols, loaded)
+            cols, per_token = got
+            self._write(unit, cols, loaded, per_token, tokens_only)
             self.known_hashes.setdefault(loaded.weights_hash, unit.step)  # its part is written: it will be recorded
             clear_duplicate(ctx.panel_path, unit.step)
         finally:
@@ -537,8 +573,8 @@ class _Pass:
             self.heartbeat.hold(None)
         self.done_units += 1
         shown = self.metrics[0]  # loglik, where the panel has it
-        ctx.log(f"[{self.done_units}] {unit.name} done ({self._rate():,.0f} tokens/s); mean {shown} "
-                f"{np.nanmean(cols[shown]):.2f}")  # fmt: skip
+        mean = f"mean {shown} {np.nanmean(cols[shown]):.2f}" if not tokens_only else "per-token scores only"
+        ctx.log(f"[{self.done_units}] {unit.name} done ({self._rate():,.0f} tokens/s); {mean}")
         return True
 
     def _refuse_duplicate(self, loaded: Loaded) -> bool:
@@ -573,12 +609,14 @@ class _Pass:
     def _rate(self) -> float:
         return self.done_tokens / max(time.time() - self.t_start, 1e-9)
 
-    def _write(self, unit: Unit, cols: dict[str, np.ndarray], loaded: Loaded) -> None:
+    def _write(self, unit: Unit, cols: dict[str, np.ndarray], loaded: Loaded, per_token, tokens_only: bool) -> None:
         meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": self.source.model,
-                "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id}  # fmt: skip
+                "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id,
+                "tokens_only": tokens_only}  # fmt: skip
+        tokens = (self.scorer.unit_token_rows(unit), per_token) if self.layout is not None else None
         self.ctx.work.check()  # never write through a folder swapped for a link mid-run
         try:
-            self.ctx.work.write_part(unit, cols, meta)
+            self.ctx.work.write_part(unit, cols, meta, tokens)
         except WriteError as exc:
             raise MemtuiError(self.ctx.work.why_unwritable(str(exc).rstrip("."))) from None
 

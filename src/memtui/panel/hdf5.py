@@ -273,6 +273,9 @@ def _write_metrics(
         ds.attrs["sign"] = int((signs or {}).get(name, registry.sign(name)))
         if name in registry.EXTRACTABILITY:  # fixed-size ints: two more compact attributes in the header
             ds.attrs["k"], ds.attrs["l"] = np.int64(extractable[0]), np.int64(extractable[1])
+        if name == "sampled_logp":  # its sampling scheme, for whoever reads the file
+            ds.attrs["top_k"] = np.int64(registry.SAMPLING_TOP_K)
+            ds.attrs["temperature"] = np.float64(registry.SAMPLING_TEMPERATURE)
 
 
 PROVENANCE_TABLE = "_names"  # provenance datasets ending so are lookup tables, not one row per instance

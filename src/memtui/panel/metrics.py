@@ -20,8 +20,9 @@ from typing import Literal
 
 # What computes a metric's values:
 # - "logits": extraction, reduced per instance from each target's log-probability, rank and entropy under the logits;
-# - "extractability": extraction, from the top-1 flags of the targets in the (k, l) suffix window (Carlini et al.'s
-#   extractability); its datasets carry the attributes ``k`` and ``l`` and rows shorter than k + l stay NaN;
+# - "extractability": extraction, from the targets in the (k, l) suffix window: their top-1 flags (Carlini et al.'s
+#   extractability) or their sampling probabilities (Hayes et al.'s probabilistic extraction); its datasets carry the
+#   attributes ``k`` and ``l`` and rows shorter than k + l stay NaN;
 # - "import": nothing in memtui; only a table (``memtui import``) brings values.
 ComputedBy = Literal["logits", "extractability", "import"]
 COMPUTED_BY: tuple[ComputedBy, ...] = ("logits", "extractability", "import")
@@ -68,9 +69,25 @@ REGISTRY: Mapping[str, Metric] = MappingProxyType(
                 "tokens (0..l)",
                 "extractability",
             ),
+            Metric(
+                "sampled_logp",
+                1,
+                "log p that top-40 sampling (T 1) from k tokens reproduces the next l",
+                "nats (<= 0; -690.8 = p below 1e-300)",
+                "extractability",
+            ),
         )
     }
 )
+
+# The sampling scheme of ``sampled_logp`` (Hayes et al. 2024, "Measuring memorization in language models via
+# probabilistic extraction"): top-k sampling with k = 40 at temperature 1, the scheme of their experiments; recorded on
+# the metric's dataset (attributes ``top_k`` and ``temperature``). A suffix token outside the top k has probability 0:
+# the sequence's log-probability is then -inf, stored as the floor ln(1e-300) (any p below 1e-300 is stored so), which
+# keeps every mean finite and every (n, p) conclusion for n < 1e290 exact (docs/panel-format.md).
+SAMPLING_TOP_K = 40
+SAMPLING_TEMPERATURE = 1.0
+SAMPLED_LOGP_FLOOR = -690.7755278982137  # ln(1e-300)
 
 NAMES: tuple[str, ...] = tuple(REGISTRY)
 EXTRACTED: tuple[str, ...] = tuple(m.name for m in REGISTRY.values() if m.extracted)  # what extraction can fill

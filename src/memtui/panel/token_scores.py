@@ -1,76 +1,185 @@
-"""Per-token scores (``instances/token_scores``): read for the instances the workbench shows.
+"""Per-token scores: the log-probability of each target token of a chosen subset of instances, per checkpoint.
 
-The layout (docs/panel-format.md, "Per-token scores"), stored by ``memtui extract --token-scores`` for a chosen
-subset of instances:
+Layout (docs/panel-format.md, "Per-token scores"), written only where `memtui extract --token-scores` asked for it:
 
-    instances/token_scores/ids        int64 (S,)              the panel ids of the S instances that have scores
-    instances/token_scores/<metric>   float16 (S, T, L - 1)   per checkpoint (T, the panel's checkpoints in order)
-                                                              and target position j = 1 .. L - 1 (L: the tokens'
-                                                              row width): log p(token j | tokens before j); NaN where
-                                                              not computed (checkpoint not done, past the row's end)
+- ``instances/token_scores/ids``: int64 (m,), the subset's instance ids (``instances/id``), in panel row order;
+- ``instances/token_scores/logp``: float16 (m, checkpoints, W), W = the longest subset row's length - 1: entry
+  [i, c, j] = log p(token j + 2 | tokens 1..j + 1) of instance ``ids[i]`` at checkpoint c (nats; the targets of
+  ``loglik``, which sums them); NaN past the row's own length - 1 targets and at checkpoints not yet scored. Chunked
+  (a block of instances, one checkpoint, every target), gzip-compressed with the shuffle filter and Fletcher-32;
+- ``instances/token_scores/done``: uint8 (checkpoints,), 1 once a checkpoint's column is written whole (written
+  after its data and flushed, as ``checkpoints/done`` is for the metrics).
 
-``logprob`` is the metric read here. A width of L (a value for position 0 too, which has no context) is read as is.
+The group is made at launch, before any worker starts (the file rewritten beside and renamed, holding extraction's
+commit lease); its chunks are written by the committer, so unlike the metrics they grow the file as checkpoints are
+committed (about the size estimate `extract` prints, less compression).
 """
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.panel import hdf5
+from memtui.core.files import atomic_write
+from memtui.panel.hdf5 import _dataset, _dataset_handle, _read_live, text_attr
 from memtui.panel.model import Panel
+from memtui.panel.superblock import read_superblock
 
 GROUP = "instances/token_scores"
-LOGPROB = "logprob"
+METRIC = "logp"  # the one per-token dataset: instances/token_scores/logp
+CHUNK_BYTES = 1 << 16  # a chunk holds this much (uncompressed) of one checkpoint's rows
 
 
-def read_token_scores(panel: Panel, ids: Sequence[int], metric: str = LOGPROB) -> dict[int, np.ndarray] | None:
-    """Each of ``ids`` that has per-token scores: a (checkpoints, L) float32 array, entry [c, j] the score of token j
-    at checkpoint c (column 0, the first token, NaN: nothing predicts it). None where the panel stores none."""
-    if panel.path is None:
-        return None
-    path = Path(panel.path)
-    return hdf5._read_live(path, lambda f: _read(f, path, panel, [int(i) for i in ids], metric))  # noqa: SLF001
+@dataclass(frozen=True)
+class Layout:
+    """What a panel's token-score group holds: the subset's rows (indices into the panel), their ids, the target
+    width W, the checkpoints whose column is written, and the bytes stored."""
+
+    rows: np.ndarray
+    ids: np.ndarray
+    width: int
+    done: np.ndarray
+    stored_bytes: int
 
 
-def has_token_scores(path: str | os.PathLike, metric: str = LOGPROB) -> bool:
-    """Whether the panel file stores per-token ``metric`` scores (cheap: no data read)."""
+def width_of(lengths: np.ndarray, rows: np.ndarray) -> int:
+    """W: the subset's longest row's targets (at least 1, so the dataset is never empty)."""
+    return max(1, int(np.max(lengths[rows], initial=1)) - 1)
+
+
+def read_layout(path: str | os.PathLike) -> Layout | None:
+    """The panel's token-score layout, checked (one-line refusals for a damaged group); None without the group."""
     path = Path(path)
-    return bool(hdf5._read_live(path, lambda f: f"{GROUP}/{metric}" in f and f"{GROUP}/ids" in f))  # noqa: SLF001
+    return _read_live(path, lambda f: _layout(f, path))
 
 
-def _read(f, path: Path, panel: Panel, ids: list[int], metric: str) -> dict[int, np.ndarray] | None:
-    if f"{GROUP}/{metric}" not in f or f"{GROUP}/ids" not in f:
+def _layout(f: h5py.File, path: Path) -> Layout | None:
+    if GROUP not in f:
         return None
-    stored = hdf5._dataset(f, path, f"{GROUP}/ids", "iu")  # noqa: SLF001
-    if stored.ndim != 1 or len(np.unique(stored)) != len(stored):
-        raise MemtuiError(f"{path}: '{GROUP}/ids' must list each instance once; rebuild the per-token scores.")
-    scores = hdf5._dataset_handle(f, path, f"{GROUP}/{metric}", "f")  # noqa: SLF001
-    width = _row_width(f, path)
-    expected = (len(stored), panel.n_checkpoints)
-    if scores.ndim != 3 or scores.shape[:2] != expected or scores.shape[2] not in (width - 1, width):
+    if not isinstance(f.get(GROUP, getlink=True), h5py.HardLink) or not isinstance(f[GROUP], h5py.Group):
+        raise MemtuiError(f"{path}: '{GROUP}' is not a group; rebuild the panel or extract into a fresh copy.")
+    panel_ids = _dataset(f, path, "instances/id", "iu").astype(np.int64)
+    t = len(_dataset_handle(f, path, "checkpoints/step", "iu"))
+    ids = _dataset(f, path, f"{GROUP}/ids", "iu").astype(np.int64)
+    if ids.ndim != 1 or not len(ids) or len(np.unique(ids)) != len(ids):
+        raise MemtuiError(f"{path}: '{GROUP}/ids' must list distinct instance ids; the file is inconsistent.")
+    row_of = {int(v): i for i, v in enumerate(panel_ids)}
+    if any(int(v) not in row_of for v in ids):
+        raise MemtuiError(f"{path}: '{GROUP}/ids' names instances the panel does not have; the file is inconsistent.")
+    rows = np.array([row_of[int(v)] for v in ids], dtype=np.int64)
+    if np.any(np.diff(rows) <= 0):
+        raise MemtuiError(f"{path}: '{GROUP}/ids' is not in panel row order; the file is inconsistent.")
+    logp = _dataset_handle(f, path, f"{GROUP}/{METRIC}", "f")
+    if logp.ndim != 3 or logp.shape[:2] != (len(ids), t) or logp.shape[2] < 1:
         raise MemtuiError(
-            f"{path}: '{GROUP}/{metric}' has shape {scores.shape}, expected ({len(stored)}, {panel.n_checkpoints}, "
-            f"{width - 1}); rebuild the per-token scores."
+            f"{path}: '{GROUP}/{METRIC}' has shape {logp.shape}, expected ({len(ids)}, {t}, targets); the file is "
+            "inconsistent."
         )
-    where = {int(v): k for k, v in enumerate(stored)}
-    out = {}
-    for i in ids:
-        k = where.get(i)
-        if k is None:
-            continue
-        row = np.asarray(scores[k], dtype=np.float32)
-        if row.shape[1] == width - 1:  # targets 1 .. L-1: position 0 has no score
-            row = np.concatenate([np.full((row.shape[0], 1), np.nan, np.float32), row], axis=1)
-        out[i] = row
-    return out
+    done = _dataset(f, path, f"{GROUP}/done", "iub", (t,)).astype(bool)
+    return Layout(rows, ids, int(logp.shape[2]), done, int(logp.id.get_storage_size()))
 
 
-def _row_width(f, path: Path) -> int:
-    if "instances/tokens" not in f:
-        raise MemtuiError(f"{path}: per-token scores without the token ids (instances/tokens); rebuild the panel.")
-    return int(hdf5._dataset_handle(f, path, "instances/tokens", "iu").shape[1])  # noqa: SLF001
+def read_token_scores(panel_or_path: Panel | str | os.PathLike, ids) -> dict[int, np.ndarray] | None:
+    """Per-token log-probabilities of the instances ``ids`` that the panel stores them for: {id: float32 array of
+    (checkpoints, length - 1)}, NaN at checkpoints not yet scored; ids without per-token scores are left out. None
+    when the panel has no per-token scores at all."""
+    path = Path(panel_or_path.path if isinstance(panel_or_path, Panel) else panel_or_path)
+
+    def read(f):
+        layout = _layout(f, path)
+        if layout is None:
+            return None
+        lengths = _dataset(f, path, "instances/length", "iu", optional=True)
+        ds = f[f"{GROUP}/{METRIC}"]
+        out = {}
+        position = {int(v): i for i, v in enumerate(layout.ids)}
+        for wanted in ids:
+            i = position.get(int(wanted))
+            if i is None:
+                continue
+            targets = layout.width if lengths is None else max(0, int(lengths[layout.rows[i]]) - 1)
+            values = ds[i].astype(np.float32)[:, : min(targets, layout.width)]
+            values[~layout.done] = np.nan
+            out[int(wanted)] = values
+        return out
+
+    return _read_live(path, read)
+
+
+def create_group(path: str | os.PathLike, rows: np.ndarray) -> None:
+    """Add an empty token-score group for panel ``rows`` (sorted) to the panel at ``path``: the file edited in memory,
+    written beside and renamed over it, refused if it changed meanwhile. The caller holds the commit lease."""
+    from memtui.core.memory import require_memory
+
+    path = Path(path)
+    before = _identity(path)
+    require_memory(3 * before[2], f"adding per-token scores to {path}", "free memory or extract on a larger machine")
+    image = path.read_bytes()
+    buffer = io.BytesIO(image)
+    with h5py.File(buffer, "r+", libver="latest", locking=False) as f:
+        ids = f["instances/id"][()].astype(np.int64)[rows]
+        lengths = f["instances/length"][()] if "instances/length" in f else np.full(len(f["instances/id"]), 2)
+        t = len(f["checkpoints/step"])
+        width = width_of(np.asarray(lengths), rows)
+        group = f["instances"].create_group("token_scores")
+        group.attrs["description"] = text_attr(
+            "log p of each target token (float16, nats) of the instances ids, per checkpoint; done: columns written"
+        )
+        group.create_dataset("ids", data=ids, chunks=(len(ids),), fletcher32=True)
+        block = int(np.clip(CHUNK_BYTES // (2 * width), 1, len(rows)))
+        group.create_dataset(
+            METRIC, shape=(len(rows), t, width), dtype=np.float16, chunks=(block, 1, width), fillvalue=np.nan,
+            compression="gzip", compression_opts=4, shuffle=True, fletcher32=True,
+        )  # fmt: skip
+        group.create_dataset("done", data=np.zeros(t, np.uint8), chunks=(t,), fletcher32=True)
+    data = buffer.getvalue()
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        if _identity(path) != before:
+            raise MemtuiError(f"{path} changed while its per-token scores were set up (a commit?); run it again.")
+
+    atomic_write(path, write)
+
+
+def _identity(path: Path) -> tuple:
+    """What must not change between reading the panel and renaming the new one over it."""
+    try:
+        sb = read_superblock(path)
+        st = path.stat()
+    except OSError as exc:
+        raise MemtuiError(f"{path} cannot be read ({exc.strerror or exc}).") from None
+    if sb is not None and sb.open_for_write:
+        raise MemtuiError(f"{path} is being written (an extraction is committing into it); rerun when it has finished.")
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def write_column(f: h5py.File, index: int, values: np.ndarray) -> None:
+    """Write checkpoint ``index``'s per-token scores (m x W, NaN-padded) into the open panel ``f``, flush, then mark
+    the column done and flush again: a reader, or a resumed run, never sees a done flag before its data."""
+    ds = f[f"{GROUP}/{METRIC}"]
+    if values.shape != (ds.shape[0], ds.shape[2]):
+        raise MemtuiError(f"per-token scores of shape {values.shape} for a column of {(ds.shape[0], ds.shape[2])}.")
+    ds[:, index, :] = values.astype(np.float16)
+    f.flush()
+    f[f"{GROUP}/done"][index] = 1
+    f.flush()
+
+
+def complete(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """The checkpoint steps and whether each is complete: its metrics committed and, where the panel asks for
+    per-token scores, those too (extraction's notion of a finished checkpoint)."""
+    from memtui.panel.hdf5 import read_done
+
+    steps, done = read_done(path)
+    layout = read_layout(path)
+    return steps, done if layout is None else done & layout.done
