@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.engine import kernels
+from memtui.engine import kernels, torch_bootstrap
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
@@ -334,6 +334,9 @@ class _Stack:
         self.yts = [[yj[rows].T for yj in self.ys] for rows in self.slices]
         self.reuse: dict[int, tuple] = {}  # groups whose sums another stack makes (``_share_groups``)
         self.keep: dict[int, tuple] = {}  # groups whose sums other stacks copy
+        # the group sums through torch on the engine setting's device (``engine.torch_bootstrap``), or None
+        device = torch_bootstrap.device_for(first.n_units * self.stride)
+        self.on_device = None if device is None else torch_bootstrap.TorchSums(device, self.ys, self.slices, self.width)
 
     def chunk(self, drawn, start: int, bc: int, cells, group_w, on_chunk, cores: int, products: dict) -> None:
         """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn`` (``products``: the
@@ -375,6 +378,11 @@ class _Stack:
         """(G, stride, bc): each group's multiplier-weighted sums of every layout's columns; a group another stack
         has summed already this chunk (``products``) is copied."""
         first, width = self.first, self.width
+        if self.on_device is not None:  # every group on the device (within float32 rounding of the products below)
+            r = self.on_device.sums(v, bc)
+            for k, sig in self.keep.items():
+                products[sig] = r[k].copy()
+            return r
         r = np.empty((first.n_groups, self.stride, bc), dtype=np.float32)
         for k, sig in self.reuse.items():
             r[k] = products[sig]
