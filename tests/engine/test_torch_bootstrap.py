@@ -4,10 +4,12 @@ studentised sup laws and critical values, and an estimate's flags."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from benchmarks.scale_estimate import make_panel
 from memtui.core.errors import MemtuiError
 from memtui.engine import bands, did, torch_bootstrap
 from memtui.engine.layout import build_layout
@@ -16,6 +18,15 @@ from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER
 
 torch = pytest.importorskip("torch")
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "scale_estimate.py"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("scale_estimate", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 # Relative to the largest magnitude of what is compared: the group sums are float32 GEMMs of ~100 terms blocked
 # differently by torch's BLAS and numpy's; the measured differences are ~1e-7 (one float32 ulp of the largest
@@ -26,7 +37,7 @@ DRAWS, SEED = 200, 7
 
 @pytest.fixture(scope="module")
 def panel():
-    return make_panel(per_cohort=30, n_never=150, checkpoints=13, seed=3)
+    return load_script().make_panel(per_cohort=30, n_never=150, checkpoints=13, seed=3)
 
 
 def _layout(panel):

@@ -63,13 +63,18 @@ def using(name: str | None) -> Iterator[None]:
 def check(name: str) -> None:
     """Refuse a device this machine cannot give (before anything is computed)."""
     if name in ("torch-cpu", "cuda") and importlib.util.find_spec("torch") is None:
-        raise MemtuiError(f"engine device {name} needs torch; install it (pip install torch) or use --engine-device cpu.")
+        raise MemtuiError(f"engine device {name} needs torch; install it (pip install torch) or use engine device cpu.")
     if name == "cuda" and not _cuda_available():
         raise MemtuiError("engine device cuda: torch finds no CUDA device here; use --engine-device auto or cpu.")
 
 
+# a GPU driver's traces (NVIDIA's, or ROCm's, which torch.cuda also drives): without them there is no CUDA device, and
+# ``auto`` need not import torch (seconds) to learn it
+_GPU_DRIVERS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd")
+
+
 def _cuda_available() -> bool:
-    if importlib.util.find_spec("torch") is None:
+    if importlib.util.find_spec("torch") is None or not any(os.path.exists(p) for p in _GPU_DRIVERS):
         return False
     import torch
 
