@@ -125,3 +125,22 @@ def test_the_environment_setting_is_read_and_a_bad_one_refused(monkeypatch):
 def test_cuda_is_refused_where_torch_finds_no_device():
     with torch_bootstrap.using("cuda"), pytest.raises(MemtuiError, match="no CUDA device"):
         torch_bootstrap.device_for(1)
+
+
+def test_estimate_takes_the_engine_device_and_refuses_one_it_cannot_give(tmp_path, capsys):
+    from memtui.cli.main import main
+    from memtui.panel.synthetic import Simulation, write_synthetic
+
+    path = write_synthetic(tmp_path / "p.h5", Simulation(n_cohorts=4, per_cohort=12, n_never=30, n_checkpoints=6))
+    outs = {}
+    for device in ("cpu", "torch-cpu"):
+        assert main(["estimate", str(path), "--draws", "40", "--no-cache", "--engine-device", device]) == 0
+        outs[device] = capsys.readouterr().out
+    assert outs["cpu"].splitlines()[1:] == outs["torch-cpu"].splitlines()[1:]  # after the panel's line
+    with pytest.raises(SystemExit):
+        main(["estimate", str(path), "--engine-device", "gpu"])
+    assert "invalid choice" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["estimate", str(path), "--engine-device", "cuda"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("memtui: engine device cuda") and err.count("\n") == 1
