@@ -111,8 +111,14 @@ class TorchSums:
         torch = self.torch
         vd = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(self.device, non_blocking=True)
         out = torch.empty((len(self.slices), self.width * len(self.ys), bc), dtype=torch.float32, device=self.device)
-        for k, rows in enumerate(self.slices):
-            vk = vd[rows]
-            for j, y in enumerate(self.ys):
-                torch.matmul(y[rows].T, vk, out=out[k, j * self.width : (j + 1) * self.width])
+        # TF32 (10-bit mantissas on Ampere and later, where a user may have switched it on) is not float32 rounding
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            for k, rows in enumerate(self.slices):
+                vk = vd[rows]
+                for j, y in enumerate(self.ys):
+                    torch.matmul(y[rows].T, vk, out=out[k, j * self.width : (j + 1) * self.width])
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
         return out.cpu().numpy()
