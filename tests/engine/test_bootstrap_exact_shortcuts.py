@@ -50,3 +50,17 @@ def test_the_group_weights_are_reduceats_and_mammens_still_use_it(source):
             v = drawn if src is None else src.take(drawn, lay.source_rows)
             want.append(np.add.reduceat(v, lay.group_start[:-1], axis=0))
         assert np.array_equal(boot.group_w, np.hstack(want).astype(float)), kind
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_multipliers_written_into_scratch_memory_are_the_same(dtype):
+    scratch = np.full(8 * 200, 7.0, dtype=dtype)
+    for shape in [(333, 4), (1, 1), (100, 16)]:
+        got = did.multipliers(np.random.default_rng(2), shape, "rademacher", dtype, scratch=scratch)
+        assert np.shares_memory(got, scratch)
+        assert np.array_equal(got, _unpacked(np.random.default_rng(2), shape, dtype))
+    small = np.empty(3, dtype=dtype)  # too small: a fresh array
+    got = did.multipliers(np.random.default_rng(2), (333, 4), "rademacher", dtype, scratch=small)
+    assert not np.shares_memory(got, small) and np.array_equal(
+        got, _unpacked(np.random.default_rng(2), (333, 4), dtype)
+    )
