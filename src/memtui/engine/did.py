@@ -208,13 +208,11 @@ def bootstrap_shared(
     with its source, bit for bit (layouts with the same cells and the same source share their group sums as above).
     Without it (the default) the multipliers are drawn one per layout row, as they always were. ``pool``: where the
     cells' draws arrays come from when a caller recycles them (``DrawsPool``); every element is written."""
-    stacks = _stacks(lays, ests, source)
+    stacks = _stacks(lays, ests, source, exact_weights=multiplier == "rademacher")
     keys = {stack.source.n_keys for stack in stacks if stack.source is not None}
     if len(stacks) > 1 and (len(keys) != 1 or any(stack.source is None for stack in stacks)):
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells, or one keyed source each")
     _share_groups(stacks)
-    for stack in stacks:
-        stack.exact_weights = multiplier == "rademacher"
     rows = keys.pop() if keys else lays[0].n_units
     rng = np.random.default_rng(seed)
     # float32: the draws only need a few digits (their Monte-Carlo error is ~1/sqrt(B)); halves the traffic
@@ -277,9 +275,10 @@ class DrawsPool:
         return [a if a is not None else next(fresh) for a in out]
 
 
-def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stack]:
+def _stacks(lays: list[Layout], ests: list[CellEstimates], source, exact_weights: bool = False) -> list[_Stack]:
     """Runs of layouts that share one multiplier per row and so their group sums: the same cells, the same source.
-    One source for all (or none): every layout must have the first one's cells."""
+    One source for all (or none): every layout must have the first one's cells. ``exact_weights``: the multipliers
+    are -1/+1 (``_Stack.weight_sums``)."""
     several = isinstance(source, list | tuple)
     sources = list(source) if several else [source] * len(lays)
     if len(sources) != len(lays):
@@ -295,6 +294,7 @@ def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stac
             stacks.append(_Stack(first=lay, source=src, jobs=[j]))
     for stack in stacks:
         stack.prepare([lays[j] for j in stack.jobs], [ests[j] for j in stack.jobs])
+        stack.exact_weights = exact_weights
     return stacks
 
 
@@ -364,7 +364,7 @@ class _Stack:
         self.yts = [[yj[rows].T for yj in self.ys] for rows in self.slices]
         self.reuse: dict[int, tuple] = {}  # groups whose sums another stack makes (``_share_groups``)
         self.keep: dict[int, tuple] = {}  # groups whose sums other stacks copy
-        self.exact_weights = False  # the multipliers are -1/+1 (``weight_sums``); bootstrap_shared says
+        self.exact_weights = False  # the multipliers are -1/+1 (``weight_sums``); ``_stacks`` says
         # the group sums through torch on the engine setting's device (``engine.torch_bootstrap``), or None
         device = torch_bootstrap.device_for(first.n_units * self.stride)
         self.on_device = None if device is None else torch_bootstrap.TorchSums(device, self.ys, self.slices, self.width)
