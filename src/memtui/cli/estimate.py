@@ -24,6 +24,10 @@ def add_arguments(p) -> None:
     add_settings_args(p, "estimate")
     add_covariates_arg(p)
     add_by_args(p)
+    p.add_argument("--engine-device", default="auto", choices=["auto", "cpu", "torch-cpu", "cuda"],
+                   help="where the bootstrap's group sums run: auto (a CUDA GPU for a large panel where torch finds "
+                        "one, else the CPU's compiled loop), cpu, torch-cpu (torch's CPU path, to check it) or cuda; "
+                        "the same numbers within float32 rounding (a cached estimate is read as it is)")  # fmt: skip
 
 
 def _num(value, spec: str) -> str:
@@ -39,13 +43,17 @@ def _fmt_row(r: dict) -> str:
 
 
 def run(args) -> int:
+    from memtui.engine import torch_bootstrap
     from memtui.estimation.results import persistent_cells
     from memtui.estimation.settings import coverage
     from memtui.panel.model import METRIC_LABEL
 
-    if args.by:
-        return _print_by(args)
-    panel, res = estimate_from_args(args)
+    if args.engine_device != "auto":
+        torch_bootstrap.check(args.engine_device)  # refused before the panel is read
+    with torch_bootstrap.using(args.engine_device):
+        if args.by:
+            return _print_by(args)
+        panel, res = estimate_from_args(args)
     s = res.settings
     cells = res.cells
     post = cells.filter(~cells["pre_treatment"])

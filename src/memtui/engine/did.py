@@ -10,6 +10,7 @@ cell's draw is a handful of gathers from R and W.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memtui.engine import kernels
+from memtui.engine import kernels, torch_bootstrap
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
@@ -79,13 +80,17 @@ def point_estimates(lay: Layout) -> CellEstimates:
     ss_treated = np.empty(len(g))
     order = np.argsort(g, kind="stable")
     bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
-    for k in range(lay.n_groups):
-        zk = z[lay.rows(k)]
-        qk = qc[k] if k < len(qc) else buf
-        np.matmul(zk.T, zk, out=qk)
-        mine = order[bounds[k] : bounds[k + 1]]
-        tk, bk = t[mine], b[mine]
-        ss_treated[mine] = qk[tk, tk] + qk[bk, bk] - 2 * qk[tk, bk]
+    # BLAS on one thread (engine.blas): the products are small (width x width), and a 1 M-instance panel's spent
+    # 16 s of CPU across 2 threads on a busy machine against 1.2 s on one, the same values (each output element is
+    # one thread's sum in both)
+    with one_blas_thread():
+        for k in range(lay.n_groups):
+            zk = z[lay.rows(k)]
+            qk = qc[k] if k < len(qc) else buf
+            np.matmul(zk.T, zk, out=qk)
+            mine = order[bounds[k] : bounds[k + 1]]
+            tk, bk = t[mine], b[mine]
+            ss_treated[mine] = qk[tk, tk] + qk[bk, bk] - 2 * qk[tk, bk]
     ss_group = qc[:, t, t] + qc[:, b, b] - 2 * qc[:, t, b]  # (upto, cells)
     dm_all = m[:upto, t] - m[:upto, b]
     in_ctrl = np.arange(upto)[:, None] < p[None, :]
@@ -103,16 +108,38 @@ def point_estimates(lay: Layout) -> CellEstimates:
     )
 
 
-def multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str, dtype=np.float64) -> np.ndarray:
+def multipliers(
+    rng: np.random.Generator, shape: tuple[int, int], kind: str, dtype=np.float64, scratch: np.ndarray | None = None
+) -> np.ndarray:
+    """``shape`` multipliers of ``kind``. ``scratch`` (Rademacher only; flat, contiguous, of ``dtype``): memory the
+    result may be written into, overwriting the last chunk's multipliers: a fresh 0.5 GB array a chunk (1 M rows)
+    cost more CPU in page faults than in drawing."""
     if kind == "rademacher":
-        bits = np.unpackbits(np.frombuffer(rng.bytes((shape[0] * shape[1] + 7) // 8), dtype=np.uint8))
-        v = bits[: shape[0] * shape[1]].reshape(shape).astype(dtype)
-        return np.multiply(v, 2, out=v) - 1
+        # each random byte's eight bits, most significant first, as eight -1/+1 values in one gather (the values
+        # 2 * bit - 1 of unpacking the bits, exactly, as that made them in three passes: twice the CPU)
+        n = shape[0] * shape[1]
+        raw = np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8)
+        table = _rademacher_table(np.dtype(dtype))
+        if scratch is None or scratch.dtype != dtype or scratch.size < 8 * len(raw) or not scratch.flags.c_contiguous:
+            return table[raw].reshape(-1)[:n].reshape(shape)
+        into = scratch.reshape(-1)[: 8 * len(raw)]
+        # the table's rows copied as 64-bit words: the same bytes, in fewer, wider moves than per float
+        np.take(table.view(np.uint64), raw, axis=0, out=into.view(np.uint64).reshape(len(raw), -1))
+        return into[:n].reshape(shape)
     if kind == "mammen":
         s5 = np.sqrt(5.0)
         low = rng.random(shape) < (s5 + 1) / (2 * s5)
         return np.where(low, (1 - s5) / 2, (1 + s5) / 2).astype(dtype)
     raise ValueError(f"unknown multiplier {kind!r}")
+
+
+@functools.cache
+def _rademacher_table(dtype: np.dtype) -> np.ndarray:
+    """(256, 8): byte b's bits, most significant first (np.unpackbits' order), as -1.0 / +1.0."""
+    bits = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).astype(dtype)
+    table = np.multiply(bits, 2, out=bits) - 1
+    table.flags.writeable = False
+    return table
 
 
 @dataclass
@@ -181,7 +208,7 @@ def bootstrap_shared(
     with its source, bit for bit (layouts with the same cells and the same source share their group sums as above).
     Without it (the default) the multipliers are drawn one per layout row, as they always were. ``pool``: where the
     cells' draws arrays come from when a caller recycles them (``DrawsPool``); every element is written."""
-    stacks = _stacks(lays, ests, source)
+    stacks = _stacks(lays, ests, source, exact_weights=multiplier == "rademacher")
     keys = {stack.source.n_keys for stack in stacks if stack.source is not None}
     if len(stacks) > 1 and (len(keys) != 1 or any(stack.source is None for stack in stacks)):
         raise ValueError("bootstrap_shared needs layouts with the same groups and cells, or one keyed source each")
@@ -192,9 +219,10 @@ def bootstrap_shared(
     cells = (pool.take if pool is not None else _draws_arrays)([(len(lay.cell_group), draws) for lay in lays])
     group_w = [np.empty((stack.first.n_groups, draws)) for stack in stacks]
     cores = os.cpu_count() or 1
+    scratch = np.empty(8 * ((rows * min(chunk, draws) + 7) // 8), dtype=np.float32)  # every chunk's multipliers
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        drawn = multipliers(rng, (rows, bc), multiplier, np.float32)
+        drawn = multipliers(rng, (rows, bc), multiplier, np.float32, scratch=scratch)
 
         # stack after stack, each spread over the cores as a lone bootstrap is (stacks side by side on the cores were
         # slower: their cell draws are bound by memory bandwidth, which they then compete for)
@@ -247,9 +275,10 @@ class DrawsPool:
         return [a if a is not None else next(fresh) for a in out]
 
 
-def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stack]:
+def _stacks(lays: list[Layout], ests: list[CellEstimates], source, exact_weights: bool = False) -> list[_Stack]:
     """Runs of layouts that share one multiplier per row and so their group sums: the same cells, the same source.
-    One source for all (or none): every layout must have the first one's cells."""
+    One source for all (or none): every layout must have the first one's cells. ``exact_weights``: the multipliers
+    are -1/+1 (``_Stack.weight_sums``)."""
     several = isinstance(source, list | tuple)
     sources = list(source) if several else [source] * len(lays)
     if len(sources) != len(lays):
@@ -265,6 +294,7 @@ def _stacks(lays: list[Layout], ests: list[CellEstimates], source) -> list[_Stac
             stacks.append(_Stack(first=lay, source=src, jobs=[j]))
     for stack in stacks:
         stack.prepare([lays[j] for j in stack.jobs], [ests[j] for j in stack.jobs])
+        stack.exact_weights = exact_weights
     return stacks
 
 
@@ -334,6 +364,10 @@ class _Stack:
         self.yts = [[yj[rows].T for yj in self.ys] for rows in self.slices]
         self.reuse: dict[int, tuple] = {}  # groups whose sums another stack makes (``_share_groups``)
         self.keep: dict[int, tuple] = {}  # groups whose sums other stacks copy
+        self.exact_weights = False  # the multipliers are -1/+1 (``weight_sums``); ``_stacks`` says
+        # the group sums through torch on the engine setting's device (``engine.torch_bootstrap``), or None
+        device = torch_bootstrap.device_for(first.n_units * self.stride)
+        self.on_device = None if device is None else torch_bootstrap.TorchSums(device, self.ys, self.slices, self.width)
 
     def chunk(self, drawn, start: int, bc: int, cells, group_w, on_chunk, cores: int, products: dict) -> None:
         """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn`` (``products``: the
@@ -341,7 +375,7 @@ class _Stack:
         first = self.first
         v = drawn if self.source is None else self.source.take(drawn, first.source_rows)
         r = self.group_sums(v, bc, cores, products)
-        w = np.add.reduceat(v, first.group_start[:-1], axis=0)  # (G, bc)
+        w = self.weight_sums(v)  # (G, bc)
         group_w[:, start : start + bc] = w
         cum_r = _prefix_sums(r, self.upto).reshape(-1, bc)
         cum_w = _prefix_sums(w, self.upto)
@@ -371,10 +405,26 @@ class _Stack:
             with ThreadPoolExecutor(min(len(self.jobs), cores)) as pool:
                 list(pool.map(one, range(len(self.jobs))))
 
+    def weight_sums(self, v: np.ndarray) -> np.ndarray:
+        """(G, bc): each group's sums of its multipliers, as ``np.add.reduceat`` over the groups' rows makes them.
+        Rademacher multipliers (``exact_weights``) sum to integers, exact in float32 below 2^24 rows in any order:
+        numpy's sum of each group's slice then gives reduceat's values bit for bit in a tenth of its CPU time."""
+        if not self.exact_weights or max(self.first.group_n, default=0) >= 1 << 24:
+            return np.add.reduceat(v, self.first.group_start[:-1], axis=0)
+        w = np.empty((len(self.slices), v.shape[1]), dtype=v.dtype)
+        for k, rows in enumerate(self.slices):
+            np.sum(v[rows], axis=0, out=w[k])
+        return w
+
     def group_sums(self, v: np.ndarray, bc: int, cores: int, products: dict) -> np.ndarray:
         """(G, stride, bc): each group's multiplier-weighted sums of every layout's columns; a group another stack
         has summed already this chunk (``products``) is copied."""
         first, width = self.first, self.width
+        if self.on_device is not None:  # every group on the device (within float32 rounding of the products below)
+            r = self.on_device.sums(v, bc)
+            for k, sig in self.keep.items():
+                products[sig] = r[k].copy()
+            return r
         r = np.empty((first.n_groups, self.stride, bc), dtype=np.float32)
         for k, sig in self.reuse.items():
             r[k] = products[sig]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from memtui.engine.blas import one_blas_thread
 from memtui.engine.did import CellEstimates
 from memtui.engine.layout import Layout
 
@@ -124,12 +125,13 @@ def analytic_se(
         _add_at(const, (a, g), u / lay.n_units)
         const -= np.bincount(a, weights=u * pg[g], minlength=len(part))[:, None] / lay.n_units
         total = np.zeros(len(part))
-        for k in range(n_groups):
-            c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
-            if clusters is not None:
-                order, starts = within[k]
-                c = np.add.reduceat(c[order], starts, axis=0)
-            total += np.einsum("ij,ij->j", c, c)
+        with one_blas_thread():  # small products: BLAS's threads spun on a busy machine for the same values
+            for k in range(n_groups):
+                c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
+                if clusters is not None:
+                    order, starts = within[k]
+                    c = np.add.reduceat(c[order], starts, axis=0)
+                total += np.einsum("ij,ij->j", c, c)
         out[start : start + len(part)] = np.sqrt(total)
     return out
 

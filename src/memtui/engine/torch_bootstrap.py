@@ -1,0 +1,124 @@
+"""The bootstrap's group sums through torch, on a CUDA device for large panels (or on the CPU, to check it).
+
+Of the multiplier bootstrap's work, one part grows with the panel: each group's multiplier-weighted sums
+R_g = Y_g' V_g, B x N x T multiply-adds in all (``did._Stack.group_sums``: one float32 matrix product per group and
+chunk of draws). Everything after it (the cells' draws, the calibrated band's studentised maxima, the aggregates:
+``did._Stack.cell_draws`` and the compiled loop) works on cells x draws, whatever the number of instances: at the
+full Pythia shape (about 20,000 cells, B = 1000) it is the same few seconds at 16 k instances as at 1 M. This module
+makes those products with torch, on the device the engine setting names, with the same layouts (a group's rows are a
+contiguous slice), the same float32 operands and the same multipliers (drawn by numpy from the same seed: the draws
+do not depend on the device); the sums come back to the host and the rest runs as before.
+
+The products are float32 GEMMs as numpy's are, but another GEMM (cuBLAS, or torch's own CPU BLAS) blocks and orders
+the additions differently: the results equal the compiled path's within float32 rounding, not bit for bit
+(tests/engine/test_torch_bootstrap.py states and checks the tolerance). So the torch path is used only when asked for
+(``cuda``, ``torch-cpu``) or, under ``auto`` (the default), when a CUDA device is present and the panel is large.
+
+The setting: ``MEMTUI_ENGINE_DEVICE`` in the environment, or ``using(...)`` around a call (the CLI's
+``--engine-device``). torch is imported inside the functions that need it, never when the engine is imported
+(the import-linter contract that keeps torch out of the engine lists this module's function-level import).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from collections.abc import Iterator
+
+import numpy as np
+
+from memtui.core.errors import MemtuiError
+
+DEVICES = ("auto", "cpu", "torch-cpu", "cuda")
+# rows x columns of a stack's outcomes from which ``auto`` sends the group sums to a CUDA device: below it the upload
+# and the launches cost more than the CPU's products (at 16 k instances x 145 columns the products are ~1 s of CPU)
+AUTO_CUDA_ELEMENTS = 1 << 24
+
+_chosen: str | None = None  # set by ``using``; None: the environment's, else auto
+
+
+def setting() -> str:
+    """The engine device asked for: ``using``'s, else ``MEMTUI_ENGINE_DEVICE``, else ``auto``."""
+    name = _chosen if _chosen is not None else os.environ.get("MEMTUI_ENGINE_DEVICE", "auto").strip().lower() or "auto"
+    if name not in DEVICES:
+        raise MemtuiError(f"engine device must be one of {', '.join(DEVICES)}, not {name!r}.")
+    return name
+
+
+@contextlib.contextmanager
+def using(name: str | None) -> Iterator[None]:
+    """The engine device for the bootstraps run inside (None: leave the setting as it is)."""
+    global _chosen
+    if name is not None and name not in DEVICES:
+        raise MemtuiError(f"engine device must be one of {', '.join(DEVICES)}, not {name!r}.")
+    before = _chosen
+    _chosen = name if name is not None else before
+    try:
+        yield
+    finally:
+        _chosen = before
+
+
+def check(name: str) -> None:
+    """Refuse a device this machine cannot give (before anything is computed)."""
+    if name in ("torch-cpu", "cuda") and importlib.util.find_spec("torch") is None:
+        raise MemtuiError(f"engine device {name} needs torch; install it (pip install torch) or use engine device cpu.")
+    if name == "cuda" and not _cuda_available():
+        raise MemtuiError("engine device cuda: torch finds no CUDA device here; use --engine-device auto or cpu.")
+
+
+# a GPU driver's traces (NVIDIA's, or ROCm's, which torch.cuda also drives): without them there is no CUDA device, and
+# ``auto`` need not import torch (seconds) to learn it
+_GPU_DRIVERS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd")
+
+
+def _cuda_available() -> bool:
+    if importlib.util.find_spec("torch") is None or not any(os.path.exists(p) for p in _GPU_DRIVERS):
+        return False
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def device_for(elements: int) -> str | None:
+    """The torch device for a stack of ``elements`` outcomes (rows x columns), or None: the numpy/compiled path."""
+    name = setting()
+    if name == "cpu":
+        return None
+    if name == "auto":
+        return "cuda" if elements >= AUTO_CUDA_ELEMENTS and _cuda_available() else None
+    check(name)
+    return "cpu" if name == "torch-cpu" else "cuda"
+
+
+class TorchSums:
+    """One stack's outcomes on the device, and each chunk's group sums from them (``did._Stack.group_sums``)."""
+
+    def __init__(self, device: str, ys: list[np.ndarray], slices: list[slice], width: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device)
+        # the outcomes are uploaded once (float32, as the CPU path's operands), every chunk reuses them
+        self.ys = [torch.from_numpy(np.ascontiguousarray(y, dtype=np.float32)).to(self.device) for y in ys]
+        self.slices = slices
+        self.width = width
+
+    def sums(self, v: np.ndarray, bc: int) -> np.ndarray:
+        """(G, stride, bc) float32: each group's multiplier-weighted sums of every layout's columns, on the device,
+        returned to the host."""
+        torch = self.torch
+        vd = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(self.device, non_blocking=True)
+        out = torch.empty((len(self.slices), self.width * len(self.ys), bc), dtype=torch.float32, device=self.device)
+        # TF32 (10-bit mantissas on Ampere and later, where a user may have switched it on) is not float32 rounding
+        tf32 = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            for k, rows in enumerate(self.slices):
+                vk = vd[rows]
+                for j, y in enumerate(self.ys):
+                    torch.matmul(y[rows].T, vk, out=out[k, j * self.width : (j + 1) * self.width])
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+        return out.cpu().numpy()
