@@ -36,6 +36,7 @@ from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateR
 from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order
 from memtui.app.profile import ProfilePane
+from memtui.app.restyle import batch_restyles, cache_parses
 from memtui.app.summaries import SummariesPane
 from memtui.app.title import TitleBar, short_names, title_wordings
 from memtui.core.errors import MemtuiError
@@ -175,6 +176,8 @@ class MemtuiApp(App):
         self.by_view = 0
         self._view_results: dict[tuple[int, int], object] = {}
         self._heap_frozen = False
+        batch_restyles(self.stylesheet)  # a theme change refreshes each widget once (restyle.py says why)
+        cache_parses(self.stylesheet)  # and parses the CSS once per theme
         self.preferences = config.load()
         if self.preferences.theme in self.available_themes:
             self.theme = self.preferences.theme
