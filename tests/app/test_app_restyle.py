@@ -3,6 +3,8 @@ screen it paints is the one Textual's own restyle paints, and the rules reused a
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from app_pilot import run_async, settle
 
@@ -91,3 +93,16 @@ async def test_refreshes_in_a_batch_are_done_once_each_on_leaving_it(panel_path)
         widgets = list(screen.walk_children(with_self=True))
         assert sorted(map(id, (w for w, _ in calls))) == sorted(map(id, widgets))  # each once
         assert all(layout for _, layout in calls)  # with the layout one of them asked for
+
+
+def test_the_current_theme_follows_the_theme_and_a_theme_registered_again(panel_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    app = MemtuiApp(read_panel(panel_path))
+    for name in ("nord", "textual-light", "nord"):
+        app.theme = name
+        assert app.current_theme is app.get_theme(name)
+    again = dataclasses.replace(app.get_theme("nord"), primary="#123456")
+    app.register_theme(again)
+    assert app.current_theme is again  # the same name, registered anew: not the one looked up before
+    app.unregister_theme("nord")
+    assert app.current_theme.name == "textual-dark"  # as Textual: a theme gone falls back to textual-dark
