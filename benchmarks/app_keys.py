@@ -4,6 +4,9 @@ sees answer), through Textual's pilot, headless, animations off, estimates cache
     python benchmarks/app_keys.py                          # 120 x 40 and 80 x 24, median of 5 rounds
     python benchmarks/app_keys.py --size 120x40 --rounds 9
     python benchmarks/app_keys.py --profile e              # pyinstrument over that key, from press to first frame
+    python benchmarks/app_keys.py --profile e --tree       # ... as a call tree
+    python benchmarks/app_keys.py --keys "e,esc (e)"       # only these keys
+    PYTHONPATH=/work/main/src python benchmarks/app_keys.py  # another checkout's app, for a before / after
 
 A frame is caught where Textual hands a rendered update to the driver (``App._display``): the first one after the
 key's event was handled is its first paint. A theme is timed from setting ``App.theme`` (what the palette's theme
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import statistics
 import sys
 import tempfile
@@ -87,7 +91,9 @@ def panels(workdir: Path) -> list[Path]:
     return paths
 
 
-async def one_round(paths: list[Path], size: tuple[int, int], profile: str | None = None) -> dict[str, float]:
+async def one_round(
+    paths: list[Path], size: tuple[int, int], profile: str | None = None, tree: bool = False, only=None
+) -> dict[str, float]:
     """Each key once, in order, on a fresh app: seconds from the key to the first frame answering it (wall clock,
     and ``LABEL cpu``: CPU time of the thread the event loop runs in)."""
     from memtui.app import open_app
@@ -109,7 +115,12 @@ async def one_round(paths: list[Path], size: tuple[int, int], profile: str | Non
     async with app.run_test(size=size) as pilot:
         await _until(lambda: app.query_one(Heatmap).painted_at is not None)
         await pilot.pause(1.0)  # the panes' own workers (summaries' extras, Compare's suite) settle
+        # on a loaded machine they take longer (the extraction poller runs for good)
+        await _until(lambda: not any(w.is_running and w.group != "extract-poll" for w in app.workers))
+        await pilot.pause(0.2)  # and their answers are drawn
         for label, key, pane, what in KEYS:
+            if only and label not in only and label != profile:
+                continue
             if pane is not None and app.active_pane != pane:
                 _send_key(app, {"profile": "1"}[pane])
                 await pilot.pause(0.5)
@@ -136,7 +147,7 @@ async def one_round(paths: list[Path], size: tuple[int, int], profile: str | Non
             out[f"{label} cpu"] = frames[0][1] - cpu
             if profiler is not None:
                 profiler.stop()
-                print(profiler.output_text(unicode=True, color=False, show_all=False, flat=True), file=sys.stderr)
+                print(profiler.output_text(unicode=True, color=False, show_all=tree, flat=not tree), file=sys.stderr)
             await pilot.pause(0.4)  # what the key started (a pane's estimate) runs before the next key
             await _until(lambda: app.computing is None)
     return out
@@ -147,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", action="append", help="WxH (repeatable; default 120x40 and 80x24)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--profile", metavar="LABEL", help="pyinstrument over this key (one round)")
+    parser.add_argument("--tree", action="store_true", help="with --profile: the call tree, not the flat list")
+    parser.add_argument("--keys", help="only these labels, comma-separated (a dialog's key with its escape)")
     parser.add_argument("--workdir", type=Path)
     args = parser.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="memtui-app-keys-"))
@@ -154,24 +167,43 @@ def main(argv: list[str] | None = None) -> int:
     paths = panels(workdir)
     sizes = [tuple(int(v) for v in s.split("x")) for s in (args.size or ["120x40", "80x24"])]
     if args.profile:
-        asyncio.run(one_round(paths, sizes[0], args.profile))
+        asyncio.run(one_round(paths, sizes[0], args.profile, args.tree))
         return 0
+    only = set(args.keys.split(",")) if args.keys else None
     for size in sizes:
         runs = []
+        loads = [os.getloadavg()[0]]
         for _ in range(args.rounds):
             gc.collect()  # what the round before left does not fall on this one
-            runs.append(asyncio.run(one_round(paths, size)))
-        print(f"{size[0]}x{size[1]}: from each key to the first frame answering it, ms, median / max of {args.rounds} "
-              "rounds: wall clock, and CPU time of the event loop's thread (on a loaded machine the steadier figure; "
-              "compare keys within one run)")  # fmt: skip
-        print(f"  {'key':<14} {'wall':>13} {'cpu':>13}")
-        for label, *_ in KEYS:
-            wall = [r[label] for r in runs if label in r]
-            cpu = [r[f"{label} cpu"] for r in runs if label in r]
-            if wall:
-                print(f"  {label:<14} {statistics.median(wall) * 1000:6.0f} / {max(wall) * 1000:4.0f}"
-                      f" {statistics.median(cpu) * 1000:6.0f} / {max(cpu) * 1000:4.0f}")  # fmt: skip
+            runs.append(asyncio.run(one_round(paths, size, only=only)))
+            loads.append(os.getloadavg()[0])
+        report(size, runs, loads)
     return 0
+
+
+def report(size: tuple[int, int], runs: list[dict[str, float]], loads: list[float]) -> None:
+    """Each key's first paint against the target: under 0.1 s on an idle machine, 0.25 s at load 4. Wall clock is
+    held to the target for the load measured (100 ms below load 1.5, else 250 ms, above load 5 not judged); CPU time
+    of the event loop's thread, which a loaded machine inflates far less, is held to the idle target."""
+    load = statistics.median(loads)
+    wall_target = 100 if load < 1.5 else 250 if load <= 5 else None
+    rounds = len(runs)
+    print(f"{size[0]}x{size[1]}, load {min(loads):.1f}-{max(loads):.1f} (1-minute average, median {load:.1f}): from "
+          f"each key to the first frame answering it, ms, median / max of {rounds} rounds: wall clock, and CPU time of "
+          "the event loop's thread (on a loaded machine the steadier figure; compare keys within one run)")  # fmt: skip
+    judged = f"wall < {wall_target} ms" if wall_target else "wall not judged above load 5"
+    print(f"  targets: first paint < 100 ms idle, < 250 ms at load 4; here {judged}, CPU < 100 ms")
+    print(f"  {'key':<14} {'wall':>13} {'cpu':>13}  target")
+    for label, *_ in KEYS:
+        wall = [r[label] for r in runs if label in r]
+        cpu = [r[f"{label} cpu"] for r in runs if label in r]
+        if not wall:
+            continue
+        wall_ms, cpu_ms = statistics.median(wall) * 1000, statistics.median(cpu) * 1000
+        verdicts = [] if wall_target is None else ["wall ok" if wall_ms < wall_target else "wall SLOW"]
+        verdicts.append("cpu ok" if cpu_ms < 100 else "cpu SLOW")
+        print(f"  {label:<14} {wall_ms:6.0f} / {max(wall) * 1000:4.0f} {cpu_ms:6.0f} / {max(cpu) * 1000:4.0f}  "
+              + ", ".join(verdicts))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -134,10 +134,10 @@ async def test_quit_prompt_goes_ahead_once_the_estimate_it_waits_on_is_done(tmp_
     """q while an estimate is computed asks "still being computed … Quit anyway?". When the estimate ends (done, or
     failed) nothing is lost any more: the prompt stayed up, asking about work that had ended; now the quit asked for
     goes ahead."""
-    import memtui.app.main as main
+    import memtui.app.estimate_controller as controller
 
     release, reported = threading.Event(), threading.Event()
-    real = main.cache.cached_estimate
+    real = controller.cache.cached_estimate
 
     def slow(panel, settings, progress=None):
         if settings.metric == "accuracy":
@@ -148,7 +148,7 @@ async def test_quit_prompt_goes_ahead_once_the_estimate_it_waits_on_is_done(tmp_
                 raise MemtuiError("the estimate failed.")
         return real(panel, settings, progress)
 
-    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    monkeypatch.setattr(controller.cache, "cached_estimate", slow)
     app = MemtuiApp(read_panel(write_synthetic(tmp_path / "p.h5", SIM)))
     try:
         async with app.run_test(size=(100, 32)) as pilot:
@@ -172,10 +172,10 @@ async def test_quit_prompt_goes_ahead_once_the_estimate_it_waits_on_is_done(tmp_
 async def test_quit_prompt_asks_about_the_estimate_being_computed_now(tmp_path, monkeypatch):
     """Answered "no", the prompt leaves the app as it was; a second estimate started while the prompt is up (a
     re-read panel) keeps it up, asking about that one."""
-    import memtui.app.main as main
+    import memtui.app.estimate_controller as controller
 
     release, reported = threading.Event(), threading.Event()
-    real = main.cache.cached_estimate
+    real = controller.cache.cached_estimate
 
     def slow(panel, settings, progress=None):
         if settings.metric != "loglik":
@@ -184,7 +184,7 @@ async def test_quit_prompt_asks_about_the_estimate_being_computed_now(tmp_path, 
             release.wait(HANG_S)
         return real(panel, settings, progress)
 
-    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    monkeypatch.setattr(controller.cache, "cached_estimate", slow)
     app = MemtuiApp(read_panel(write_synthetic(tmp_path / "p.h5", SIM)))
     try:
         async with app.run_test(size=(100, 32)) as pilot:

@@ -199,20 +199,20 @@ async def test_metric_and_estimator_switch_change_values_and_come_back_from_memo
 @run_async
 async def test_estimation_runs_in_a_thread_keys_keep_working_and_quit_asks(panel_path, monkeypatch):
     """A slow estimate shows progress, does not block the cursor, and q asks before throwing it away."""
-    import memtui.app.main as main
+    import memtui.app.estimate_controller as controller
 
     release = threading.Event()
     reported = threading.Event()
-    real = main.cache.cached_estimate
+    real = controller.cache.cached_estimate
 
     def slow(panel, settings, progress=None):
         if settings.metric == "accuracy":
-            progress(0.0, "bootstrap")  # the first report is posted at once (later ones are throttled)
+            progress(0.0, "bootstrap")  # posted at once (later ones replace it in the queue until handled)
             reported.set()
             release.wait(HANG_S)
         return real(panel, settings, progress)
 
-    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    monkeypatch.setattr(controller.cache, "cached_estimate", slow)
     app = make_app(panel_path)
     try:
         await _slow_estimate_session(app, reported, release)
@@ -248,9 +248,9 @@ async def _slow_estimate_session(app, reported, release):
 
 @run_async
 async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypatch):
-    import memtui.app.main as main
+    import memtui.app.estimate_controller as controller
 
-    real = main.cache.cached_estimate
+    real = controller.cache.cached_estimate
     started, cancelled = threading.Event(), threading.Event()
 
     def slow(panel, settings, progress=None):
@@ -265,7 +265,7 @@ async def test_switching_away_cancels_the_running_estimate(panel_path, monkeypat
                 raise
         return real(panel, settings, progress)
 
-    monkeypatch.setattr(main.cache, "cached_estimate", slow)
+    monkeypatch.setattr(controller.cache, "cached_estimate", slow)
     app = make_app(panel_path)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)

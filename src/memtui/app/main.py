@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -19,28 +18,30 @@ from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.message import Message
 from textual.notifications import Notify
 from textual.screen import Screen
+from textual.theme import Theme
 from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
-from textual.worker import Worker, WorkerState, get_current_worker
+from textual.worker import Worker
 
 from memtui.app import config
 from memtui.app.by_view import by_options, view_result, views
 from memtui.app.compare import ComparePane
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
+from memtui.app.estimate_controller import EstimateController, SplitController
 from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import POLL_S, ExtractionPane, job_indicator
 from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
+from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateReady, PanelReloaded
 from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order
 from memtui.app.profile import ProfilePane
+from memtui.app.restyle import batch_restyles, cache_parses
 from memtui.app.summaries import SummariesPane
 from memtui.app.title import TitleBar, short_names, title_wordings
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
-from memtui.estimation import cache
 from memtui.estimation.estimate import ESTIMATORS, EstimateResult
 from memtui.estimation.group_spec import resolve
 from memtui.estimation.settings import Settings
@@ -56,50 +57,6 @@ PANE_TITLES = {
     "extraction": "Extraction",
     "compare": "Compare",
 }
-
-
-class _Cancelled(Exception):
-    """Raised from the progress callback to stop an estimate nobody is waiting for any more."""
-
-
-class EstimateProgress(Message):
-    def __init__(self, settings: Settings, fraction: float, stage: str) -> None:
-        super().__init__()
-        self.settings = settings
-        self.fraction = fraction
-        self.stage = stage
-
-
-class EstimateReady(Message):
-    """The estimate worker's outcome for ``settings``: the result, or the one-line reason there is none."""
-
-    def __init__(self, settings: Settings, generation: int, result: EstimateResult | None, error: str = "") -> None:
-        super().__init__()
-        self.settings, self.generation, self.result, self.error = settings, generation, result, error
-
-
-class ByProgress(Message):
-    def __init__(self, key: tuple[Settings, str], fraction: float, stage: str) -> None:
-        super().__init__()
-        self.key, self.fraction, self.stage = key, fraction, stage
-
-
-class ByReady(Message):
-    """The split worker's outcome for ``key`` (settings, spec): the groups' estimates, or the one-line reason."""
-
-    def __init__(self, key: tuple[Settings, str], generation: int, result: ByResult | None, error: str = "") -> None:
-        super().__init__()
-        self.key, self.generation, self.result, self.error = key, generation, result, error
-
-
-class PanelReloaded(Message):
-    """The panel file re-read: the new copy (None: the one-line reason), and whether its data equal the old copy's."""
-
-    def __init__(self, panel: Panel | None, error: str = "", unchanged: bool = False) -> None:
-        super().__init__()
-        self.panel = panel
-        self.error = error
-        self.unchanged = unchanged
 
 
 def same_data(a: Panel, b: Panel) -> bool:
@@ -205,28 +162,24 @@ class MemtuiApp(App):
         self.suite = suite if len(self.models) > 1 else None
         self.metrics = metric_order(panel)
         self.settings = settings or default_settings(panel)
-        self._prefetch = prefetch
+        # the background estimates (the whole panel's, the split's): their results, workers and progress
+        self.estimates = EstimateController(self, prefetch, on_computing=self._computing_changed)
+        self.splits = SplitController(self)
         self.result: EstimateResult | None = None
         self.message = ""
-        self._results: dict[Settings, EstimateResult] = {}
-        self._errors: dict[Settings, str] = {}
-        self._generation = 0  # bumped when the panel is re-read; older results are dropped
         self._reload_error = ""
         self._reload_failures = 0
         self._reload_asked = False  # r was pressed: the next re-read says what it found
-        self._stage = ""
-        self._computing: Settings | None = None
         self._quit_prompt: ConfirmDialog | None = None  # open while q waits on an estimate being computed
-        self._worker: Worker | None = None
-        # the split by group (b, settings): its spec, the groups' estimates for (settings, spec), the heatmap's view
+        # the split by group (b, settings): its spec, the groups' estimates shown, the heatmap's view
         self.by = ""
         self._by_good = ""  # the last spec shown: an estimate that fails goes back to it
         self.by_result: ByResult | None = None
         self.by_view = 0
-        self.by_computing: tuple[Settings, str] | None = None
-        self._by_results: dict[tuple[Settings, str], ByResult] = {}
         self._view_results: dict[tuple[int, int], object] = {}
         self._heap_frozen = False
+        batch_restyles(self.stylesheet)  # a theme change refreshes each widget once (restyle.py says why)
+        cache_parses(self.stylesheet)  # and parses the CSS once per theme
         self.preferences = config.load()
         if self.preferences.theme in self.available_themes:
             self.theme = self.preferences.theme
@@ -236,11 +189,9 @@ class MemtuiApp(App):
     @property
     def computing(self) -> Settings | None:
         """The settings whose estimate the worker computes (None: nothing is being computed)."""
-        return self._computing
+        return self.estimates.computing
 
-    @computing.setter
-    def computing(self, settings: Settings | None) -> None:
-        self._computing = settings
+    def _computing_changed(self) -> None:
         if self._quit_prompt is not None:  # after the handler that set it: it may start the next estimate at once
             self.call_later(self._follow_quit_prompt)
 
@@ -279,6 +230,24 @@ class MemtuiApp(App):
         self.request_estimate()
 
     # ---- preferences --------------------------------------------------------------------------------------------
+
+    @property
+    def current_theme(self) -> Theme:
+        """As App.current_theme, looked up once per theme: Textual looks it up (copying its dict of ~20 themes twice)
+        for every widget a rule with :dark, :light or :ansi is matched against, a sixth of restyling a pane when
+        it takes the focus."""
+        name, memo = self.theme, getattr(self, "_theme_memo", None)
+        if memo is None or memo[0] != name:
+            memo = self._theme_memo = (name, super().current_theme)
+        return memo[1]
+
+    def register_theme(self, theme: Theme) -> None:
+        self._theme_memo = None
+        super().register_theme(theme)
+
+    def unregister_theme(self, theme_name: str) -> None:
+        self._theme_memo = None
+        super().unregister_theme(theme_name)
 
     def _remember_theme(self, theme) -> None:
         self._save_preferences(dataclasses.replace(self.preferences, theme=theme.name))
@@ -342,86 +311,37 @@ class MemtuiApp(App):
         self.request_by()
 
     def _request_whole(self) -> None:
-        """The whole panel's estimate: from memory or disk at once, else compute in a thread."""
+        """The whole panel's estimate: from memory or disk at once, else computed in a thread."""
         self.update_title()
-        settings = self.settings
-        if settings in self._results:
-            self._set_result(self._results[settings])
-            return
-        if settings in self._errors:
-            self._set_result(None, self._errors[settings])
-            return
-        prefetch, self._prefetch = self._prefetch, None
-        try:
-            if prefetch is not None and prefetch.settings == settings and prefetch.panel is self.panel:
-                hit = prefetch.get()
-            else:
-                hit = cache.load(self.panel, settings.validate())
-        except MemtuiError as exc:
-            self._set_result(None, str(exc))
-            return
-        except Exception:  # noqa: BLE001 - a damaged cache entry is a miss: computing afresh says what is wrong, if anything
-            hit = None
-        if hit is not None:
-            self._results[settings] = hit
-            self._set_result(hit)
-            return
-        self.computing = settings
-        self._show_busy(0.0, "starting")
-        self._worker = self._compute(self.panel, settings, self._generation)
-
-    @work(thread=True, exclusive=True, group="estimate", exit_on_error=False)
-    def _compute(self, panel: Panel, settings: Settings, generation: int):
-        worker = get_current_worker()
-        last = [0.0]
-
-        def progress(fraction: float, stage: str) -> None:
-            if worker.is_cancelled:
-                raise _Cancelled
-            now = time.monotonic()
-            if now - last[0] > 0.1:
-                last[0] = now
-                self.post_message(EstimateProgress(settings, fraction, stage))
-
-        try:
-            self.post_message(EstimateReady(settings, generation, cache.cached_estimate(panel, settings, progress)))
-        except _Cancelled:
-            return
-        except MemtuiError as exc:
-            self.post_message(EstimateReady(settings, generation, None, str(exc)))
+        known = self.estimates.request(self.panel, self.settings)
+        if known is None:
+            self._show_busy(0.0, "starting")
+        else:
+            self._set_result(*known)
 
     def on_estimate_progress(self, event: EstimateProgress) -> None:
-        if event.settings == self.computing:
+        if self.estimates.progress(event.settings, event.stage):
             self._show_busy(event.fraction, event.stage)
+
+    @on(EstimateReady)
+    def _estimate_ready(self, event: EstimateReady) -> None:
+        if self.estimates.ready(event, self.settings):
+            self._hide_busy()
+            self._set_result(event.result, event.error)
 
     @on(Worker.StateChanged)
     def _worker_failed(self, event: Worker.StateChanged) -> None:
         """A bug in estimation, not a bad panel (those arrive as EstimateReady): say so instead of crashing."""
-        if event.worker.group != "estimate" or event.state != WorkerState.ERROR or event.worker is not self._worker:
-            return
-        self.computing = None
-        self._hide_busy()
-        self._set_result(None, f"estimation failed: {type(event.worker.error).__name__}: {event.worker.error}")
-
-    @on(EstimateReady)
-    def _estimate_ready(self, event: EstimateReady) -> None:
-        if event.generation != self._generation:  # computed on a panel re-read (or another model) since
-            return
-        if event.result is None:
-            self._errors[event.settings] = event.error
-        else:
-            self._results[event.settings] = event.result
-        if event.settings == self.settings:
-            self.computing = None
+        message = self.estimates.failed(event)
+        if message is not None:
             self._hide_busy()
-            self._set_result(event.result, event.error)
+            self._set_result(None, message)
 
     def _show_busy(self, fraction: float, stage: str) -> None:
         self.query_one("#panes").add_class("-stale")  # the panes still show the previous estimate, dimmed
         bar = self.query_one("#busy", ProgressBar)
         bar.display = True
         bar.update(progress=fraction)
-        self._stage = stage
         s = self.computing
         self.query_one("#busy-label", Static).update(
             f"computing {clean(s.metric, 60)} ({s.estimator}): {stage} " if s else ""
@@ -433,9 +353,7 @@ class MemtuiApp(App):
         self.query_one("#busy-label", Static).update("")
 
     def _set_result(self, result: EstimateResult | None, message: str = "") -> None:
-        if self.computing is not None:  # switched to settings that need no computing: drop the running one
-            self.workers.cancel_group(self, "estimate")
-            self.computing = None
+        self.estimates.cancel()  # switched to settings that need no computing: drop the running one
         self._hide_busy()
         self.result = result
         self.message = clean(message)  # error messages quote panel contents (metric names, attributes)
@@ -545,53 +463,20 @@ class MemtuiApp(App):
         if not self.by:
             self._set_by_result(None)
             return
-        key = (self.settings, self.by)
-        if key in self._by_results:
-            self._set_by_result(self._by_results[key])
-            return
-        if self.by_computing == key:
-            return
-        self.by_computing = key
-        self._show_by_busy(0.0, "starting")
-        self._compute_by(self.panel, key, self._generation)
-
-    @work(thread=True, exclusive=True, group="by", exit_on_error=False)
-    def _compute_by(self, panel: Panel, key: tuple[Settings, str], generation: int) -> None:
-        from memtui.estimation.subgroups import estimate_by
-
-        worker = get_current_worker()
-        last = [0.0]
-
-        def progress(fraction: float, stage: str) -> None:
-            if worker.is_cancelled:  # another split or settings since: stop between bootstrap chunks
-                raise _Cancelled
-            now = time.monotonic()
-            if now - last[0] > 0.1:
-                last[0] = now
-                self.post_message(ByProgress(key, fraction, stage))
-
-        try:
-            self.post_message(ByReady(key, generation, estimate_by(panel, key[0], key[1], progress=progress)))
-        except _Cancelled:
-            return
-        except MemtuiError as exc:
-            self.post_message(ByReady(key, generation, None, str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a bug in the split must not stop the app: it says so instead
-            self.post_message(ByReady(key, generation, None, f"{type(exc).__name__}: {exc}"))
+        known, started = self.splits.request(self.panel, (self.settings, self.by))
+        if known is not None:
+            self._set_by_result(known)
+        elif started:
+            self._show_by_busy(0.0, "starting")
 
     def on_by_progress(self, event: ByProgress) -> None:
-        if event.key == self.by_computing:
+        if self.splits.progress(event.key, event.stage):
             self._show_by_busy(event.fraction, event.stage)
 
     @on(ByReady)
     def _by_ready(self, event: ByReady) -> None:
-        if event.generation != self._generation:  # computed on a panel re-read (or another model) since
+        if not self.splits.ready(event):
             return
-        if event.result is not None:
-            self._by_results[event.key] = event.result
-        if event.key != self.by_computing:
-            return
-        self.by_computing = None
         if self.computing is None:
             self._hide_busy()
         if event.result is None:  # the previous view stays (or none, if the same spec fails again)
@@ -603,9 +488,8 @@ class MemtuiApp(App):
         self._set_by_result(event.result)
 
     def _set_by_result(self, by: ByResult | None) -> None:
-        if self.by_computing is not None:  # a split no longer wanted: drop it
-            self.workers.cancel_group(self, "by")
-            self.by_computing = None
+        if self.splits.computing is not None:  # a split no longer wanted: drop it
+            self.splits.cancel()
             if self.computing is None:
                 self._hide_busy()
         if by is not None:
@@ -790,11 +674,8 @@ class MemtuiApp(App):
     def _show_panel(self, panel: Panel) -> None:
         """Make ``panel`` the one the per-model panes show (a re-read copy, or another model of the suite)."""
         self.panel = panel
-        self._generation += 1
-        self._results.clear()
-        self._errors.clear()
-        self._by_results.clear()
-        self.by_computing = None
+        self.estimates.forget()
+        self.splits.forget()
         if self.by:  # another model or a re-read copy: the split stays if it still makes groups there
             try:
                 self.check_by(self.by)
@@ -805,7 +686,6 @@ class MemtuiApp(App):
         self.query_one(ExtractionPane).describe_panel(panel)
         if self.settings.metric not in self.metrics:
             self.settings = dataclasses.replace(self.settings, metric=self.metrics[0])
-        self.computing = None
         self.request_estimate()
 
     # ---- quitting -----------------------------------------------------------------------------------------------
@@ -826,7 +706,7 @@ class MemtuiApp(App):
     def _quit_question(self) -> str:
         s = self.computing
         return (
-            f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self._stage}); "
+            f"The {clean(s.metric, 60)} ({s.estimator}) estimate is still being computed ({self.estimates.stage}); "
             "quitting now loses it. Quit anyway?"
         )
 

@@ -1,0 +1,112 @@
+"""A theme change, made cheaper: each widget marked for repaint once (not once per colour per ancestor), and the
+stylesheet parsed once per theme.
+
+Textual (8.x) restyles a node rule by rule, and each colour rule that changes refreshes the node *and every node
+under it* (``ColorProperty.__set__`` calls ``Styles.refresh(children=True)``; a scrollbar colour does it twice). A
+theme changes every colour of every node, so a DOM of N nodes D deep was refreshed about N × D × (colours changed)
+times, each refresh looking the widget up in the compositor to mark its region dirty: three quarters of the CPU of a
+theme change. Inside :func:`batched_refreshes` those refreshes are collected and done once per node when the restyle
+ends, before the screen is laid out and painted, so the frame drawn is the same.
+
+Textual also re-parses every stylesheet (the app's and each widget class's default CSS) with the theme's colours on
+each change, about a third of what was left; :func:`cache_parses` keeps the rules parsed for each theme (and set of
+sources), so going back to a theme seen before skips the parse.
+
+Both lean on Textual's internals (``Styles.refresh``'s signature, ``Stylesheet``'s ``_rules``): where those are not
+as expected, nothing is changed and Textual restyles as it always did.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from textual.css.styles import Styles
+
+if TYPE_CHECKING:
+    from textual.css.stylesheet import Stylesheet
+    from textual.dom import DOMNode
+
+
+@contextmanager
+def batched_refreshes() -> Iterator[None]:
+    """Within it, ``Styles.refresh`` only notes which nodes (and subtrees) need a refresh; on leaving, each is
+    refreshed once, with a layout if any of its refreshes asked for one."""
+    nodes: dict[DOMNode, bool] = {}  # node -> layout asked for
+    subtrees: dict[DOMNode, bool] = {}  # node whose descendants all need a refresh -> layout asked for
+
+    def note(styles: Styles, *, layout: bool = False, children: bool = False, parent: bool = False, repaint=True):
+        node = styles.node
+        if node is None or not node._is_mounted:  # as Styles.refresh
+            return
+        if parent and node._parent is not None:
+            nodes.setdefault(node._parent, False)
+        nodes[node] = nodes.get(node, False) or layout
+        if children:
+            subtrees[node] = subtrees.get(node, False) or layout
+
+    original = Styles.refresh
+    Styles.refresh = note  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Styles.refresh = original  # type: ignore[method-assign]
+        for node, layout in subtrees.items():
+            if any(subtrees.get(above, False) >= layout for above in node.ancestors if above in subtrees):
+                continue  # a subtree above covers this one
+            for child in node.walk_children(with_self=False):
+                nodes[child] = nodes.get(child, False) or layout
+        for node, layout in nodes.items():
+            node.refresh(layout=layout)
+
+
+def cache_parses(stylesheet: Stylesheet, themes: int = 8) -> None:
+    """Make ``stylesheet.reparse`` (a theme change) reuse the rules parsed before for the same CSS variables and
+    sources: those it parsed itself, and those in use when the variables changed (the theme left). At most
+    ``themes`` sets are kept."""
+    if not all(hasattr(stylesheet, name) for name in ("_variables", "_rules", "_rules_map", "_require_parse")):
+        return
+    reparse, set_variables = stylesheet.reparse, stylesheet.set_variables
+    parsed: dict[tuple, list] = {}
+
+    def key() -> tuple:
+        return tuple(sorted(stylesheet._variables.items())), tuple(stylesheet.source.items())
+
+    def keep(rules: list) -> None:
+        if len(parsed) >= themes:
+            parsed.pop(next(iter(parsed)))
+        parsed[key()] = rules
+
+    def leaving(variables: dict[str, str]) -> None:
+        if not stylesheet._require_parse:  # the rules in use are parsed from these variables and sources
+            keep(stylesheet._rules)
+        set_variables(variables)
+
+    def cached() -> None:
+        rules = parsed.get(key())
+        if rules is None:
+            reparse()  # raises on bad CSS, as before; nothing is kept then
+            keep(stylesheet._rules)
+            return
+        stylesheet._rules = rules  # what reparse would set, from the same sources and variables
+        stylesheet._rules_map = None
+        stylesheet._require_parse = False
+
+    stylesheet.set_variables = leaving  # type: ignore[method-assign]
+    stylesheet.reparse = cached  # type: ignore[method-assign]
+
+
+def batch_restyles(stylesheet: Stylesheet) -> None:
+    """Make ``stylesheet.update_nodes`` (what restyles a screen: a theme change, a screen shown after one) refresh
+    each node once (:func:`batched_refreshes`)."""
+    if not {"layout", "children", "parent"} <= inspect.signature(Styles.refresh).parameters.keys():
+        return  # another Textual: its own refreshes, unbatched
+    update_nodes: Callable[..., None] = stylesheet.update_nodes
+
+    def batched(nodes: Iterable[DOMNode], animate: bool = False) -> None:
+        with batched_refreshes():
+            update_nodes(nodes, animate=animate)
+
+    stylesheet.update_nodes = batched  # type: ignore[method-assign]

@@ -1,0 +1,108 @@
+"""A theme change restyles with each widget refreshed once and the CSS parsed once per theme (app/restyle.py): the
+screen it paints is the one Textual's own restyle paints, and the rules reused are the rules a fresh parse gives."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from app_pilot import run_async, settle
+
+from memtui.app.main import MemtuiApp
+from memtui.app.restyle import batched_refreshes
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.synthetic import Simulation, write_synthetic
+
+SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
+THEMES = ("textual-light", "textual-dark", "textual-light", "nord")
+
+
+@pytest.fixture
+def panel_path(tmp_path):
+    return write_synthetic(tmp_path / "panel.h5", SIM)
+
+
+def textuals_own(app: MemtuiApp) -> MemtuiApp:
+    """The app with Textual's restyle and parse (the instance's wrappers removed, the class's methods show again)."""
+    for name in ("update_nodes", "reparse", "set_variables"):
+        delattr(app.stylesheet, name)
+    return app
+
+
+async def _screens_through_themes(app: MemtuiApp) -> list[str]:
+    shots = []
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        for theme in THEMES:
+            app.theme = theme
+            await settle(pilot)
+            shots.append(app.export_screenshot())
+        await pilot.press("2")  # a pane shown after the changes is styled for the last theme
+        await settle(pilot)
+        shots.append(app.export_screenshot())
+    return shots
+
+
+@run_async
+async def test_theme_changes_paint_what_textuals_own_restyle_paints(panel_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the theme is remembered: not in the user's
+    ours = await _screens_through_themes(MemtuiApp(read_panel(panel_path)))
+    theirs = await _screens_through_themes(textuals_own(MemtuiApp(read_panel(panel_path))))
+    assert len(set(ours)) > 2  # the themes do change the screen
+    assert ours == theirs
+
+
+def described(rule) -> tuple:
+    """What a rule says (layouts are objects compared by identity: their repr says which)."""
+    rules = {k: repr(v) for k, v in rule.styles.get_rules().items()}
+    return rule.selectors, rule.is_default_rules, rule.tie_breaker, rules
+
+
+@run_async
+async def test_a_theme_seen_before_reuses_the_rules_a_fresh_parse_gives(panel_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        sheet = app.stylesheet
+        parsed = []
+        for theme in THEMES[:3]:
+            app.theme = theme
+            await settle(pilot)
+            parsed.append(sheet.rules)
+        assert parsed[2] is parsed[0]  # light again: the rules kept, not parsed anew
+        fresh = sheet.copy()
+        fresh.parse()
+        assert [described(r) for r in sheet.rules] == [described(r) for r in fresh.rules]
+
+
+@run_async
+async def test_refreshes_in_a_batch_are_done_once_each_on_leaving_it(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        screen = app.screen
+        calls = []
+        for widget in screen.walk_children(with_self=True):
+            widget.refresh = lambda *a, w=widget, **k: calls.append((w, k.get("layout", False))) or w
+        with batched_refreshes():
+            screen.styles.base.refresh(children=True)
+            screen.styles.base.refresh(children=True, layout=True)
+            app.query_one("#title").styles.base.refresh(children=True)
+            assert calls == []  # noted, not done
+        widgets = list(screen.walk_children(with_self=True))
+        assert sorted(map(id, (w for w, _ in calls))) == sorted(map(id, widgets))  # each once
+        assert all(layout for _, layout in calls)  # with the layout one of them asked for
+
+
+def test_the_current_theme_follows_the_theme_and_a_theme_registered_again(panel_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    app = MemtuiApp(read_panel(panel_path))
+    for name in ("nord", "textual-light", "nord"):
+        app.theme = name
+        assert app.current_theme is app.get_theme(name)
+    again = dataclasses.replace(app.get_theme("nord"), primary="#123456")
+    app.register_theme(again)
+    assert app.current_theme is again  # the same name, registered anew: not the one looked up before
+    app.unregister_theme("nord")
+    assert app.current_theme.name == "textual-dark"  # as Textual: a theme gone falls back to textual-dark
