@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 
+from memtui.engine.band_registry import BANDS
 from memtui.panel.covariates import write_covariates
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import NEVER
@@ -196,7 +197,9 @@ def test_calibrate_on_two_null_panels_gives_no_verdict(cli, small_panel):
     out = result[1]
     assert "holds its level" not in out and "over-rejects" not in out and "!" not in out.split("(! :")[0]
     verdicts = [line for line in out.splitlines() if "band: post" in line]
-    assert len(verdicts) == 2 and all("no verdict from 2 null panel(s)" in v and "takes 76" in v for v in verdicts)
+    assert len(verdicts) == len(BANDS) and all(
+        "no verdict from 2 null panel(s)" in v and "takes 76" in v for v in verdicts
+    )
 
 
 def test_the_workbench_line_of_a_two_panel_calibration_gives_no_verdict(small_panel):

@@ -96,7 +96,7 @@ def _settings_options() -> list[tuple[tuple[str, ...], dict]]:
         (("--control-group",), {"default": d.control_group, "choices": list(CHOICES["control_group"]),
                                 "help": "controls: validation instances only, or also instances not trained on yet"}),
         (("-B", "--draws"), {"type": int, "default": d.draws,
-                             "help": "bootstrap draws B; permutations P under --band permutation (0: analytic only)"}),
+                             "help": "bootstrap draws B, or the permutation band's permutations P (0: analytic only)"}),
         (("--multiplier",), {"default": d.multiplier, "choices": list(CHOICES["multiplier"]),
                              "help": "bootstrap weights"}),
         (("--seed",), {"type": int, "default": d.seed, "help": "seed of the bootstrap draws"}),
