@@ -817,7 +817,8 @@ def key_sections(app: MemtuiApp) -> list[tuple[str, list[tuple[str, str]]]]:
         ("Summaries", [("↑ ↓, pgup, pgdn", "scroll"), ("home, end", "top, bottom")]),
         ("Estimates (table)", keys(EstimatesTable.BINDINGS) + keys(EstimatesPane.BINDINGS)),
         ("Extraction", keys(ExtractionPane.BINDINGS, [("tab, shift+tab", "next / previous field")])),
-        ("Instances", keys(InstancesScreen.BINDINGS + InstanceScreen.BINDINGS[:1])),  # app/instances.py (w)
+        ("Instances", keys(InstancesScreen.BINDINGS)),  # app/instances.py (w on the profile)
+        ("Instance", keys(InstanceScreen.BINDINGS[:1])),  # enter on a ranked instance
         (
             "Dialogs",
             keys(
