@@ -25,12 +25,11 @@ import h5py
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.core.files import atomic_write
 from memtui.core.memory import require_memory
 from memtui.core.text import clean
 from memtui.panel.hdf5 import checked_covariates, read_panel, write_covariates_group
+from memtui.panel.rewrite import identity, replace_panel
 from memtui.panel.samples import is_sample
-from memtui.panel.superblock import read_superblock
 
 
 def read_covariates(path: str | os.PathLike) -> dict[str, np.ndarray]:
@@ -62,31 +61,17 @@ def write_covariates(path: str | os.PathLike, columns: Mapping[str, np.ndarray],
     before = _identity(path)
     require_memory(3 * before[2], f"adding covariates to {path}", "free memory or add them on a larger machine")
     image = _with_covariates(path.read_bytes(), columns)
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as out:
-            out.write(image)
-            out.flush()
-            os.fsync(out.fileno())
-        if _identity(path) != before:
-            raise MemtuiError(f"{path} changed while covariates were added (an extraction committed?); run it again.")
-
-    atomic_write(path, write)
+    changed = f"{path} changed while covariates were added (an extraction committed?); run it again."
+    replace_panel(path, image, before, changed, WHEN_FINISHED)
     read_panel(path)  # the new file reads back whole (a failure here is a bug, and says so in one line)
+
+
+WHEN_FINISHED = "add covariates when it has finished"  # what a panel being written is told
 
 
 def _identity(path: Path) -> tuple:
     """What must not change between reading the panel and renaming the new one over it."""
-    try:
-        sb = read_superblock(path)
-        st = path.stat()
-    except OSError as exc:
-        raise MemtuiError(f"{path} cannot be read ({exc.strerror or exc}).") from None
-    if sb is not None and sb.open_for_write:
-        raise MemtuiError(
-            f"{path} is being written (an extraction is committing into it); add covariates when it has finished."
-        )
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return identity(path, WHEN_FINISHED)
 
 
 def _with_covariates(image: bytes, columns: Mapping[str, np.ndarray]) -> bytes:

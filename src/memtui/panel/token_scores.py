@@ -26,10 +26,9 @@ import h5py
 import numpy as np
 
 from memtui.core.errors import MemtuiError
-from memtui.core.files import atomic_write
 from memtui.panel.hdf5 import _dataset, _dataset_handle, _read_live, text_attr
 from memtui.panel.model import Panel
-from memtui.panel.superblock import read_superblock
+from memtui.panel.rewrite import identity, replace_panel
 
 GROUP = "instances/token_scores"
 METRIC = "logp"  # the one per-token dataset: instances/token_scores/logp
@@ -138,29 +137,16 @@ def create_group(path: str | os.PathLike, rows: np.ndarray) -> None:
             compression="gzip", compression_opts=4, shuffle=True, fletcher32=True,
         )  # fmt: skip
         group.create_dataset("done", data=np.zeros(t, np.uint8), chunks=(t,), fletcher32=True)
-    data = buffer.getvalue()
+    changed = f"{path} changed while its per-token scores were set up (a commit?); run it again."
+    replace_panel(path, buffer.getvalue(), before, changed, WHEN_FINISHED)
 
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        if _identity(path) != before:
-            raise MemtuiError(f"{path} changed while its per-token scores were set up (a commit?); run it again.")
 
-    atomic_write(path, write)
+WHEN_FINISHED = "rerun when it has finished"  # what a panel being written is told
 
 
 def _identity(path: Path) -> tuple:
     """What must not change between reading the panel and renaming the new one over it."""
-    try:
-        sb = read_superblock(path)
-        st = path.stat()
-    except OSError as exc:
-        raise MemtuiError(f"{path} cannot be read ({exc.strerror or exc}).") from None
-    if sb is not None and sb.open_for_write:
-        raise MemtuiError(f"{path} is being written (an extraction is committing into it); rerun when it has finished.")
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return identity(path, WHEN_FINISHED)
 
 
 def write_column(f: h5py.File, index: int, values: np.ndarray) -> None:
