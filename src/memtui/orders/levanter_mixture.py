@@ -68,9 +68,3 @@ class Mixture:
             raise MemtuiError("that dataset has no place in a block (its weight rounds to 0 at this block size).")
         b, j = divmod(int(k), c)
         return b * self.block + int(np.flatnonzero(self.block_ids(b) == (d << 16) + j)[0])
-
-    def taken_before(self, d: int, limit: int) -> int:
-        """How many of dataset d's indices sit at positions below ``limit``."""
-        b, rest = divmod(int(limit), self.block)
-        within = int((self.block_ids(b)[:rest] >> 16 == d).sum()) if rest else 0
-        return b * int(self.counts[d]) + within

@@ -1,0 +1,299 @@
+"""Levanter's data order (Marin's runs): computed from the seed, no index files.
+
+Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332c2c0b2d2001bfb2d2241c (2025-09-26):
+
+- ``src/levanter/main/train_lm.py``: ``data_key = split(PRNGKey(trainer.seed), 4)[0]``, or ``PRNGKey(data_seed)``
+  when the config sets ``data_seed``; ``config.data.train_set(..., key=data_key)``; the loader reads global indices
+  ``[s·B, (s+1)·B)`` at (0-based) step s (``data/loader.py``, ``schedule.py`` ``global_data_offset_by_step``), and the
+  checkpoint ``step-N`` has trained steps 0 … N−1: in memtui's convention position i is trained at step ⌊i / B⌋ + 1.
+- ``src/levanter/data/text.py``: ``TokenSeqDataset`` row i is tokens ``[i·L, (i+1)·L)`` of the cache's
+  ``input_ids`` (``data_size // L`` rows, L = the model's ``Pos``; inputs and labels both from those L tokens).
+  ``SingleDatasetLMConfigBase.train_set``: ``shuffle=True`` -> ``ds.shuffle(key)`` (``PermutationDataset``), an int
+  L -> ``ds.era_shuffle(L, key)``; ``permutation_type`` None means ``linear``. ``LMMixtureDatasetConfig.train_set``:
+  ``mix_key, shuffle_key = split(data_key)``; each dataset (in the config's order) shuffled with the next key of
+  ``key_iterator(shuffle_key)`` (``key, sub = split(key)``, yield sub); then ``MixtureDataset(key=mix_key,
+  block_size=mixture_block_size)`` (memtui.orders.levanter_mixture).
+- ``src/levanter/data/_prp.py``, ``permutation.py``: memtui.orders.levanter_perm; jax's PRNG: levanter_prng.
+- ``src/levanter/store/jagged_array.py``: a cache's ``input_ids`` is a tensorstore zarr3 pair, ``offsets`` (its
+  element 0 the number of documents n, element n the number of tokens) and ``data`` (the tokens); read with
+  tensorstore, Levanter's own reader (``pip install tensorstore``).
+
+What memtui does not rebuild, and refuses or says: weight schedules (``train_weights`` as a list of stages), batch
+schedules (one batch size), ``epochs``, simulated-epoch and ``max_train_batches`` slicing, and the newer Marin
+``LmDataConfig`` options (``shuffle_per_epoch``, ``shuffle_before_trainval_split``) written after this commit.
+
+**Repeats.** A mixture restarts a dataset it has used up (index k reads row ``shuffle(k mod n)``), and a linear
+permutation evaluated in float64 (NumPy 2, more than ~10**8 rows) can map two indices to one row: an instance is
+treated at its **first** exposure, its exposures below the run's last step are recorded, and a control is an instance
+with no exposure by the panel's last step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.orders.levanter_mixture import Mixture
+from memtui.orders.levanter_perm import Shuffle
+from memtui.orders.levanter_prng import prng_key, split
+
+
+class LevanterCaches:
+    """The caches' rows numbered cache after cache (a sampling ``Stage``'s files)."""
+
+    ignored_tokens = 0
+
+    def __init__(self, paths: list[str], labels: list[str], seq_len: int):
+        if seq_len < 1:
+            raise MemtuiError(f"--seq-len must be at least 1, not {seq_len}.")
+        self.paths, self.labels, self.seq_len = tuple(paths), tuple(labels), seq_len
+        self._data = [self._open(p) for p in paths]
+        self.counts = np.array([size // seq_len for _, size in self._data], dtype=np.int64)
+        for p, n in zip(paths, self.counts.tolist(), strict=True):
+            if n < 1:
+                raise MemtuiError(f"{clean(p, 200)}: holds fewer than {seq_len} tokens, no whole row.")
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+
+    @staticmethod
+    def _open(path: str):
+        try:
+            import tensorstore as ts
+        except ImportError:
+            raise MemtuiError("reading a Levanter cache needs tensorstore: pip install tensorstore.") from None
+        base = path.rstrip("/") + "/input_ids/"
+        try:
+            offsets = ts.open({"driver": "zarr3", "kvstore": _kvstore(base + "offsets")}, read=True).result()
+            data = ts.open({"driver": "zarr3", "kvstore": _kvstore(base + "data")}, read=True).result()
+            docs = int(offsets[0].read().result())
+            size = int(offsets[docs].read().result()) if docs > 0 else 0
+        except (ValueError, OSError, IndexError) as exc:
+            raise MemtuiError(
+                f"{clean(path, 200)}: not a Levanter cache (input_ids/offsets and input_ids/data, zarr3): "
+                f"{clean(exc, 120)}"
+            ) from None
+        if docs < 0 or size < 0:
+            raise MemtuiError(f"{clean(path, 200)}: its offsets are damaged (negative counts).")
+        return data, size
+
+    @property
+    def n_instances(self) -> int:
+        return int(self.starts[-1])
+
+    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= self.n_instances):
+            raise MemtuiError(f"row numbers must lie in 0 .. {self.n_instances - 1}.")
+        f = np.searchsorted(self.starts, index, side="right") - 1
+        return f, index - self.starts[f]
+
+    def read(self, index: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        f, row = self.locate(index)
+        out = np.empty((len(index), self.seq_len), dtype=np.int64)
+        for i, (fi, r) in enumerate(zip(f.tolist(), row.tolist(), strict=True)):
+            data, _ = self._data[fi]
+            out[i] = data[r * self.seq_len : (r + 1) * self.seq_len].read().result()
+            if progress is not None and (i + 1) % 256 == 0:
+                progress(i + 1, len(index))
+        if progress is not None:
+            progress(len(index), len(index))
+        return out
+
+
+def _kvstore(path: str):
+    if "://" in path and not path.startswith("file://"):
+        return path  # tensorstore's URL form (gs://, s3://, …)
+    return {"driver": "file", "path": path.removeprefix("file://")}
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    cache: str
+    weight: float = 1.0
+
+
+@dataclass
+class LevanterConfig:
+    """What of the run's config the order needs (see the module's docstring)."""
+
+    sources: list[Source]
+    seq_len: int
+    batch: int
+    seed: int = 0  # trainer.seed
+    data_seed: int | None = None
+    shuffle: bool | int = False  # True: whole; an int: era length; False: none
+    permutation: str = "linear"  # permutation_type (None in the config means linear)
+    block_size: int = 2048  # mixture_block_size
+    mixture: bool = False  # an LMMixtureDatasetConfig (even with one dataset)
+    prng: str = "partitionable"
+    numpy_major: int = 2
+    notes: list[str] = field(default_factory=list)
+
+
+class LevanterOrder:
+    """The run's order read at positions: the global instance (cache offset + row), first exposures, exposures."""
+
+    def __init__(self, config: LevanterConfig, counts: np.ndarray, total: int):
+        self.config, self.counts, self.total = config, np.asarray(counts, dtype=np.int64), int(total)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
+        mode = config.prng
+        data_key = prng_key(config.data_seed) if config.data_seed is not None else split(prng_key(config.seed), 4, mode)[0]
+        era = None if config.shuffle is True else (int(config.shuffle) if config.shuffle else 0)
+        if not config.mixture:
+            self.mixture = None
+            self.shuffles = [Shuffle(int(self.counts[0]), data_key, config.permutation, era, mode, config.numpy_major)]
+            self.epoch = int(self.counts[0])  # the dataset ends: positions beyond it do not exist
+            return
+        mix_key, key = split(data_key, 2, mode)
+        self.shuffles = []
+        for n in self.counts.tolist():
+            if config.shuffle:
+                key, sub = split(key, 2, mode)
+            else:
+                sub = key
+            self.shuffles.append(Shuffle(n, sub, config.permutation, era, mode, config.numpy_major))
+        self.weighted = [i for i, s in enumerate(config.sources) if s.weight > 0]
+        self.mixture = Mixture([config.sources[i].weight for i in self.weighted], config.block_size, mix_key, mode)
+        self.epoch = max(self.total, 1)
+
+    def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.mixture is None:
+            return np.zeros_like(positions), positions
+        d, k = self.mixture.locate(positions)
+        return np.asarray(self.weighted, dtype=np.int64)[d], k
+
+    def instance(self, positions: np.ndarray) -> np.ndarray:
+        d, k = self._locate(positions)
+        out = np.empty_like(d)
+        for di in np.unique(d).tolist():
+            at = d == di
+            out[at] = self.offsets[di] + self.shuffles[di].rows(k[at] % self.counts[di])
+        return out
+
+    def _position(self, d: int, k: int) -> int:
+        return k if self.mixture is None else self.mixture.position(self.weighted.index(d), k)
+
+    def _exposed(self, d: int, q: int) -> list[int]:
+        """Dataset d's indices k = q + j·n (j >= 0) at positions below ``total`` (a mixture's last block, cut by it,
+        is checked place by place: its indices are permuted)."""
+        n = int(self.counts[d])
+        if self.mixture is None:
+            return [q] if q < min(self.total, n) else []
+        if d not in self.weighted:
+            return []
+        c = int(self.mixture.counts[self.weighted.index(d)])
+        full_blocks, rest = divmod(self.total, self.mixture.block)
+        below = full_blocks * c  # indices in whole blocks before the cut
+        ks = list(range(q, below, n))
+        ks += [k for k in range(ks[-1] + n if ks else q, below + c, n) if rest and self._position(d, k) < self.total]
+        return ks
+
+    def exposures(self, instances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first position below ``total``, or -1; the number of positions below ``total``) of each instance."""
+        instances = np.asarray(instances, dtype=np.int64)
+        first = np.full(len(instances), -1, dtype=np.int64)
+        count = np.zeros(len(instances), dtype=np.int64)
+        d_of = np.searchsorted(self.offsets, instances, side="right") - 1
+        for i, (inst, d) in enumerate(zip(instances.tolist(), d_of.tolist(), strict=True)):
+            ks = [k for q in self.shuffles[d].preimages(inst - int(self.offsets[d])).tolist() for k in self._exposed(d, q)]
+            if ks:
+                count[i] = len(ks)
+                per_block = 1 << 62 if self.mixture is None else int(self.mixture.counts[self.weighted.index(d)])
+                lowest = min(ks) // per_block  # only the earliest block can hold the first exposure
+                first[i] = min(self._position(d, k) for k in ks if k // per_block == lowest)
+        return first, count
+
+    def never_in_order(self) -> int:
+        """Rows no position of the run reaches (a single dataset cut by the run's last step)."""
+        if self.mixture is None:
+            return max(0, int(self.counts[0]) - self.total)
+        return 0
+
+
+@dataclass
+class LevanterRun:
+    files: LevanterCaches
+    order: LevanterOrder
+    batch: int
+    train_steps: int
+    notes: list[str]
+
+
+def open_run(config: LevanterConfig, train_steps: int | None) -> LevanterRun:
+    """The caches and the order; ``train_steps``: the run's last step (a single dataset: as many as it holds)."""
+    if not config.sources:
+        raise MemtuiError("--order levanter needs --caches NAME=DIR (one per dataset, in the config's order).")
+    if config.batch < 1:
+        raise MemtuiError(f"--batch-size must be at least 1, not {config.batch}.")
+    files = LevanterCaches([s.cache for s in config.sources], [s.name for s in config.sources], config.seq_len)
+    if not config.mixture and len(config.sources) > 1:
+        raise MemtuiError("a single-dataset config (--single-dataset) reads one cache; give one --caches entry.")
+    held = files.n_instances // config.batch if not config.mixture else None
+    if train_steps is None and held is None:
+        raise MemtuiError("a mixture never runs out: give the run's last step (--train-steps).")
+    steps = held if train_steps is None else (train_steps if held is None else min(train_steps, held))
+    if steps < 1:
+        raise MemtuiError(f"the caches hold fewer rows ({files.n_instances}) than one batch of {config.batch}.")
+    order = LevanterOrder(config, files.counts, steps * config.batch)
+    notes = [f"{files.n_instances:,} rows of {config.seq_len} tokens in {len(files.paths)} cache(s), {config.batch} a step"]
+    if any(not s.exact for s in order.shuffles):
+        notes.append("linear permutation in float64 (NumPy 2) is inexact here: some rows repeat, others never come")
+    return LevanterRun(files, order, config.batch, steps, notes + config.notes)
+
+
+def sample_levanter(run: LevanterRun, steps, *, k: int, m: int, n_controls: int, seed: int = 0):
+    """A panel: per cohort k steps x m instances, each treated at its first exposure, and controls with no exposure
+    by the panel's last step. Returns the sampled order and each instance's exposures and sampled position."""
+    from memtui.orders.sampling import NEVER, SampledOrder, Stage, _cohorts, _read, _treated_positions
+
+    steps = sorted({int(s) for s in steps})
+    stage = Stage(name="levanter", files=run.files, indices=lambda: None, batch=run.batch)
+    rng = np.random.default_rng([seed, 0])
+    order = run.order
+    last = min(max(steps), run.train_steps)
+    pos, _ = _treated_positions(rng, stage, _cohorts(steps, 0, run.train_steps), k, m)
+    inst, keep = np.unique(order.instance(pos), return_index=True)  # a repeat drawn twice is one instance
+    pos = pos[keep]
+    first, exposures = order.exposures(inst)
+    first_step = first // run.batch + 1
+    treat = np.array([min(c for c in steps if c >= f) for f in first_step.tolist()], dtype=np.int64)
+    counts: dict[str, int] = {}
+    parts = [_read(stage, 0, first, treat, inst, counts, "treated", None)]
+    extra = [exposures, pos]
+    if n_controls:
+        cpos, cinst, cexp, dropped = _controls(order, rng, n_controls, last * run.batch)
+        counts["levanter/controls_exposed_earlier"] = dropped
+        parts.append(_read(stage, 0, cpos, np.full(len(cpos), NEVER), cinst, counts, "controls", None))
+        extra = [np.concatenate([exposures, cexp]), np.concatenate([pos, cpos])]
+    merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    if not (merged["treatment"] != NEVER).any():
+        raise MemtuiError("no training instance falls into the panel's checkpoint steps; check --steps.")
+    sampled = SampledOrder(
+        ids=merged["ids"], treatment=merged["treatment"], tokens=merged["tokens"],
+        stage=merged["stage"].astype(np.int16), file=merged["file"].astype(np.int32), offset=merged["offset"],
+        position=merged["position"], stage_names=["levanter"], files=[list(run.files.paths)], steps=steps,
+        revisions=[f"step-{s}" for s in steps], counts=counts, notes=list(run.notes),
+    )  # fmt: skip
+    sampled.source = np.array([run.files.labels[f] for f in sampled.file.tolist()])
+    return sampled, {"exposures": extra[0], "sampled_position": extra[1]}
+
+
+def _controls(order: LevanterOrder, rng, n_controls: int, lo: int):
+    """Controls: instances at positions after the panel's last step whose first exposure is after it too."""
+    hi = order.epoch if order.mixture is None else max(order.epoch, lo + 64 * n_controls)
+    if lo >= hi:
+        raise MemtuiError(
+            "every row is trained by the panel's last step: no never-trained control is left in the order; end the "
+            "panel earlier (--steps)."
+        )
+    cpos = np.sort(rng.choice(hi - lo, size=min(n_controls, hi - lo), replace=False)) + lo
+    cinst, keep = np.unique(order.instance(cpos), return_index=True)
+    cpos = cpos[keep]
+    first, count = order.exposures(cinst)
+    fresh = (first < 0) | (first >= lo)  # no exposure before the panel's last step
+    return cpos[fresh], cinst[fresh], count[fresh], int((~fresh).sum())
