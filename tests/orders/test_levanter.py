@@ -27,7 +27,7 @@ from levanter.data.dataset import ListAsyncDataset  # noqa: E402
 from levanter.data.mixture import MixtureDataset  # noqa: E402
 from levanter.utils.jax_utils import key_iterator  # noqa: E402
 
-from memtui.cli import main  # noqa: E402
+from memtui.cli.main import main  # noqa: E402
 from memtui.core.errors import MemtuiError  # noqa: E402
 from memtui.orders import levanter_prng as prng  # noqa: E402
 from memtui.orders.levanter import LevanterConfig, LevanterOrder, Source, open_run  # noqa: E402
@@ -97,8 +97,11 @@ def _reference(lengths, weights, seed, shuffle, kind, block, positions):
     sets = {}
     for name, n in lengths.items():
         ds = _rows(n, name)
-        ds = ds.shuffle(next(keys), perm_type=kind) if shuffle is True else ds.era_shuffle(shuffle, key=next(keys),
-                                                                                          perm_type=kind)
+        ds = (
+            ds.shuffle(next(keys), perm_type=kind)
+            if shuffle is True
+            else ds.era_shuffle(shuffle, key=next(keys), perm_type=kind)
+        )
         sets[name] = ds
     mix = MixtureDataset(sets, weights, block_size=block, key=mix_key)
     return mix.as_sync_dataset().get_batch([int(p) for p in positions])
@@ -135,15 +138,18 @@ def test_single_dataset_matches_levanter(mode, shuffle):
     for seed in (0, 9):
         key = jax.random.split(jax.random.PRNGKey(seed), 4)[0]
         ds = _rows(1000)
-        ds = ds.shuffle(key, perm_type="linear") if shuffle is True else ds.era_shuffle(shuffle, key=key,
-                                                                                       perm_type="linear")
+        ds = (
+            ds.shuffle(key, perm_type="linear")
+            if shuffle is True
+            else ds.era_shuffle(shuffle, key=key, perm_type="linear")
+        )
         ref = [r for _, r in ds.as_sync_dataset().get_batch(list(range(1000)))]
         config = LevanterConfig(sources=[Source("a", "")], seq_len=SEQ, batch=10, seed=seed, shuffle=shuffle,
                                 mixture=False, prng=mode)  # fmt: skip
         assert LevanterOrder(config, np.array([1000]), total=1000).instance(np.arange(1000)).tolist() == ref
 
 
-# -- the CLI, on caches laid out as Levanter's JaggedArrayStore writes them ---------------------------------------------
+# -- the CLI, on caches laid out as Levanter's JaggedArrayStore writes them --------------------------------------------
 
 
 def _zarr3(path: Path, values: np.ndarray, dtype: str, shape_rest=()):
@@ -173,7 +179,7 @@ def write_cache(folder: Path, dataset: int, rows: int, seed: int = 0):
     return folder
 
 
-LENGTHS = {"web": 600, "code": 90, "math": 30}
+LENGTHS = {"web": 3000, "code": 90, "math": 30}
 
 
 @pytest.fixture(scope="module")
@@ -184,8 +190,8 @@ def caches(tmp_path_factory):
 
 def _build(tmp_path, caches, *extra, name="p.h5"):
     out = tmp_path / name
-    args = ["build", "--order", "levanter", "--caches", *(f"{n}={p}" for n, p in caches.items()), "--seq-len",
-            str(SEQ), "--batch-size", "16", "--mixture-block-size", "64", "-o", str(out), *extra]  # fmt: skip
+    args = ["build", str(out), "--order", "levanter", "--caches", *(f"{n}={p}" for n, p in caches.items()),
+            "--seq-len", str(SEQ), "--batch-size", "16", "--mixture-block-size", "64", *extra]  # fmt: skip
     assert main(args) == 0
     return out
 
@@ -196,10 +202,10 @@ def test_cli_panel_matches_levanter(tmp_path, caches, seed, shuffle, kind):
     first checkpoint after it; controls come no earlier than the panel's last step."""
     weights = {"web": 0.7, "code": 0.2, "math": 0.1}
     out = _build(tmp_path, caches, "--weights", *(f"{n}={w}" for n, w in weights.items()), "--trainer-seed",
-                 str(seed), "--shuffle", shuffle, "--permutation-type", kind, "--steps", "20", "40", "60",
+                 str(seed), "--shuffle", shuffle, "--permutation-type", kind, "--steps", "20,40,60",
                  "--train-steps", "80", "-k", "5", "-m", "4", "--n-validation", "30")  # fmt: skip
     panel = read_panel(out)
-    tokens = read_tokens(out)
+    tokens, _ = read_tokens(out)
     positions = np.arange(80 * 16 + 64 * 30)
     ref = _reference(LENGTHS, weights, seed, True if shuffle == "true" else int(shuffle), kind, 64, positions)
     first_pos = {}
@@ -216,12 +222,12 @@ def test_cli_panel_matches_levanter(tmp_path, caches, seed, shuffle, kind):
 
 
 def test_single_dataset_cli(tmp_path, caches):
-    out = _build(tmp_path, {"web": caches["web"]}, "--single-dataset", "--shuffle", "true", "--steps", "10", "20",
+    out = _build(tmp_path, {"web": caches["web"]}, "--single-dataset", "--shuffle", "true", "--steps", "10,20",
                  "-k", "3", "-m", "3", "--n-validation", "20")  # fmt: skip
-    tokens = read_tokens(out)
+    tokens, _ = read_tokens(out)
     panel = read_panel(out)
     key = jax.random.split(jax.random.PRNGKey(0), 4)[0]
-    ref = [r for _, r in _rows(600).shuffle(key, perm_type="linear").as_sync_dataset().get_batch(list(range(600)))]
+    ref = [r for _, r in _rows(3000).shuffle(key, perm_type="linear").as_sync_dataset().get_batch(list(range(3000)))]
     where = {r: p for p, r in enumerate(ref)}
     for row, treat in zip(tokens[:, 1].tolist(), panel.treatment.tolist(), strict=True):
         step = where[row] // 16 + 1
@@ -249,37 +255,43 @@ def test_single_dataset_cli(tmp_path, caches):
 )
 def test_refusals(tmp_path, capsys, extra, message):
     out = tmp_path / "p.h5"
-    code = main(["build", "--order", "levanter", *extra, "-o", str(out)])
+    code = main(["build", str(out), "--order", "levanter", *extra])
     assert code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
     assert not out.exists()
 
 
-def test_era_feistel_mixture_refused(tmp_path, caches, capsys):
-    """Levanter's own mixture cannot run era-shuffled Feistel datasets (the era length reaches
-    ``next_power_of_two`` as an np.int64, which has no ``bit_length``): memtui refuses the combination."""
+def test_era_feistel_short_era_in_mixture():
+    """Levanter's own mixture fails on the short last era of an era-shuffled Feistel dataset (its length reaches
+    ``next_power_of_two`` as an np.int64, which has no ``bit_length``); before it, the orders agree, and memtui
+    refuses the rows Levanter could not serve."""
     ds = _rows(100, "a").era_shuffle(30, key=jax.random.PRNGKey(0), perm_type="feistel")
-    mix = MixtureDataset({"a": ds}, {"a": 1.0}, block_size=16, key=jax.random.PRNGKey(1))
+    mix = MixtureDataset({"a": ds}, {"a": 1.0}, block_size=16, key=jax.random.PRNGKey(1)).as_sync_dataset()
+    config = LevanterConfig(sources=[Source("a", "")], seq_len=SEQ, batch=4, data_seed=0, shuffle=30,
+                            permutation="feistel", block_size=16, mixture=True)  # fmt: skip
+    order = LevanterOrder(config, np.array([100]), total=200)
+    order.mixture.key = prng.prng_key(1)  # the test's MixtureDataset is keyed directly, not through split(data_key)
+    order.shuffles[0].key = prng.prng_key(0)
+    served = order.mixture.locate(np.arange(200))[1]
+    full = np.flatnonzero(served < 90)[:60]
+    assert order.instance(full).tolist() == [r for _, r in mix.get_batch(full.tolist())]
+    late = int(np.flatnonzero(served >= 90)[0])
     with pytest.raises(AttributeError, match="bit_length"):
-        mix.as_sync_dataset().get_batch([0])
-    out = tmp_path / "p.h5"
-    args = ["build", "--order", "levanter", "--caches", f"web={caches['web']}", "--shuffle", "30",
-            "--permutation-type", "feistel", "--train-steps", "10", "-o", str(out)]  # fmt: skip
-    assert main(args) == 2
-    assert "bit_length" in capsys.readouterr().err and not out.exists()
+        mix.get_batch([late])
+    with pytest.raises(MemtuiError, match="short last era"):
+        order.instance(np.array([late]))
 
 
 def test_validation_controls_refused(tmp_path, caches, capsys):
     out = tmp_path / "p.h5"
-    args = ["build", "--order", "levanter", "--caches", f"web={caches['web']}", "--controls", "validation", "-o",
-            str(out)]  # fmt: skip
+    args = ["build", str(out), "--order", "levanter", "--caches", f"web={caches['web']}", "--controls", "validation"]
     assert main(args) == 2
     assert "beyond" in capsys.readouterr().err and not out.exists()
 
 
 def test_every_row_trained_refused(caches):
-    config = LevanterConfig(sources=[Source("web", caches["web"])], seq_len=SEQ, batch=16, mixture=False)
+    config = LevanterConfig(sources=[Source("web", caches["web"])], seq_len=SEQ, batch=10, mixture=False)
     run = open_run(config, None)
     from memtui.orders.levanter import sample_levanter
 

@@ -141,7 +141,9 @@ class LevanterOrder:
         self.config, self.counts, self.total = config, np.asarray(counts, dtype=np.int64), int(total)
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
         mode = config.prng
-        data_key = prng_key(config.data_seed) if config.data_seed is not None else split(prng_key(config.seed), 4, mode)[0]
+        data_key = (
+            prng_key(config.data_seed) if config.data_seed is not None else split(prng_key(config.seed), 4, mode)[0]
+        )
         era = None if config.shuffle is True else (int(config.shuffle) if config.shuffle else 0)
         if not config.mixture:
             self.mixture = None
@@ -155,7 +157,7 @@ class LevanterOrder:
                 key, sub = split(key, 2, mode)
             else:
                 sub = key
-            self.shuffles.append(Shuffle(n, sub, config.permutation, era, mode, config.numpy_major))
+            self.shuffles.append(Shuffle(n, sub, config.permutation, era, mode, config.numpy_major, True))
         self.weighted = [i for i, s in enumerate(config.sources) if s.weight > 0]
         self.mixture = Mixture([config.sources[i].weight for i in self.weighted], config.block_size, mix_key, mode)
         self.epoch = max(self.total, 1)
@@ -200,7 +202,9 @@ class LevanterOrder:
         count = np.zeros(len(instances), dtype=np.int64)
         d_of = np.searchsorted(self.offsets, instances, side="right") - 1
         for i, (inst, d) in enumerate(zip(instances.tolist(), d_of.tolist(), strict=True)):
-            ks = [k for q in self.shuffles[d].preimages(inst - int(self.offsets[d])).tolist() for k in self._exposed(d, q)]
+            ks = [
+                k for q in self.shuffles[d].preimages(inst - int(self.offsets[d])).tolist() for k in self._exposed(d, q)
+            ]
             if ks:
                 count[i] = len(ks)
                 per_block = 1 << 62 if self.mixture is None else int(self.mixture.counts[self.weighted.index(d)])
@@ -230,17 +234,19 @@ def open_run(config: LevanterConfig, train_steps: int | None) -> LevanterRun:
         raise MemtuiError("--order levanter needs --caches NAME=DIR (one per dataset, in the config's order).")
     if config.batch < 1:
         raise MemtuiError(f"--batch-size must be at least 1, not {config.batch}.")
-    files = LevanterCaches([s.cache for s in config.sources], [s.name for s in config.sources], config.seq_len)
     if not config.mixture and len(config.sources) > 1:
         raise MemtuiError("a single-dataset config (--single-dataset) reads one cache; give one --caches entry.")
-    held = files.n_instances // config.batch if not config.mixture else None
-    if train_steps is None and held is None:
+    if train_steps is None and config.mixture:
         raise MemtuiError("a mixture never runs out: give the run's last step (--train-steps).")
+    files = LevanterCaches([s.cache for s in config.sources], [s.name for s in config.sources], config.seq_len)
+    held = files.n_instances // config.batch if not config.mixture else None
     steps = held if train_steps is None else (train_steps if held is None else min(train_steps, held))
     if steps < 1:
         raise MemtuiError(f"the caches hold fewer rows ({files.n_instances}) than one batch of {config.batch}.")
     order = LevanterOrder(config, files.counts, steps * config.batch)
-    notes = [f"{files.n_instances:,} rows of {config.seq_len} tokens in {len(files.paths)} cache(s), {config.batch} a step"]
+    notes = [
+        f"{files.n_instances:,} rows of {config.seq_len} tokens in {len(files.paths)} cache(s), {config.batch} a step"
+    ]
     if any(not s.exact for s in order.shuffles):
         notes.append("linear permutation in float64 (NumPy 2) is inexact here: some rows repeat, others never come")
     return LevanterRun(files, order, config.batch, steps, notes + config.notes)

@@ -129,18 +129,30 @@ def make_permutation(kind: str, length: int, key, mode: str, numpy_major: int = 
 class Shuffle:
     """One dataset's shuffle: index k of its (first pass of) n rows -> row. ``era``: None for a whole-dataset
     ``PermutationDataset``; L for ``EraShufflingDataset`` (era e permutes rows [eL, eL + L) with the key
-    ``fold_in(key, e)``, the last era shorter); 0 for no shuffle."""
+    ``fold_in(key, e)``, the last era shorter); 0 for no shuffle.
 
-    def __init__(self, n: int, key, kind: str, era: int | None, mode: str, numpy_major: int = 2):
+    ``short_era_fails``: inside a mixture, Levanter computes a short last era's length as an ``np.int64`` (the
+    mixture's indices are numpy integers), and ``FeistelPermutation`` calls ``bit_length`` on it, which an
+    ``np.int64`` lacks: the run fails on reaching that era, so no run trained its rows, and reading them is refused."""
+
+    def __init__(self, n: int, key, kind: str, era: int | None, mode: str, numpy_major: int = 2,
+                 short_era_fails: bool = False):  # fmt: skip
         if n < 1:
             raise MemtuiError("a Levanter dataset with no row cannot be shuffled.")
         self.n, self.key, self.kind, self.era, self.mode, self.numpy_major = n, key, kind, era, mode, numpy_major
         self._perms: OrderedDict[int, object] = OrderedDict()
+        self.short_era_fails = short_era_fails and kind == "feistel" and bool(era) and era is not True
         self.whole = None if era is not None else make_permutation(kind, n, key, mode, numpy_major)
 
     def _era_perm(self, e: int):
         if e not in self._perms:
             length = min(self.era, self.n - e * self.era)
+            if self.short_era_fails and length < self.era:
+                raise MemtuiError(
+                    f"rows {e * self.era} .. {self.n - 1} are a short last era of a Feistel era shuffle in a mixture: "
+                    "Levanter (9263f81) fails on reaching it (np.int64 has no bit_length), so no run trained them; "
+                    "end the panel before it."
+                )
             self._perms[e] = make_permutation(self.kind, length, fold_in(self.key, e), self.mode, self.numpy_major)
             if len(self._perms) > 64:
                 self._perms.popitem(last=False)
@@ -179,4 +191,3 @@ class Shuffle:
             return np.sort(self.whole.preimages(row))
         e = row // self.era
         return np.sort(self._era_perm(e).preimages(row - e * self.era)) + e * self.era
-

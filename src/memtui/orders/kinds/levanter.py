@@ -21,7 +21,9 @@ def _sources(caches: list[str], weights: list[str] | None):
     for item in caches:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:
-            raise MemtuiError(f"--caches takes NAME=DIR (the config's dataset name and its cache), not '{clean(item, 80)}'.")
+            raise MemtuiError(
+                f"--caches takes NAME=DIR (the config's dataset name and its cache), not '{clean(item, 80)}'."
+            )
         if name in names:
             raise MemtuiError(f"--caches names '{clean(name, 60)}' twice.")
         names.append(name)
@@ -100,10 +102,17 @@ class Levanter(OrderBase):
         group.add_argument("--shuffle", help="levanter: true, false or an era length [true]")
         group.add_argument("--permutation-type", choices=["linear", "feistel"], help="levanter: [linear]")
         group.add_argument("--mixture-block-size", type=int, help="levanter: mixture_block_size [2048]")
-        group.add_argument("--jax-prng", choices=["partitionable", "legacy"],
-                           help="levanter: jax_threefry_partitionable on (jax >= 0.5) or off [partitionable]")  # fmt: skip
-        group.add_argument("--numpy-semantics", type=int, choices=[1, 2],
-                           help="levanter: the NumPy major version the run used (linear permutation's arithmetic) [2]")  # fmt: skip
+        group.add_argument(
+            "--jax-prng",
+            choices=["partitionable", "legacy"],
+            help="levanter: jax_threefry_partitionable on (jax >= 0.5) or off [partitionable]",
+        )
+        group.add_argument(
+            "--numpy-semantics",
+            type=int,
+            choices=[1, 2],
+            help="levanter: the NumPy major version the run used (the linear permutation's arithmetic) [2]",
+        )
 
     def check(self, args: argparse.Namespace) -> Levanter:
         if not args.caches:
@@ -116,11 +125,8 @@ class Levanter(OrderBase):
         if not 1 <= block < 2**16:
             raise MemtuiError(f"--mixture-block-size must be 1 to 65535 (Levanter's limit), not {block}.")
         shuffle, kind = _shuffle(args.shuffle), or_default(args.permutation_type, "linear")
-        if kind == "feistel" and shuffle not in (True, False) and not single:
-            raise MemtuiError(
-                "--shuffle ERA with --permutation-type feistel in a mixture: Levanter (9263f81) fails on it (the era "
-                "length reaches next_power_of_two as an np.int64, which has no bit_length); no run used this order."
-            )
+        if args.controls == "validation":
+            raise MemtuiError("--order levanter: controls come from the order after the panel (--controls beyond).")
         seq_len, batch = or_default(args.seq_len, 4096), or_default(args.batch_size, 1024)
         if seq_len < 1 or batch < 1:
             raise MemtuiError("--seq-len and --batch-size must be at least 1.")
@@ -145,8 +151,6 @@ class Levanter(OrderBase):
         )  # fmt: skip
         run = open_run(config, spec.train_steps)
         step_list = order_steps(spec.steps, or_default(spec.macro, 1000), run.train_steps, "levanter")
-        if spec.controls not in (None, "beyond"):
-            raise MemtuiError("--order levanter: controls come from the order after the panel (--controls beyond).")
         sampled, extra = sample_levanter(run, step_list, k=or_default(spec.k, 10), m=or_default(spec.m, 10),
                                          n_controls=or_default(spec.n_controls, 1000), seed=spec.seed)  # fmt: skip
         attrs = {
