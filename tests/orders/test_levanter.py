@@ -249,6 +249,12 @@ def test_single_dataset_cli(tmp_path, caches):
         (["--caches", "a=/x", "--trainer-seed", "-1"], "jax seed"),
         (["--caches", "a=/x", "--data-seed", str(2**31)], "jax seed"),
         (["--caches", "a=/x", "b=/y", "--single-dataset"], "one cache"),
+        (["--caches", "a=/x", "--single-dataset", "--mixture-block-size", "8"], "--mixture-block-size"),
+        (["--caches", "a=/x", "--shuffle", "false", "--permutation-type", "linear"], "permutes nothing"),
+        (["--caches", "a=/x", "--permutation-type", "feistel", "--numpy-semantics", "1"], "Feistel's is exact"),
+        (["--caches", "a=/x", "--shuffle", "0"], "era length"),
+        (["--caches", "a=/x", "--mixture-block-size", "0"], "65535"),
+        (["--caches", "a=/x", "--seq-len", "0"], "at least 1"),
         (["--caches", "a=/nonexistent/cache", "--train-steps", "10"], "not a Levanter cache"),
         (["--caches", "a=/x"], "--train-steps"),
     ],
@@ -281,6 +287,30 @@ def test_era_feistel_short_era_in_mixture():
         mix.get_batch([late])
     with pytest.raises(MemtuiError, match="short last era"):
         order.instance(np.array([late]))
+
+
+@pytest.mark.parametrize("kind", ["file", "empty", "damaged", "floats", "short"])
+def test_bad_caches_refused(tmp_path, capsys, kind):
+    """A file where the cache folder belongs, an empty folder, damaged metadata, float data, fewer tokens than a row."""
+    cache = tmp_path / "c ache é"
+    if kind == "file":
+        cache.write_text("x")
+    elif kind == "empty":
+        cache.mkdir()
+    elif kind == "damaged":
+        (cache / "input_ids" / "offsets").mkdir(parents=True)
+        (cache / "input_ids" / "offsets" / "zarr.json").write_bytes(np.random.default_rng(0).bytes(300))
+    elif kind == "floats":
+        _zarr3(cache / "input_ids" / "offsets", np.array([1, 64]), "int64")
+        _zarr3(cache / "input_ids" / "data", np.zeros(64, dtype=np.float32), "float32")
+    else:
+        _zarr3(cache / "input_ids" / "offsets", np.array([1, SEQ - 1]), "int64")
+        _zarr3(cache / "input_ids" / "data", np.zeros(SEQ - 1, dtype=np.int32), "int32")
+    out = tmp_path / "p.h5"
+    args = ["build", str(out), "--order", "levanter", "--caches", f"a={cache}", "--single-dataset", "--seq-len", "8"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("memtui: ") and err.count("\n") == 1 and "c ache" in err and not out.exists()
 
 
 def test_validation_controls_refused(tmp_path, caches, capsys):

@@ -77,6 +77,8 @@ class LevanterCaches:
             ) from None
         if docs < 0 or size < 0:
             raise MemtuiError(f"{clean(path, 200)}: its offsets are damaged (negative counts).")
+        if not np.issubdtype(np.dtype(data.dtype.numpy_dtype), np.integer):
+            raise MemtuiError(f"{clean(path, 200)}: input_ids/data holds {clean(data.dtype, 20)}, not token ids.")
         return data, size
 
     @property

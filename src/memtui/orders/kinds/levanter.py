@@ -119,12 +119,16 @@ class Levanter(OrderBase):
             raise MemtuiError("--order levanter needs --caches NAME=DIR (each dataset's cache, in the config's order).")
         _sources(args.caches, args.weights)  # refuse malformed entries before anything is read
         single = bool(args.single_dataset)
-        if single and (args.weights or len(args.caches) != 1):
-            raise MemtuiError("--single-dataset reads one cache and takes no --weights.")
+        if single and (args.weights or len(args.caches) != 1 or args.mixture_block_size is not None):
+            raise MemtuiError("--single-dataset reads one cache and takes no --weights or --mixture-block-size.")
         block = or_default(args.mixture_block_size, 2048)
         if not 1 <= block < 2**16:
             raise MemtuiError(f"--mixture-block-size must be 1 to 65535 (Levanter's limit), not {block}.")
         shuffle, kind = _shuffle(args.shuffle), or_default(args.permutation_type, "linear")
+        if shuffle is False and (args.permutation_type or args.numpy_semantics):
+            raise MemtuiError("--shuffle false permutes nothing: drop --permutation-type and --numpy-semantics.")
+        if kind == "feistel" and args.numpy_semantics:
+            raise MemtuiError("--numpy-semantics changes only the linear permutation's arithmetic; Feistel's is exact.")
         if args.controls == "validation":
             raise MemtuiError("--order levanter: controls come from the order after the panel (--controls beyond).")
         seq_len, batch = or_default(args.seq_len, 4096), or_default(args.batch_size, 1024)
