@@ -10,9 +10,10 @@ Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332
   ``input_ids`` (``data_size // L`` rows, L = the model's ``Pos``; inputs and labels both from those L tokens).
   ``SingleDatasetLMConfigBase.train_set``: ``shuffle=True`` -> ``ds.shuffle(key)`` (``PermutationDataset``), an int
   L -> ``ds.era_shuffle(L, key)``; ``permutation_type`` None means ``linear``. ``LMMixtureDatasetConfig.train_set``:
-  ``mix_key, shuffle_key = split(data_key)``; each dataset (in the config's order) shuffled with the next key of
-  ``key_iterator(shuffle_key)`` (``key, sub = split(key)``, yield sub); then ``MixtureDataset(key=mix_key,
-  block_size=mixture_block_size)`` (memtui.orders.levanter_mixture).
+  ``mix_key, shuffle_key = split(data_key)``; each dataset of positive weight (``build_caches("train")`` skips the
+  others), in the config's order, shuffled with the next key of ``key_iterator(shuffle_key)`` (``key, sub =
+  split(key)``, yield sub); then ``MixtureDataset(key=mix_key, block_size=mixture_block_size)``
+  (memtui.orders.levanter_mixture). A dataset's cache is ``{cache_dir}/train``.
 - ``src/levanter/data/_prp.py``, ``permutation.py``: memtui.orders.levanter_perm; jax's PRNG: levanter_prng.
 - ``src/levanter/store/jagged_array.py``: a cache's ``input_ids`` is a tensorstore zarr3 pair, ``offsets`` (its
   element 0 the number of documents n, element n the number of tokens) and ``data`` (the tokens); read with
@@ -31,7 +32,7 @@ with no exposure by the panel's last step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -154,11 +155,10 @@ class LevanterOrder:
             return
         mix_key, key = split(data_key, 2, mode)
         self.shuffles = []
-        for n in self.counts.tolist():
-            if config.shuffle:
+        for n, source in zip(self.counts.tolist(), config.sources, strict=True):
+            sub = key
+            if config.shuffle and source.weight > 0:  # build_caches("train") skips datasets of weight 0: no key
                 key, sub = split(key, 2, mode)
-            else:
-                sub = key
             self.shuffles.append(Shuffle(n, sub, config.permutation, era, mode, config.numpy_major, True))
         self.weighted = [i for i, s in enumerate(config.sources) if s.weight > 0]
         self.mixture = Mixture([config.sources[i].weight for i in self.weighted], config.block_size, mix_key, mode)
@@ -240,6 +240,10 @@ def open_run(config: LevanterConfig, train_steps: int | None) -> LevanterRun:
         raise MemtuiError("a single-dataset config (--single-dataset) reads one cache; give one --caches entry.")
     if train_steps is None and config.mixture:
         raise MemtuiError("a mixture never runs out: give the run's last step (--train-steps).")
+    skipped = [s.name for s in config.sources if s.weight <= 0]
+    if skipped:  # as Levanter: a dataset of weight 0 is not loaded for training, nor keyed
+        config = replace(config, sources=[s for s in config.sources if s.weight > 0])
+        config.notes = [*config.notes, f"weight 0, not read: {', '.join(skipped)}"[:500]]
     files = LevanterCaches([s.cache for s in config.sources], [s.name for s in config.sources], config.seq_len)
     held = files.n_instances // config.batch if not config.mixture else None
     steps = held if train_steps is None else (train_steps if held is None else min(train_steps, held))
