@@ -42,6 +42,8 @@ from memtui.orders.levanter_mixture import Mixture
 from memtui.orders.levanter_perm import Shuffle
 from memtui.orders.levanter_prng import prng_key, split
 
+_READS = 1024  # rows read at once
+
 
 class LevanterCaches:
     """The caches' rows numbered cache after cache (a sampling ``Stage``'s files)."""
@@ -94,15 +96,18 @@ class LevanterCaches:
         return f, index - self.starts[f]
 
     def read(self, index: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """The rows' tokens, (len(index), seq_len) int64: tensorstore's reads issued a chunk at a time, in parallel."""
         f, row = self.locate(index)
         out = np.empty((len(index), self.seq_len), dtype=np.int64)
-        for i, (fi, r) in enumerate(zip(f.tolist(), row.tolist(), strict=True)):
-            data, _ = self._data[fi]
-            out[i] = data[r * self.seq_len : (r + 1) * self.seq_len].read().result()
-            if progress is not None and (i + 1) % 256 == 0:
-                progress(i + 1, len(index))
-        if progress is not None:
-            progress(len(index), len(index))
+        pairs = list(zip(f.tolist(), row.tolist(), strict=True))
+        for lo in range(0, len(pairs), _READS):
+            futures = [
+                self._data[fi][0][r * self.seq_len : (r + 1) * self.seq_len].read() for fi, r in pairs[lo : lo + _READS]
+            ]
+            for i, fut in enumerate(futures):
+                out[lo + i] = fut.result()
+            if progress is not None:
+                progress(min(lo + _READS, len(pairs)), len(pairs))
         return out
 
 

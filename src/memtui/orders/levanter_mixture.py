@@ -17,6 +17,7 @@ from memtui.core.errors import MemtuiError
 from memtui.orders.levanter_prng import fold_in, permutation
 
 MAX_BLOCK = 2**16
+_CACHED = 16_384  # blocks kept (int32, at most 4 GiB / 2**16 … 128 MiB at 2048): a panel's blocks, read twice
 
 
 def block_counts(weights: list[float], block_size: int) -> np.ndarray:
@@ -44,8 +45,8 @@ class Mixture:
 
     def block_ids(self, b: int) -> np.ndarray:
         if b not in self._blocks:
-            self._blocks[b] = permutation(fold_in(self.key, b), self.base.astype(np.int32), self.mode).astype(np.int64)
-            if len(self._blocks) > 256:
+            self._blocks[b] = permutation(fold_in(self.key, b), self.base.astype(np.int32), self.mode)
+            if len(self._blocks) > _CACHED:
                 self._blocks.popitem(last=False)
         return self._blocks[b]
 
@@ -56,7 +57,7 @@ class Mixture:
         blocks = positions // self.block
         for b in np.unique(blocks).tolist():
             at = blocks == b
-            ids = self.block_ids(b)[positions[at] - b * self.block]
+            ids = self.block_ids(b)[positions[at] - b * self.block].astype(np.int64)
             d[at] = ids >> 16
             k[at] = (ids & 0xFFFF) + b * self.counts[ids >> 16]
         return d, k
