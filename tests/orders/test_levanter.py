@@ -218,6 +218,7 @@ def test_cli_panel_matches_levanter(tmp_path, caches, seed, shuffle, kind):
         first_pos.setdefault((list(LENGTHS).index(d), r), p)
     treated = panel.treatment != NEVER
     assert treated.sum() > 0 and (~treated).sum() > 0
+    assert list(panel.revisions) == ["step-19", "step-39", "step-59"]  # step-N: the state after N + 1 updates
     for row, treat in zip(tokens[:, :2].tolist(), panel.treatment.tolist(), strict=True):
         p = first_pos[tuple(row)]
         if treat == NEVER:

@@ -4,8 +4,10 @@ Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332
 
 - ``src/levanter/main/train_lm.py``: ``data_key = split(PRNGKey(trainer.seed), 4)[0]``, or ``PRNGKey(data_seed)``
   when the config sets ``data_seed``; ``config.data.train_set(..., key=data_key)``; the loader reads global indices
-  ``[s·B, (s+1)·B)`` at (0-based) step s (``data/loader.py``, ``schedule.py`` ``global_data_offset_by_step``), and the
-  checkpoint ``step-N`` has trained steps 0 … N−1: in memtui's convention position i is trained at step ⌊i / B⌋ + 1.
+  ``[s·B, (s+1)·B)`` at (0-based) step s (``data/loader.py``, ``schedule.py`` ``global_data_offset_by_step``): in
+  memtui's convention (a panel step counts updates) position i is trained at step ⌊i / B⌋ + 1. The checkpoints and
+  HF exports are named ``step-{info.step}`` (``checkpoint.py``, ``compat/hf_checkpoints.py``) with ``StepInfo.step =
+  state.step − 1`` (``callbacks/_core.py``): ``step-N`` holds N + 1 updates, memtui's step N + 1.
 - ``src/levanter/data/text.py``: ``TokenSeqDataset`` row i is tokens ``[i·L, (i+1)·L)`` of the cache's
   ``input_ids`` (``data_size // L`` rows, L = the model's ``Pos``; inputs and labels both from those L tokens).
   ``SingleDatasetLMConfigBase.train_set``: ``shuffle=True`` -> ``ds.shuffle(key)`` (``PermutationDataset``), an int
@@ -226,6 +228,12 @@ class LevanterOrder:
         return 0
 
 
+def checkpoint_name(step: int) -> str:
+    """Levanter's name for the checkpoint after ``step`` updates: ``step-{step − 1}`` (``StepInfo.step`` is
+    ``state.step − 1``); it saves none before the first update."""
+    return "init (Levanter saves none)" if step == 0 else f"step-{step - 1}"
+
+
 @dataclass
 class LevanterRun:
     files: LevanterCaches
@@ -294,7 +302,7 @@ def sample_levanter(run: LevanterRun, steps, *, k: int, m: int, n_controls: int,
         ids=merged["ids"], treatment=merged["treatment"], tokens=merged["tokens"],
         stage=merged["stage"].astype(np.int16), file=merged["file"].astype(np.int32), offset=merged["offset"],
         position=merged["position"], stage_names=["levanter"], files=[list(run.files.paths)], steps=steps,
-        revisions=[f"step-{s}" for s in steps], counts=counts, notes=list(run.notes),
+        revisions=[checkpoint_name(s) for s in steps], counts=counts, notes=list(run.notes),
     )  # fmt: skip
     sampled.source = np.array([run.files.labels[f] for f in sampled.file.tolist()])
     return sampled, {"exposures": extra[0], "sampled_position": extra[1]}
