@@ -21,6 +21,13 @@ Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332
   element 0 the number of documents n, element n the number of tokens) and ``data`` (the tokens); read with
   tensorstore, Levanter's own reader (``pip install tensorstore``).
 
+Levanter's trainer sets ``jax_threefry_partitionable: True`` (``trainer.py`` ``DEFAULT_JAX_CONFIG``, since 2023), and
+does not enable 64-bit jax. The permutation code read here is the same from de7fb7cf (2025-04-04, "fix dtypes of
+feistel", when the linear map became ``a * x.astype(uint64)`` and so float64 under NumPy 2) to 9263f81; between
+04a81ca2 (2025-01-29) and de7fb7cf it was ``a * x`` in int64, exact: ``--numpy-semantics 1`` gives that arithmetic
+too. Earlier Levanter drew ``a`` and ``b`` with jax itself: not rebuilt. Weight-0 datasets are skipped by
+``build_caches("train")`` since d9a0d57c (2025-01-28).
+
 What memtui does not rebuild, and refuses or says: weight schedules (``train_weights`` as a list of stages), batch
 schedules (one batch size), ``epochs``, simulated-epoch and ``max_train_batches`` slicing, and the newer Marin
 ``LmDataConfig`` options (``shuffle_per_epoch``, ``shuffle_before_trainval_split``) written after this commit.

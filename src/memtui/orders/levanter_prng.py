@@ -1,8 +1,8 @@
 """JAX's threefry PRNG, the few functions Levanter's data order calls, in numpy (memtui does not import jax).
 
 Transcribed from jax 0.10.2 (``jax/_src/random/threefry2x32.py``, ``core.py``, ``prng.py``); the tests check every
-function against jax itself, in both settings of ``jax_threefry_partitionable`` (True by default since jax 0.5.0,
-January 2025: a run on an older jax, or one that set it False, used the "legacy" streams):
+function against jax itself, in both settings of ``jax_threefry_partitionable`` (Levanter's trainer turns it on,
+``DEFAULT_JAX_CONFIG``; jax itself defaults to it since 0.5.0; "legacy" is the setting off):
 
 - ``PRNGKey(seed)``: ``threefry_seed``, the key ``[seed >> 32, seed & 0xFFFFFFFF]``; with 64-bit mode off (Levanter's
   default) a Python seed is an int32, so memtui takes seeds 0 … 2**31 − 1 (``[0, seed]``).

@@ -70,7 +70,7 @@ class Levanter(OrderBase):
         "--weights NAME=W …: the mixture's train_weights (absent: equal); --single-dataset: a single-dataset config "
         "(not a mixture); --trainer-seed [0] / --data-seed; --shuffle true|false|ERA [true]; --permutation-type "
         "linear|feistel [linear, Levanter's default; Marin's newer configs say feistel]; --mixture-block-size "
-        "[2048]; --jax-prng partitionable|legacy [partitionable: jax >= 0.5]; --numpy-semantics 2|1 [2]; "
+        "[2048]; --jax-prng partitionable|legacy [partitionable, as Levanter's trainer sets it]; --numpy-semantics 2|1 [2]; "
         "--seq-len: the model's context [4096]; --batch-size [1024]; --train-steps: the run's last step."
     )
     shared = frozenset({"steps", "macro", "batches", "rows", "n_validation", "seed", "train_steps", "batch_size",
@@ -105,7 +105,7 @@ class Levanter(OrderBase):
         group.add_argument(
             "--jax-prng",
             choices=["partitionable", "legacy"],
-            help="levanter: jax_threefry_partitionable on (jax >= 0.5) or off [partitionable]",
+            help="levanter: jax_threefry_partitionable on (Levanter's trainer default) or off [partitionable]",
         )
         group.add_argument(
             "--numpy-semantics",
