@@ -70,8 +70,8 @@ class Levanter(OrderBase):
         "--weights NAME=W …: the mixture's train_weights (absent: equal); --single-dataset: a single-dataset config "
         "(not a mixture); --trainer-seed [0] / --data-seed; --shuffle true|false|ERA [true]; --permutation-type "
         "linear|feistel [linear, Levanter's default; Marin's newer configs say feistel]; --mixture-block-size "
-        "[2048]; --jax-prng partitionable|legacy [partitionable, as Levanter's trainer sets it]; --numpy-semantics 2|1 [2]; "
-        "--seq-len: the model's context [4096]; --batch-size [1024]; --train-steps: the run's last step."
+        "[2048]; --jax-prng partitionable|legacy [partitionable, as Levanter's trainer sets it]; --numpy-semantics "
+        "2|1 [2]; --seq-len: the model's context [4096]; --batch-size [1024]; --train-steps: the run's last step."
     )
     shared = frozenset({"steps", "macro", "batches", "rows", "n_validation", "seed", "train_steps", "batch_size",
                         "seq_len", "controls"})  # fmt: skip
