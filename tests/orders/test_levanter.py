@@ -245,6 +245,8 @@ def test_single_dataset_cli(tmp_path, caches):
     [
         (["--caches", "web"], "NAME=DIR"),
         (["--caches", "a=/x", "a=/y"], "twice"),
+        (["--caches", "a\tb=/x"], "not a dataset name"),
+        (["--caches", "x" * 201 + "=/x"], "not a dataset name"),
         (["--caches", "a=/x", "--weights", "b=1"], "no --caches entry"),
         (["--caches", "a=/x", "--weights", "a=-1"], "number >= 0"),
         (["--caches", "a=/x", "--weights", "a=nan"], "number >= 0"),

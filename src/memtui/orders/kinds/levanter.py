@@ -24,6 +24,10 @@ def _sources(caches: list[str], weights: list[str] | None):
             raise MemtuiError(
                 f"--caches takes NAME=DIR (the config's dataset name and its cache), not '{clean(item, 80)}'."
             )
+        if not name.isprintable() or len(name) > 200:  # Levanter's names hold '/', '-', '.': kept, as labels
+            raise MemtuiError(
+                f"--caches: '{clean(name, 60)}' is not a dataset name (printable, at most 200 characters)."
+            )
         if name in names:
             raise MemtuiError(f"--caches names '{clean(name, 60)}' twice.")
         names.append(name)
