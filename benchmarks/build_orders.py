@@ -16,6 +16,8 @@ composable loader with ``intra_source`` over three sources, and a one-folder Nan
 Each panel is 100 cohorts x 10 x 10 instances + 1,000 controls. The blended Nanoset replays nanotron's helper in a
 Python loop, ~1 us a sample and dataset: it is timed at ``--blend`` samples (default 1e6) to give the rate. Pico's
 order is the row number itself (no arithmetic to time); its cost is the parquet row groups a panel touches.
+Levanter's order is computed at the panel's positions only (never built whole): a three-cache mixture under the linear
+permutation, and one cache under Feistel era shuffling, from Levanter caches whose token shards are unwritten (zeros).
 
     python benchmarks/build_orders.py --suites 100000000
 """
@@ -148,6 +150,8 @@ def build_suite(kind: str, folder: Path, n: int) -> dict:
         stage = olmo_core_stage(config)
         sampled = sample_order([stage], _grid(n // 1024), k=10, m=10, n_controls=1000, seed=0)
         count = len(sampled.ids)
+    elif kind.startswith("levanter"):
+        count = _levanter(kind, folder, n)
     else:
         import yaml
 
@@ -179,8 +183,44 @@ def build_suite(kind: str, folder: Path, n: int) -> dict:
     return {"instances": count, "seconds": time.perf_counter() - t0}
 
 
+def _sparse_cache(folder: Path, rows: int, seq: int) -> str:
+    """A Levanter cache of ``rows`` rows with only its offsets written: the token data is unwritten zarr3 shards,
+    read as zeros at no disk cost (the benchmark times the order and the reading code, not the disk)."""
+    import tensorstore as ts
+
+    for name, dtype, values in (("offsets", "int64", np.array([1, rows * seq])), ("data", "int32", None)):
+        spec = {"driver": "zarr3", "kvstore": {"driver": "file", "path": str(folder / "input_ids" / name)},
+                "metadata": {"chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [2**27]}},
+                             "codecs": [{"name": "sharding_indexed", "configuration": {
+                                 "chunk_shape": [2**18], "codecs": [{"name": "blosc"}]}}]}}  # fmt: skip
+        arr = ts.open(spec, dtype=dtype, shape=[2**54], create=True, delete_existing=True).result()
+        if values is not None:
+            arr[: len(values)].write(values).result()
+    return str(folder)
+
+
+def _levanter(kind: str, folder: Path, n: int) -> int:
+    """``levanter``: three caches (0.5/0.3/0.2 of n rows) mixed, each shuffled by the linear permutation (Marin's old
+    default); ``levanter-era``: one cache of n rows, Feistel era shuffling (eras of 2**20 rows). 4096-token rows."""
+    from memtui.orders.levanter import LevanterConfig, Source, open_run, sample_levanter
+
+    seq = 4096
+    if kind == "levanter":
+        sources = [Source(name, _sparse_cache(folder / name, int(n * share), seq), share)
+                   for name, share in (("a", 0.5), ("b", 0.3), ("c", 0.2))]  # fmt: skip
+        config = LevanterConfig(sources=sources, seq_len=seq, batch=1024, shuffle=True, mixture=True)
+    else:
+        source = Source("one", _sparse_cache(folder / "one", n, seq))
+        config = LevanterConfig(sources=[source], seq_len=seq, batch=1024, shuffle=2**20, permutation="feistel")
+    steps = n // 1024
+    run = open_run(config, steps)
+    sampled, _ = sample_levanter(run, _grid(steps), k=10, m=10, n_controls=1000)
+    return len(sampled.ids)
+
+
 def suites(n: int, blend_n: int) -> None:
-    for kind, size in (("composable", n), ("nanoset", n), ("nanoset-blended", blend_n)):
+    runs = (("composable", n), ("nanoset", n), ("nanoset-blended", blend_n), ("levanter", n), ("levanter-era", n))
+    for kind, size in runs:
         folder = Path(tempfile.mkdtemp(prefix="memtui-suites-"))
         try:
             cmd = [sys.executable, __file__, "--suite-only", kind, "--folder", str(folder), "--sequences", str(size)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memtui.orders.base import Order
 from memtui.orders.kinds.amber import Amber
+from memtui.orders.kinds.levanter import Levanter
 from memtui.orders.kinds.memmap import Memmap
 from memtui.orders.kinds.nanoset import Nanoset
 from memtui.orders.kinds.neox import Neox
@@ -21,4 +22,5 @@ ORDERS: dict[str, Order] = {
     "amber": Amber(),
     "pico": Pico(),
     "nanoset": Nanoset(),
+    "levanter": Levanter(),
 }

@@ -1,0 +1,331 @@
+"""Levanter's data order (Marin's runs): computed from the seed, no index files.
+
+Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332c2c0b2d2001bfb2d2241c (2025-09-26):
+
+- ``src/levanter/main/train_lm.py``: ``data_key = split(PRNGKey(trainer.seed), 4)[0]``, or ``PRNGKey(data_seed)``
+  when the config sets ``data_seed``; ``config.data.train_set(..., key=data_key)``; the loader reads global indices
+  ``[s·B, (s+1)·B)`` at (0-based) step s (``data/loader.py``, ``schedule.py`` ``global_data_offset_by_step``): in
+  memtui's convention (a panel step counts updates) position i is trained at step ⌊i / B⌋ + 1. The checkpoints and
+  HF exports are named ``step-{info.step}`` (``checkpoint.py``, ``compat/hf_checkpoints.py``) with ``StepInfo.step =
+  state.step − 1`` (``callbacks/_core.py``): ``step-N`` holds N + 1 updates, memtui's step N + 1.
+- ``src/levanter/data/text.py``: ``TokenSeqDataset`` row i is tokens ``[i·L, (i+1)·L)`` of the cache's
+  ``input_ids`` (``data_size // L`` rows, L = the model's ``Pos``; inputs and labels both from those L tokens).
+  ``SingleDatasetLMConfigBase.train_set``: ``shuffle=True`` -> ``ds.shuffle(key)`` (``PermutationDataset``), an int
+  L -> ``ds.era_shuffle(L, key)``; ``permutation_type`` None means ``linear``. ``LMMixtureDatasetConfig.train_set``:
+  ``mix_key, shuffle_key = split(data_key)``; each dataset of positive weight (``build_caches("train")`` skips the
+  others), in the config's order, shuffled with the next key of ``key_iterator(shuffle_key)`` (``key, sub =
+  split(key)``, yield sub); then ``MixtureDataset(key=mix_key, block_size=mixture_block_size)``
+  (memtui.orders.levanter_mixture). A dataset's cache is ``{cache_dir}/train``.
+- ``src/levanter/data/_prp.py``, ``permutation.py``: memtui.orders.levanter_perm; jax's PRNG: levanter_prng.
+- ``src/levanter/store/jagged_array.py``: a cache's ``input_ids`` is a tensorstore zarr3 pair, ``offsets`` (its
+  element 0 the number of documents n, element n the number of tokens) and ``data`` (the tokens); read with
+  tensorstore, Levanter's own reader (``pip install tensorstore``).
+
+Levanter's trainer sets ``jax_threefry_partitionable: True`` (``trainer.py`` ``DEFAULT_JAX_CONFIG``, since 2023), and
+does not enable 64-bit jax. The permutation code read here is the same from de7fb7cf (2025-04-04, "fix dtypes of
+feistel", when the linear map became ``a * x.astype(uint64)`` and so float64 under NumPy 2) to 9263f81; between
+04a81ca2 (2025-01-29) and de7fb7cf it was ``a * x`` in int64, exact: ``--numpy-semantics 1`` gives that arithmetic
+too. Earlier Levanter drew ``a`` and ``b`` with jax itself: not rebuilt. Weight-0 datasets are skipped by
+``build_caches("train")`` since d9a0d57c (2025-01-28).
+
+What memtui does not rebuild, and refuses or says: weight schedules (``train_weights`` as a list of stages), batch
+schedules (one batch size), ``epochs``, simulated-epoch and ``max_train_batches`` slicing, and the newer Marin
+``LmDataConfig`` options (``shuffle_per_epoch``, ``shuffle_before_trainval_split``) written after this commit.
+
+**Repeats.** A mixture restarts a dataset it has used up (index k reads row ``shuffle(k mod n)``), and a linear
+permutation evaluated in float64 (NumPy 2, more than ~10**8 rows) can map two indices to one row: an instance is
+treated at its **first** exposure, its exposures below the run's last step are recorded, and a control is an instance
+with no exposure by the panel's last step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from memtui.core.errors import MemtuiError
+from memtui.core.text import clean
+from memtui.orders.levanter_mixture import Mixture
+from memtui.orders.levanter_perm import Shuffle
+from memtui.orders.levanter_prng import prng_key, split
+
+_READS = 1024  # rows read at once
+
+
+class LevanterCaches:
+    """The caches' rows numbered cache after cache (a sampling ``Stage``'s files)."""
+
+    ignored_tokens = 0
+
+    def __init__(self, paths: list[str], labels: list[str], seq_len: int):
+        if seq_len < 1:
+            raise MemtuiError(f"--seq-len must be at least 1, not {seq_len}.")
+        self.paths, self.labels, self.seq_len = tuple(paths), tuple(labels), seq_len
+        self._data = [self._open(p) for p in paths]
+        self.counts = np.array([size // seq_len for _, size in self._data], dtype=np.int64)
+        for p, n in zip(paths, self.counts.tolist(), strict=True):
+            if n < 1:
+                raise MemtuiError(f"{clean(p, 200)}: holds fewer than {seq_len} tokens, no whole row.")
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)])
+
+    @staticmethod
+    def _open(path: str):
+        try:
+            import tensorstore as ts
+        except ImportError:
+            raise MemtuiError("reading a Levanter cache needs tensorstore: pip install tensorstore.") from None
+        base = path.rstrip("/") + "/input_ids/"
+        try:
+            offsets = ts.open({"driver": "zarr3", "kvstore": _kvstore(base + "offsets")}, read=True).result()
+            data = ts.open({"driver": "zarr3", "kvstore": _kvstore(base + "data")}, read=True).result()
+            docs = int(offsets[0].read().result())
+            size = int(offsets[docs].read().result()) if docs > 0 else 0
+        except (ValueError, OSError, IndexError) as exc:
+            raise MemtuiError(
+                f"{clean(path, 200)}: not a Levanter cache (input_ids/offsets and input_ids/data, zarr3): "
+                f"{clean(exc, 120)}"
+            ) from None
+        if docs < 0 or size < 0:
+            raise MemtuiError(f"{clean(path, 200)}: its offsets are damaged (negative counts).")
+        if not np.issubdtype(np.dtype(data.dtype.numpy_dtype), np.integer):
+            raise MemtuiError(f"{clean(path, 200)}: input_ids/data holds {clean(data.dtype, 20)}, not token ids.")
+        return data, size
+
+    @property
+    def n_instances(self) -> int:
+        return int(self.starts[-1])
+
+    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= self.n_instances):
+            raise MemtuiError(f"row numbers must lie in 0 .. {self.n_instances - 1}.")
+        f = np.searchsorted(self.starts, index, side="right") - 1
+        return f, index - self.starts[f]
+
+    def read(self, index: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """The rows' tokens, (len(index), seq_len) int64: tensorstore's reads issued a chunk at a time, in parallel."""
+        f, row = self.locate(index)
+        out = np.empty((len(index), self.seq_len), dtype=np.int64)
+        pairs = list(zip(f.tolist(), row.tolist(), strict=True))
+        for lo in range(0, len(pairs), _READS):
+            futures = [
+                self._data[fi][0][r * self.seq_len : (r + 1) * self.seq_len].read() for fi, r in pairs[lo : lo + _READS]
+            ]
+            for i, fut in enumerate(futures):
+                out[lo + i] = fut.result()
+            if progress is not None:
+                progress(min(lo + _READS, len(pairs)), len(pairs))
+        return out
+
+
+def _kvstore(path: str):
+    if "://" in path and not path.startswith("file://"):
+        return path  # tensorstore's URL form (gs://, s3://, …)
+    return {"driver": "file", "path": path.removeprefix("file://")}
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    cache: str
+    weight: float = 1.0
+
+
+@dataclass
+class LevanterConfig:
+    """What of the run's config the order needs (see the module's docstring)."""
+
+    sources: list[Source]
+    seq_len: int
+    batch: int
+    seed: int = 0  # trainer.seed
+    data_seed: int | None = None
+    shuffle: bool | int = False  # True: whole; an int: era length; False: none
+    permutation: str = "linear"  # permutation_type (None in the config means linear)
+    block_size: int = 2048  # mixture_block_size
+    mixture: bool = False  # an LMMixtureDatasetConfig (even with one dataset)
+    prng: str = "partitionable"
+    numpy_major: int = 2
+    notes: list[str] = field(default_factory=list)
+
+
+class LevanterOrder:
+    """The run's order read at positions: the global instance (cache offset + row), first exposures, exposures."""
+
+    def __init__(self, config: LevanterConfig, counts: np.ndarray, total: int):
+        self.config, self.counts, self.total = config, np.asarray(counts, dtype=np.int64), int(total)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
+        mode = config.prng
+        data_key = (
+            prng_key(config.data_seed) if config.data_seed is not None else split(prng_key(config.seed), 4, mode)[0]
+        )
+        era = None if config.shuffle is True else (int(config.shuffle) if config.shuffle else 0)
+        if not config.mixture:
+            self.mixture = None
+            self.shuffles = [Shuffle(int(self.counts[0]), data_key, config.permutation, era, mode, config.numpy_major)]
+            self.epoch = int(self.counts[0])  # the dataset ends: positions beyond it do not exist
+            return
+        mix_key, key = split(data_key, 2, mode)
+        self.shuffles = []
+        for n, source in zip(self.counts.tolist(), config.sources, strict=True):
+            sub = key
+            if config.shuffle and source.weight > 0:  # build_caches("train") skips datasets of weight 0: no key
+                key, sub = split(key, 2, mode)
+            self.shuffles.append(Shuffle(n, sub, config.permutation, era, mode, config.numpy_major, True))
+        self.weighted = [i for i, s in enumerate(config.sources) if s.weight > 0]
+        self.mixture = Mixture([config.sources[i].weight for i in self.weighted], config.block_size, mix_key, mode)
+        self.epoch = max(self.total, 1)
+
+    def _locate(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        positions = np.asarray(positions, dtype=np.int64)
+        if self.mixture is None:
+            return np.zeros_like(positions), positions
+        d, k = self.mixture.locate(positions)
+        return np.asarray(self.weighted, dtype=np.int64)[d], k
+
+    def instance(self, positions: np.ndarray) -> np.ndarray:
+        d, k = self._locate(positions)
+        out = np.empty_like(d)
+        for di in np.unique(d).tolist():
+            at = d == di
+            out[at] = self.offsets[di] + self.shuffles[di].rows(k[at] % self.counts[di])
+        return out
+
+    def _position(self, d: int, k: int) -> int:
+        return k if self.mixture is None else self.mixture.position(self.weighted.index(d), k)
+
+    def _exposed(self, d: int, q: int) -> list[int]:
+        """Dataset d's indices k = q + j·n (j >= 0) at positions below ``total`` (a mixture's last block, cut by it,
+        is checked place by place: its indices are permuted)."""
+        n = int(self.counts[d])
+        if self.mixture is None:
+            return [q] if q < min(self.total, n) else []
+        if d not in self.weighted:
+            return []
+        c = int(self.mixture.counts[self.weighted.index(d)])
+        full_blocks, rest = divmod(self.total, self.mixture.block)
+        below = full_blocks * c  # indices in whole blocks before the cut
+        ks = list(range(q, below, n))
+        ks += [k for k in range(ks[-1] + n if ks else q, below + c, n) if rest and self._position(d, k) < self.total]
+        return ks
+
+    def exposures(self, instances: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(first position below ``total``, or -1; the number of positions below ``total``) of each instance."""
+        instances = np.asarray(instances, dtype=np.int64)
+        first = np.full(len(instances), -1, dtype=np.int64)
+        count = np.zeros(len(instances), dtype=np.int64)
+        d_of = np.searchsorted(self.offsets, instances, side="right") - 1
+        for i, (inst, d) in enumerate(zip(instances.tolist(), d_of.tolist(), strict=True)):
+            ks = [
+                k for q in self.shuffles[d].preimages(inst - int(self.offsets[d])).tolist() for k in self._exposed(d, q)
+            ]
+            if ks:
+                count[i] = len(ks)
+                per_block = 1 << 62 if self.mixture is None else int(self.mixture.counts[self.weighted.index(d)])
+                lowest = min(ks) // per_block  # only the earliest block can hold the first exposure
+                first[i] = min(self._position(d, k) for k in ks if k // per_block == lowest)
+        return first, count
+
+    def never_in_order(self) -> int:
+        """Rows no position of the run reaches (a single dataset cut by the run's last step)."""
+        if self.mixture is None:
+            return max(0, int(self.counts[0]) - self.total)
+        return 0
+
+
+def checkpoint_name(step: int) -> str:
+    """Levanter's name for the checkpoint after ``step`` updates: ``step-{step − 1}`` (``StepInfo.step`` is
+    ``state.step − 1``); it saves none before the first update."""
+    return "init (Levanter saves none)" if step == 0 else f"step-{step - 1}"
+
+
+@dataclass
+class LevanterRun:
+    files: LevanterCaches
+    order: LevanterOrder
+    batch: int
+    train_steps: int
+    notes: list[str]
+
+
+def open_run(config: LevanterConfig, train_steps: int | None) -> LevanterRun:
+    """The caches and the order; ``train_steps``: the run's last step (a single dataset: as many as it holds)."""
+    if not config.sources:
+        raise MemtuiError("--order levanter needs --caches NAME=DIR (one per dataset, in the config's order).")
+    if config.batch < 1:
+        raise MemtuiError(f"--batch-size must be at least 1, not {config.batch}.")
+    if not config.mixture and len(config.sources) > 1:
+        raise MemtuiError("a single-dataset config (--single-dataset) reads one cache; give one --caches entry.")
+    if train_steps is None and config.mixture:
+        raise MemtuiError("a mixture never runs out: give the run's last step (--train-steps).")
+    skipped = [s.name for s in config.sources if s.weight <= 0]
+    if skipped:  # as Levanter: a dataset of weight 0 is not loaded for training, nor keyed
+        config = replace(config, sources=[s for s in config.sources if s.weight > 0])
+        config.notes = [*config.notes, f"weight 0, not read: {', '.join(skipped)}"[:500]]
+    files = LevanterCaches([s.cache for s in config.sources], [s.name for s in config.sources], config.seq_len)
+    held = files.n_instances // config.batch if not config.mixture else None
+    steps = held if train_steps is None else (train_steps if held is None else min(train_steps, held))
+    if steps < 1:
+        raise MemtuiError(f"the caches hold fewer rows ({files.n_instances}) than one batch of {config.batch}.")
+    order = LevanterOrder(config, files.counts, steps * config.batch)
+    notes = [
+        f"{files.n_instances:,} rows of {config.seq_len} tokens in {len(files.paths)} cache(s), {config.batch} a step"
+    ]
+    if any(not s.exact for s in order.shuffles):
+        notes.append("linear permutation in float64 (NumPy 2) is inexact here: some rows repeat, others never come")
+    return LevanterRun(files, order, config.batch, steps, notes + config.notes)
+
+
+def sample_levanter(run: LevanterRun, steps, *, k: int, m: int, n_controls: int, seed: int = 0):
+    """A panel: per cohort k steps x m instances, each treated at its first exposure, and controls with no exposure
+    by the panel's last step. Returns the sampled order and each instance's exposures and sampled position."""
+    from memtui.orders.sampling import NEVER, SampledOrder, Stage, _cohorts, _read, _treated_positions
+
+    steps = sorted({int(s) for s in steps})
+    stage = Stage(name="levanter", files=run.files, indices=lambda: None, batch=run.batch)
+    rng = np.random.default_rng([seed, 0])
+    order = run.order
+    last = min(max(steps), run.train_steps)
+    pos, _ = _treated_positions(rng, stage, _cohorts(steps, 0, run.train_steps), k, m)
+    inst, keep = np.unique(order.instance(pos), return_index=True)  # a repeat drawn twice is one instance
+    pos = pos[keep]
+    first, exposures = order.exposures(inst)
+    first_step = first // run.batch + 1
+    treat = np.array([min(c for c in steps if c >= f) for f in first_step.tolist()], dtype=np.int64)
+    counts: dict[str, int] = {}
+    parts = [_read(stage, 0, first, treat, inst, counts, "treated", None)]
+    extra = [exposures, pos]
+    if n_controls:
+        cpos, cinst, cexp, dropped = _controls(order, rng, n_controls, last * run.batch)
+        counts["levanter/controls_exposed_earlier"] = dropped
+        parts.append(_read(stage, 0, cpos, np.full(len(cpos), NEVER), cinst, counts, "controls", None))
+        extra = [np.concatenate([exposures, cexp]), np.concatenate([pos, cpos])]
+    merged = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    if not (merged["treatment"] != NEVER).any():
+        raise MemtuiError("no training instance falls into the panel's checkpoint steps; check --steps.")
+    sampled = SampledOrder(
+        ids=merged["ids"], treatment=merged["treatment"], tokens=merged["tokens"],
+        stage=merged["stage"].astype(np.int16), file=merged["file"].astype(np.int32), offset=merged["offset"],
+        position=merged["position"], stage_names=["levanter"], files=[list(run.files.paths)], steps=steps,
+        revisions=[checkpoint_name(s) for s in steps], counts=counts, notes=list(run.notes),
+    )  # fmt: skip
+    sampled.source = np.array([run.files.labels[f] for f in sampled.file.tolist()])
+    return sampled, {"exposures": extra[0], "sampled_position": extra[1]}
+
+
+def _controls(order: LevanterOrder, rng, n_controls: int, lo: int):
+    """Controls: instances at positions after the panel's last step whose first exposure is after it too."""
+    hi = order.epoch if order.mixture is None else max(order.epoch, lo + 64 * n_controls)
+    if lo >= hi:
+        raise MemtuiError(
+            "every row is trained by the panel's last step: no never-trained control is left in the order; end the "
+            "panel earlier (--steps)."
+        )
+    cpos = np.sort(rng.choice(hi - lo, size=min(n_controls, hi - lo), replace=False)) + lo
+    cinst, keep = np.unique(order.instance(cpos), return_index=True)
+    cpos = cpos[keep]
+    first, count = order.exposures(cinst)
+    fresh = (first < 0) | (first >= lo)  # no exposure before the panel's last step
+    return cpos[fresh], cinst[fresh], count[fresh], int((~fresh).sum())

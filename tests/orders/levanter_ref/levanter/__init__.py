@@ -1,0 +1,1 @@
+# memtui: empty, so that importing levanter.data does not import the trainer (see ../README.md)
