@@ -102,12 +102,22 @@ class PermutationBand:
     miscalibrated_below = 1  # exact by design: no cohort size where it over-rejects
     small_sample_plan = True  # plans as the calibrated band (the permutation quantile is close to its Welch t)
 
-    def __init__(self, *, centred: bool = False) -> None:
+    def __init__(self, *, centred: bool = False, controls: bool = True) -> None:
         # uncentred (the band): the raw rows relabelled, exact under the sharp null of no memorisation. centred: each
         # treated row less its own cohort's estimated post-treatment effects first; measured anti-conservative (the
         # estimates bring the controls' noise into the treated rows, where it cancels: docs/methods.md), kept for
         # benchmarks/permutation_level.py
         self.centred = centred
+        # controls permuted with the treated instances (the band): a permuted cohort and the permuted controls draw
+        # the treated instances alike, so the effects they carry cancel in expectation; fixed (False): the treated
+        # labels alone, whose law widens with every effect in the data (docs/methods.md, benchmarks/
+        # permutation_constructions.py)
+        self.controls = controls
+
+    @property
+    def _controls(self) -> bool:
+        """Whether the controls are permuted with the treated instances (never with the centred rows)."""
+        return self.controls and not self.centred
 
     def draws_label(self, draws: int) -> str:
         """How a header names the number of draws: P permutations."""
@@ -159,7 +169,7 @@ class PermutationBand:
         keys, n_keys = (source.keys, source.n_keys) if source is not None else (None, None)
         drawn = permutations.permute(
             lay, est, masks, se, count=draws, seed=seed, floor=floor, keys=keys, n_keys=n_keys, progress=progress,
-            prepared=prepared, centred=self.centred,
+            prepared=prepared, centred=self.centred, controls=self._controls,
         )  # fmt: skip
         # a permutation keeps the cohorts' sizes: the aggregates' weights do not move (no weight term)
         boot = did.BootstrapDraws(cells=drawn.cells, group_w=np.zeros((lay.n_groups, draws)))
@@ -189,7 +199,7 @@ class PermutationBand:
 
         if permutations.unsupported(lay) is not None:
             return None
-        return permutations.plan(lay, est, centred=self.centred), members
+        return permutations.plan(lay, est, centred=self.centred, controls=self._controls), members
 
     def from_draws(self, boot) -> None:
         return None  # permutations, not multiplier draws
@@ -201,14 +211,22 @@ class PermutationBand:
             return evidence.r_did_notes(lay, est)
         import math
 
-        treated = int(lay.n_units - lay.group_n[0])
-        notes = [
-            f"permutation band: the cohort labels of the {treated} treated instances permuted (cohort sizes kept, the "
-            f"{int(lay.group_n[0])} never-trained instances fixed); exact under the sharp null of no cohort-specific "
-            "effect where the training order is a uniform shuffle"
-        ]
+        treated, never = int(lay.n_units - lay.group_n[0]), int(lay.group_n[0])
+        if self._controls:
+            notes = [
+                f"permutation band: the labels of the {treated} treated and {never} never-trained instances permuted "
+                "(cohort and control sizes kept); exact under the sharp null of no cohort-specific effect where the "
+                "training order is a uniform shuffle and the controls were drawn from it (past the last trained step)"
+            ]
+        else:
+            notes = [
+                f"permutation band: the cohort labels of the {treated} treated instances permuted (cohort sizes kept, "
+                f"the {never} never-trained instances fixed); exact under the sharp null of no cohort-specific effect "
+                "where the training order is a uniform shuffle"
+            ]
         # how many distinct labellings there are: N! / prod n_g! (a permutation within a cohort changes nothing)
-        sizes = lay.group_n[1:]
+        sizes = lay.group_n[0 if self._controls else 1 :]
+        treated = treated + never if self._controls else treated
         labellings = math.lgamma(treated + 1) - sum(math.lgamma(int(n) + 1) for n in sizes)
         if labellings < math.log(20):
             notes.append(

@@ -71,19 +71,28 @@ class Plan:
     cross: np.ndarray  # per cell: 1 its squares have a cross term (the sums' c at its column), 0 none (base: none)
     n: np.ndarray  # per cell: its cohort's size (float)
     shift: np.ndarray  # per cell: the controls' change less the level the estimate adds back (att = dm - shift)
-    ctrl_var: np.ndarray  # per cell: the controls' part of the variance (fixed)
-    treated_rows: slice  # the treated rows in the layout
+    ctrl_var: np.ndarray  # per cell: the controls' part of the variance where they are fixed (0 where permuted)
+    treated_rows: slice  # the permuted rows in the layout (the treated ones, or every row with the controls)
+    ctrl_group: int = -1  # the controls' group in the sums (0) where they are permuted with the treated, else -1
+    ctrl_n: float = 0.0  # the controls' number
 
 
-def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = False) -> Plan:
+def plan(
+    lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = False,
+    controls: bool = False,
+) -> Plan:  # fmt: skip
     """The ``Plan`` of ``lay`` (``unsupported`` must be None). ``keys``, ``n_keys``: the key of each of the layout's
     data rows (``Layout.source_rows`` index them) and how many keys there are (a source shared by layouts on subsets
     of one panel: subgroups, seeds); default: each treated instance's rank among the treated instances (by data row),
     so that layouts of the same instances (a suite's models and metrics) key them alike whatever else they hold.
     ``centred``: each treated row less its own cohort's estimated post-treatment effects (``centre_rows``), so that
     permutations do not carry one cohort's effects into another; not exact, and measured anti-conservative (see
-    ``centre_rows``): the band runs uncentred."""
-    treated = slice(int(lay.group_start[1]), lay.n_units)
+    ``centre_rows``): the band runs uncentred. ``controls``: the never-trained controls are permuted with the treated
+    instances (their label one more group of the sums, the first), not fixed."""
+    if centred and controls:
+        raise ValueError("the centred rows are for fixed controls")
+    first = 0 if controls else 1  # the first group permuted
+    treated = slice(int(lay.group_start[first]), lay.n_units)
     width = lay.y.shape[1]
     padded = 1 + -(-width // _BLOCK) * _BLOCK
     y = np.zeros((lay.n_units - treated.start, padded), np.float32)
@@ -93,11 +102,11 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
         keys = np.empty(int(rows.max()) + 1, np.int64)
         keys[np.sort(rows[treated])] = np.arange(lay.n_units - treated.start)
         n_keys = lay.n_units - treated.start
-    starts = lay.group_start[1:] - treated.start
-    cohort = lay.cell_group - 1
-    # each cohort's base: the base of its instantaneous cell (c = g), whatever the estimator
+    starts = lay.group_start[first:] - treated.start
+    cohort = lay.cell_group - first
+    # each cohort's base: the base of its instantaneous cell (c = g), whatever the estimator (the controls: none)
     inst = lay.cell_t == lay.group_index[lay.cell_group]
-    base = np.full(lay.n_groups - 1, width - 1, np.int64)
+    base = np.full(lay.n_groups - first, width - 1, np.int64)
     base[cohort[inst]] = lay.cell_b[inst]
     with_base = (lay.cell_b == base[cohort]) & (lay.cell_b != width - 1)
     lagged = ~with_base & (lay.cell_b == lay.cell_t - 1)
@@ -109,6 +118,9 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
     if centred:
         centre_rows(lay, est, y, starts, lagged)
     level = lay.level if lay.level is not None else np.zeros(width)
+    lift = level[lay.cell_t] - level[lay.cell_b]
+    # permuted controls: their change and variance are each permutation's own (``_control_parts``)
+    shift, ctrl_var = (-lift, np.zeros(len(lift))) if controls else (est.dmu - lift, _control_variance(lay))
     keys = np.asarray(keys)[rows[treated]]
     row_of_key = np.full(int(n_keys), -1, np.int64)
     row_of_key[keys] = np.arange(len(keys))
@@ -119,7 +131,8 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
         n_keys=int(n_keys), row_of_key=row_of_key, by_key=np.argsort(keys, kind="stable"), cohort=cohort,
         col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
-        shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay), treated_rows=treated,
+        shift=shift, ctrl_var=ctrl_var, treated_rows=treated, ctrl_group=0 if controls else -1,
+        ctrl_n=float(lay.group_n[0]),
     )  # fmt: skip
 
 
@@ -226,12 +239,13 @@ def _library():
     if lib is None or not hasattr(lib, "perm_version"):
         return None
     lib.perm_version.restype = ctypes.c_int64
-    if lib.perm_version() != 5:
+    if lib.perm_version() != 6:
         return None
     lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
     lib.perm_sums.restype = None
-    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_double, ctypes.c_void_p,
-                               ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_int64, ctypes.c_double,
+                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
+                               ctypes.c_void_p]  # fmt: skip
     lib.perm_cells.restype = None
     lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
@@ -277,14 +291,36 @@ def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return out[0], out[1], out[2]
 
 
-def cell_stats(p: Plan, s, q, c) -> tuple[np.ndarray, np.ndarray]:
+def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
+    """The controls' part of each cell's variance: fixed (``p.ctrl_var``, per cell) where the controls are, else per
+    permutation (count x cells): the permuted controls' centred changes' sum of squares over their number squared, as
+    ``_control_variance`` forms the observed controls' (from their Gram matrix, float64, centred first: the levels
+    dwarf the changes)."""
+    if p.ctrl_group < 0:
+        return p.ctrl_var
+    rows = order[:, p.starts[p.ctrl_group] : p.starts[p.ctrl_group + 1]]
+    out = np.empty((len(order), len(p.cohort)))
+    t, b = p.col_t, p.col_b
+    for j, mine in enumerate(rows):
+        z = p.y[mine].astype(np.float64)
+        z -= z.mean(axis=0)
+        gram = z.T @ z
+        out[j] = (gram[t, t] + gram[b, b] - 2 * gram[t, b]) / (p.ctrl_n * p.ctrl_n)
+    return out
+
+
+def cell_stats(p: Plan, s, q, c, ctrl_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per permutation and cell, the estimate and its variance (count x cells, float64) from the sums: the real
-    estimate's formulas (``did.point_estimates``) with the cohort's rows the permutation gave it."""
+    estimate's formulas (``did.point_estimates``) with the cohort's rows the permutation gave it (and the controls'
+    part of the variance ``ctrl_var``, per cell or per permutation and cell: by default the fixed controls')."""
     g, ct, cb, n = p.cohort, p.col_t, p.col_b, p.n
     dm = (s[:, g, ct].astype(float) - s[:, g, cb]) / n
     ss = q[:, g, ct].astype(float) + q[:, g, cb] - 2 * p.cross * c[:, g, ct].astype(float) - n * dm * dm
     np.maximum(ss, 0, out=ss)
-    return dm - p.shift, ss / (n * n) + p.ctrl_var
+    att = dm - p.shift
+    if p.ctrl_group >= 0:  # the permuted controls' change
+        att -= (s[:, p.ctrl_group, ct].astype(float) - s[:, p.ctrl_group, cb]) / p.ctrl_n
+    return att, ss / (n * n) + (p.ctrl_var if ctrl_var is None else ctrl_var)
 
 
 @dataclass
@@ -316,17 +352,19 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
     """One chunk of permutations: their estimates into ``cells[:, start:]`` and each class's maximum |t| (chunk x
     classes)."""
     top = np.zeros((len(order), n_labels))
+    ctrl_var = _control_parts(p, order)
     if compiled():
         att = np.empty((len(order), len(p.cohort)), np.float32)
         s = sums(p, order)
         _LIB.perm_cells(
             len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
             p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
-            p.ctrl_var.ctypes.data, floor * floor, label.ctypes.data, n_labels, att.ctypes.data, top.ctypes.data,
+            ctrl_var.ctypes.data, ctrl_var.shape[1] if ctrl_var.ndim == 2 else 0, floor * floor, label.ctypes.data,
+            n_labels, p.ctrl_group, p.ctrl_n, att.ctypes.data, top.ctypes.data,
         )  # fmt: skip
         cells[:, start : start + len(order)] = att.T
         return np.sqrt(top)
-    att, var = cell_stats(p, *sums(p, order))
+    att, var = cell_stats(p, *sums(p, order), ctrl_var=ctrl_var)
     cells[:, start : start + len(order)] = att.T
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -339,13 +377,14 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
 def permute(
     lay: Layout, est, masks: dict[str, np.ndarray], se: np.ndarray, *, count: int, seed: int, floor: float,
     keys: np.ndarray | None = None, n_keys: int | None = None, progress: Callable[[float], None] | None = None,
-    prepared: Plan | None = None, centred: bool = False,
+    prepared: Plan | None = None, centred: bool = False, controls: bool = False,
 ) -> Drawn:  # fmt: skip
     """``count`` seeded permutations of ``lay``'s cohort labels: the cells' permuted estimates and each mask's law of
     max |estimate / its standard error| over its cells with a usable ``se`` (the observed standard errors, floored:
     a cell without one is in no family). Each permutation's standard errors are its own (the estimate's formula), a
-    permuted one at or below ``floor`` leaving its cell out of that permutation's maximum."""
-    p = prepared if prepared is not None else plan(lay, est, keys, n_keys, centred=centred)
+    permuted one at or below ``floor`` leaving its cell out of that permutation's maximum. ``controls``: the
+    never-trained controls permuted with the treated instances (``plan``)."""
+    p = prepared if prepared is not None else plan(lay, est, keys, n_keys, centred=centred, controls=controls)
     usable = np.isfinite(se)
     fams = {name: np.asarray(m, bool) & usable for name, m in masks.items()}
     label, classes = _classes(fams)
