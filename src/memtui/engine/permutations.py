@@ -6,23 +6,25 @@ by design. Under the sharp null of no cohort-specific effect (every treated inst
 whichever cohort it had fallen in) every relabelling of the treated instances that keeps the cohorts' sizes was as
 likely as the one observed, and a statistic computed the same way under each of them has the observed one's law: the
 test is exact in finite samples whatever the noise looks like (skewed, heavy-tailed, persistent). The never-trained
-rows are fixed (they were never in the order).
+controls drawn from the same order past the last trained step (``--controls beyond``) are part of that experiment:
+with ``controls=True`` (the band) their label is permuted with the cohorts', so that a permuted cohort and the permuted
+controls draw the treated instances (and their effects) alike; with ``controls=False`` they are fixed.
 
 A permutation re-indexes the treated rows: cohort g's sums are those of the rows the permutation gives it. Each cell's
 estimate and standard error are then the real estimate's own formulas (``did.point_estimates``: the difference of the
 cohort's and the controls' changes, the HC1 variance of both) from four per-cohort column sums: y, y^2, y times the
 cohort's base column and y times the previous column (a cell's base is the cohort's base for post-treatment cells and
-the checkpoint before c for varying-base placebo cells). The controls (never trained) do not move: their part of every
-cell is computed once. The sums are one pass over the treated rows per permutation (``_kernels.c``'s ``perm_sums``;
-a sparse product in numpy where the library is not built).
+the checkpoint before c for varying-base placebo cells). Fixed controls' part of every cell is computed once; permuted
+controls are one more group of the sums (their change) and their part of the variance comes from their Gram matrix per
+permutation (``_control_parts``: their cells' bases differ by cohort). The sums are one pass over the treated rows per
+permutation (``_kernels.c``'s ``perm_sums``; a sparse product in numpy where the library is not built).
 
-Permutations are drawn over *keys*: by default each treated instance's rank among the treated instances (by panel
-row), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j puts the keys in a uniformly random
-order and hands the cohorts' slots out in that order, so two layouts with the same treated instances and cohort sizes
-(one panel scored by several models, several metrics) get the same relabelling, and layouts on disjoint subsets of one
-keyed panel (subgroups) independent relabellings within each: a permutation stratified by subset, exact for their
-joint statements.
-"""
+Permutations are drawn over *keys*: by default each instance's data row (each treated instance's rank among the
+treated instances with the controls fixed), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j
+puts the keys in a uniformly random order and hands the cohorts' slots out in that order, so two layouts with the same
+treated instances and cohort sizes (one panel scored by several models, several metrics) get the same relabelling, and
+layouts on disjoint subsets of one keyed panel (subgroups) independent relabellings within each: a permutation
+stratified by subset, exact for their joint statements."""
 
 from __future__ import annotations
 
@@ -75,6 +77,7 @@ class Plan:
     treated_rows: slice  # the permuted rows in the layout (the treated ones, or every row with the controls)
     ctrl_group: int = -1  # the controls' group in the sums (0) where they are permuted with the treated, else -1
     ctrl_n: float = 0.0  # the controls' number
+    rebased: np.ndarray | None = None  # with the controls permuted: ``y`` less each row's first checkpoint (float32)
 
 
 def plan(
@@ -98,7 +101,9 @@ def plan(
     y = np.zeros((lay.n_units - treated.start, padded), np.float32)
     y[:, 1 : width + 1] = lay.y[treated]
     rows = lay.source_rows if lay.source_rows is not None else np.arange(lay.n_units)
-    if keys is None:  # each treated instance keyed by its rank among them: the same instances, the same keys
+    if keys is None and controls:  # each instance keyed by its data row: the same instances, the same keys
+        keys, n_keys = np.arange(int(rows.max()) + 1), int(rows.max()) + 1
+    elif keys is None:  # each treated instance keyed by its rank among them: the same instances, the same keys
         keys = np.empty(int(rows.max()) + 1, np.int64)
         keys[np.sort(rows[treated])] = np.arange(lay.n_units - treated.start)
         n_keys = lay.n_units - treated.start
@@ -132,7 +137,7 @@ def plan(
         col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
         shift=shift, ctrl_var=ctrl_var, treated_rows=treated, ctrl_group=0 if controls else -1,
-        ctrl_n=float(lay.group_n[0]),
+        ctrl_n=float(lay.group_n[0]), rebased=y - y[:, 1:2] if controls else None,
     )  # fmt: skip
 
 
@@ -294,19 +299,17 @@ def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
     """The controls' part of each cell's variance: fixed (``p.ctrl_var``, per cell) where the controls are, else per
     permutation (count x cells): the permuted controls' centred changes' sum of squares over their number squared, as
-    ``_control_variance`` forms the observed controls' (from their Gram matrix, float64, centred first: the levels
-    dwarf the changes)."""
+    ``_control_variance`` forms the observed controls', from their Gram matrix (one float32 BLAS product per
+    permutation, on rows less their first checkpoint and centred: the instances' levels, which dwarf the changes, are
+    taken out before the products, so float32 keeps the changes' variance to about 1e-5)."""
     if p.ctrl_group < 0:
         return p.ctrl_var
-    rows = order[:, p.starts[p.ctrl_group] : p.starts[p.ctrl_group + 1]]
-    out = np.empty((len(order), len(p.cohort)))
+    z = p.rebased[order[:, p.starts[p.ctrl_group] : p.starts[p.ctrl_group + 1]]]  # count x controls x width
+    z -= z.mean(axis=1, keepdims=True)
+    gram = np.matmul(z.transpose(0, 2, 1), z)
     t, b = p.col_t, p.col_b
-    for j, mine in enumerate(rows):
-        z = p.y[mine].astype(np.float64)
-        z -= z.mean(axis=0)
-        gram = z.T @ z
-        out[j] = (gram[t, t] + gram[b, b] - 2 * gram[t, b]) / (p.ctrl_n * p.ctrl_n)
-    return out
+    out = gram[:, t, t].astype(np.float64) + gram[:, b, b] - 2 * gram[:, t, b].astype(np.float64)
+    return np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n)
 
 
 def cell_stats(p: Plan, s, q, c, ctrl_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
