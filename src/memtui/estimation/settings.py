@@ -158,8 +158,8 @@ def controls_not_in_order(panel) -> str | None:
 
 
 # why a shuffled-order panel whose controls were drawn from the order gets the permutation band by default
-# (benchmarks/placebo.py and benchmarks/permutation_constructions.py; docs/calibration-study.md, "The permutation
-# band's constructions")
+# (benchmarks/placebo.py, benchmarks/permutation_constructions.py;
+# docs/calibration-study.md, "The permutation band's constructions")
 PERMUTATION_DEFAULT = (
     "the training order is a uniform shuffle and the controls were drawn from it, so the labels were assigned at "
     "random: exact under no memorisation whatever the noise (skewed null, 30 per cohort: 7.0 % post, 5.0 % pre-trend "
