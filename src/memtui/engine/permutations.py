@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memtui.engine import kernels
+from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import NEVER_INDEX, Layout
 
 _BLOCK = 16  # _kernels.c's PERM_BLOCK: the padded width of the rows less one is a multiple of it
@@ -137,8 +138,14 @@ def plan(
         col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
         shift=shift, ctrl_var=ctrl_var, treated_rows=treated, ctrl_group=0 if controls else -1,
-        ctrl_n=float(lay.group_n[0]), rebased=y - y[:, 1:2] if controls else None,
+        ctrl_n=float(lay.group_n[0]), rebased=_rebased(y, width) if controls else None,
     )  # fmt: skip
+
+
+def _rebased(y: np.ndarray, width: int) -> np.ndarray:
+    """The padded rows' used columns (0 .. width) less each row's first checkpoint (column 1), contiguous: what the
+    permuted controls' Gram products read (``_control_parts``)."""
+    return np.ascontiguousarray(y[:, : width + 1] - y[:, 1:2])
 
 
 def centre_rows(lay: Layout, est, y: np.ndarray, starts: np.ndarray, lagged: np.ndarray) -> None:
@@ -309,7 +316,8 @@ def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
     gram = np.matmul(z.transpose(0, 2, 1), z)
     t, b = p.col_t, p.col_b
     out = gram[:, t, t].astype(np.float64) + gram[:, b, b] - 2 * gram[:, t, b].astype(np.float64)
-    return np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n)
+    # C order (the compiled loop reads permutation j's row at j * cells): the fancy-indexed sums are not
+    return np.ascontiguousarray(np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n))
 
 
 def cell_stats(p: Plan, s, q, c, ctrl_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -413,12 +421,15 @@ def permute(
             progress(min(1.0, done[0] / count))
 
     workers = min(len(chunks), os.cpu_count() or 1)
-    if workers <= 1:
-        for item in chunks:
-            one(item)
-    else:  # the compiled loops release the GIL: chunks on every core (each writes its own columns)
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(one, chunks))
+    # the permuted controls' Gram products on one BLAS thread each: the chunks already run on every core, and
+    # OpenBLAS's own threads inside each of them spun 40x the CPU on a loaded machine (benchmarks/permutation_cost.py)
+    with one_blas_thread():
+        if workers <= 1:
+            for item in chunks:
+                one(item)
+        else:  # the compiled loops release the GIL: chunks on every core (each writes its own columns)
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(one, chunks))
     laws = {}
     for (name, m), mine in zip(fams.items(), classes, strict=True):
         laws[name] = np.full(count + 1, np.nan)
