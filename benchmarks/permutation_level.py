@@ -12,9 +12,10 @@ the panel's), on the same data. Rows:
   Counted per panel: the post band flags a cell (family-wise error), the pre-trend check rejects (p < alpha).
 - **partial null**: the same noise, an effect at c = g only (``--transient`` times the noise's step sd, every cohort):
   family-wise error over the null post cells (c > g), strong control.
-Columns: the permutation band (the raw treated rows relabelled), its centred law (each treated row less its own
-cohort's estimated post-treatment effects before relabelling: ``PermutationBand.centred``, off in the band) and the
-calibrated band.
+Columns: the permutation band (every instance's label relabelled, the never-trained controls' included), the
+treated labels alone relabelled with the controls fixed (``PermutationBand.controls`` off: the band before issue 29's
+construction study), its centred law (each treated row less its own cohort's estimated post-treatment effects
+before relabelling: ``PermutationBand.centred``, off in the band) and the calibrated band.
 
 - **power**: benchmarks/calibration.py's panels (white noise sd 8, instance sd 60) with its profile (peak 12 x effect,
   decaying to 15 %) at effect ``--effect`` (the issue's delta), 100 per cohort, 20 x 21: the share of the truly
@@ -41,22 +42,24 @@ from memtui.estimation.estimate import estimate  # noqa: E402
 from memtui.estimation.settings import Settings  # noqa: E402
 from memtui.panel.model import NEVER, Panel  # noqa: E402
 
-# the columns: the permutation band (the raw rows relabelled: exact under the sharp null), its centred law (each
-# treated row less its own cohort's estimated post-treatment effects first: engine.permutations.centre_rows, off in
-# the band) and the calibrated band
-BANDS = ("permutation", "centred", "calibrated")
+# the columns: the permutation band (every label relabelled, the controls' included: exact under the sharp null), the
+# treated labels alone (controls fixed), its centred law (each treated row less its own cohort's estimated
+# post-treatment effects first: engine.permutations.centre_rows, off in the band) and the calibrated band
+BANDS = ("permutation", "treated", "centred", "calibrated")
 
 
 def run_band(panel, band: str, settings: dict, seed: int):
-    """One estimate under ``band`` (a column of ``BANDS``); "centred" runs the permutation band with its law centred
-    (the registered band's switch, put back after)."""
-    if band != "centred":
+    """One estimate under ``band`` (a column of ``BANDS``); "treated" and "centred" run the permutation band with the
+    controls fixed or its law centred (the registered band's switches, put back after)."""
+    if band not in ("centred", "treated"):
         return estimate(panel, Settings(band=band, seed=seed, **settings))
-    PERMUTATION.centred = True
+    switch = "centred" if band == "centred" else "controls"
+    before = getattr(PERMUTATION, switch)
+    setattr(PERMUTATION, switch, not before)
     try:
         return estimate(panel, Settings(band="permutation", seed=seed, **settings))
     finally:
-        PERMUTATION.centred = False
+        setattr(PERMUTATION, switch, before)
 
 
 def skewed_panel(seed: int, per: int, transient: float = 0.0, cohorts: int = 20, never: int = 200, t: int = 21):

@@ -47,6 +47,38 @@ def test_the_identity_permutation_gives_the_estimate_and_its_standard_error(loop
     np.testing.assert_allclose(np.sqrt(var[0]), est.se, rtol=1e-4)
 
 
+@pytest.mark.parametrize("estimator,base_period", [d for d in DESIGNS if d[0] != "extractable"])
+def test_with_the_controls_permuted_the_identity_gives_the_estimate_and_its_standard_error(loops, estimator,
+                                                                                          base_period):  # fmt: skip
+    """The controls' label permuted too: their change and their part of the variance are each permutation's own, so
+    the identity (every instance in its own group) is the estimate with its own standard error."""
+    lay, est = _layout(estimator, base_period)
+    p = permutations.plan(lay, est, controls=True)
+    assert len(p.keys) == lay.n_units and p.ctrl_group == 0
+    identity = np.arange(len(p.keys))[None]
+    att, var = permutations.cell_stats(p, *permutations.sums(p, identity),
+                                       ctrl_var=permutations._control_parts(p, identity))  # fmt: skip
+    scale = np.abs(est.att).max()
+    np.testing.assert_allclose(att[0], est.att, atol=1e-5 * scale)
+    np.testing.assert_allclose(np.sqrt(var[0]), est.se, rtol=1e-4)
+
+
+def test_with_the_controls_permuted_a_cell_is_its_rows_less_the_rows_given_the_controls(loops):
+    lay, est = _layout()
+    p = permutations.plan(lay, est, controls=True)
+    order = permutations.orders(p, np.arange(1, 3, dtype=np.uint64))[:1]
+    assert sorted(order[0]) == list(range(lay.n_units))
+    att, var = permutations.cell_stats(p, *permutations.sums(p, order), ctrl_var=permutations._control_parts(p, order))
+    rows = lay.y[order[0]]
+    ctrl, mine = rows[p.starts[0] : p.starts[1]], rows[p.starts[1] : p.starts[2]]  # the controls' and group 1's slots
+    cell = np.flatnonzero(lay.cell_group == 1)[-1]
+    t, b = lay.cell_t[cell], lay.cell_b[cell]
+    d, dc = mine[:, t] - mine[:, b], ctrl[:, t] - ctrl[:, b]
+    assert att[0, cell] == pytest.approx(d.mean() - dc.mean(), abs=1e-5)
+    expected = ((d - d.mean()) ** 2).sum() / len(d) ** 2 + ((dc - dc.mean()) ** 2).sum() / len(dc) ** 2
+    assert var[0, cell] == pytest.approx(expected, rel=1e-4)
+
+
 @pytest.mark.parametrize("estimator,base_period", DESIGNS)
 def test_the_centred_rows_estimate_zero_at_every_post_cell_under_the_identity(loops, estimator, base_period):
     """Centred (each treated row less its own cohort's estimated effects): under the observed labelling every
@@ -81,13 +113,14 @@ def test_a_permutation_is_a_relabelling_of_the_treated_rows_with_the_cohort_size
     assert att[0, cell] == pytest.approx(expected, abs=1e-5)
 
 
-def test_the_compiled_loops_and_numpy_make_the_same_permutations_and_laws(monkeypatch):
+@pytest.mark.parametrize("controls", [False, True])
+def test_the_compiled_loops_and_numpy_make_the_same_permutations_and_laws(controls, monkeypatch):
     if not permutations.compiled():
         pytest.skip("the compiled loops are not built")
     lay, est = _layout()
     masks = {"post": ~lay.cell_pre, "pre": lay.cell_pre}
     se = did.floored(est.se, did.se_floor(lay.scale))
-    kw = {"count": 40, "seed": 3, "floor": did.se_floor(lay.scale)}
+    kw = {"count": 40, "seed": 3, "floor": did.se_floor(lay.scale), "controls": controls}
     fast = permutations.permute(lay, est, masks, se, **kw)
     monkeypatch.setenv("MEMTUI_KERNELS", "numpy")
     slow = permutations.permute(lay, est, masks, se, **kw)
@@ -119,7 +152,7 @@ def _new_cohorts(p, seeds, keys) -> np.ndarray:
     return out
 
 
-def _null_p_values(lay, est, *, count: int, seed: int, broken: bool, monkeypatch) -> dict[str, float]:
+def _null_p_values(lay, est, *, count: int, seed: int, broken: bool, monkeypatch, controls=False) -> dict[str, float]:
     """The post family's and the placebo family's p-values of one labelling, under the uncentred law (the exact
     one: the centred law subtracts estimates, so it is exact only asymptotically)."""
     masks = {"post": ~lay.cell_pre, "pre": lay.cell_pre}
@@ -127,16 +160,17 @@ def _null_p_values(lay, est, *, count: int, seed: int, broken: bool, monkeypatch
     if broken:  # the labels not permuted: every "permutation" is the observed labelling
         monkeypatch.setattr(permutations, "orders", lambda p, seeds: np.tile(np.arange(len(p.keys)), (len(seeds), 1)))
     drawn = permutations.permute(lay, est, masks, se, count=count, seed=seed, floor=did.se_floor(lay.scale),
-                                 centred=False)  # fmt: skip
+                                 centred=False, controls=controls)  # fmt: skip
     return {name: float(np.mean(law >= law[0])) for name, law in drawn.laws.items()}
 
 
-@pytest.mark.parametrize("broken", [False, True])
-def test_p_values_are_uniform_over_random_labellings_of_fixed_skewed_outcomes(broken, monkeypatch):
+@pytest.mark.parametrize("broken,controls", [(False, False), (True, False), (False, True), (True, True)])
+def test_p_values_are_uniform_over_random_labellings_of_fixed_skewed_outcomes(broken, controls, monkeypatch):
     """Exactness (the uncentred law), whatever the noise: fixed outcomes (skewed, persistent: a random walk of centred
     exponential steps), the cohort labels assigned at random again and again (the design's own randomisation); the
-    p-value of each labelling is uniform on {1, ..., P + 1} / (P + 1), so P(p <= k / (P + 1)) = k / (P + 1). A band
-    that does not permute the labels (p = 1 always) fails."""
+    p-value of each labelling is uniform on {1, ..., P + 1} / (P + 1), so P(p <= k / (P + 1)) = k / (P + 1). With the
+    controls permuted too (the band), their label is assigned at random with the cohorts' (controls drawn from the
+    shuffled order). A band that does not permute the labels (p = 1 always) fails."""
     rng = np.random.default_rng(5)
     cohorts, per, never, t = 5, 6, 20, 7
     steps = np.arange(t) * 1000
@@ -145,10 +179,14 @@ def test_p_values_are_uniform_over_random_labellings_of_fixed_skewed_outcomes(br
     count, reps = 19, 200
     got = {"post": [], "pre": []}
     for r in range(reps):
-        treatment = np.concatenate([rng.permutation(labels), np.full(never, NEVER)])
+        treatment = np.concatenate([labels, np.full(never, NEVER)])
+        if controls:
+            treatment = rng.permutation(treatment)
+        else:
+            treatment[: len(labels)] = rng.permutation(labels)
         lay = build_layout(y, treatment, steps, never=NEVER)
         for name, p in _null_p_values(lay, did.point_estimates(lay), count=count, seed=r, broken=broken,
-                                      monkeypatch=monkeypatch).items():  # fmt: skip
+                                      monkeypatch=monkeypatch, controls=controls).items():  # fmt: skip
             got[name].append(p)
     exact = True
     for ps in got.values():

@@ -12,7 +12,13 @@ import pytest
 from memtui.core.errors import MemtuiError
 from memtui.engine import permutations
 from memtui.estimation.estimate import estimate
-from memtui.estimation.settings import PERMUTATION_NOT_DEFAULT, Settings, default_band, order_not_shuffled
+from memtui.estimation.settings import (
+    PERMUTATION_DEFAULT,
+    Settings,
+    controls_not_in_order,
+    default_band,
+    order_not_shuffled,
+)
 from memtui.estimation.subgroups import estimate_by
 from memtui.estimation.suite import estimate_suite
 from memtui.estimation.suite_load import Suite
@@ -22,12 +28,20 @@ from memtui.panel.synthetic import Simulation, simulate
 PERM = Settings(band="permutation", draws=99)
 
 
-def _panel(seed: int = 0, effect: float = 1.0, attrs: dict | None = None) -> Panel:
+def _panel(seed: int = 0, effect: float = 1.0, attrs: dict | None = None, controls: str | None = None) -> Panel:
+    """A simulated panel; ``controls``: "beyond" (every instance has a position in the order) or "held-out" (the
+    never-trained ones at -1), None: no positions recorded."""
     d = simulate(Simulation(n_cohorts=6, per_cohort=12, n_never=40, n_checkpoints=8, seed=seed, effect=effect))
     dose = np.arange(len(d["ids"])) % 4 * 1.0
+    prov = {}
+    if controls is not None:
+        position = np.arange(len(d["ids"]), dtype=np.int64)
+        if controls == "held-out":
+            position[d["treatment"] == NEVER] = -1
+        prov = {"position": position}
     return Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(len(d["steps"]), bool),
                  metrics=dict(d["values"]), signs=dict(d["signs"]), covariates={"dose": dose},
-                 attrs=dict(attrs or {}))  # fmt: skip
+                 attrs=dict(attrs or {}), provenance=prov)  # fmt: skip
 
 
 def test_every_result_and_frame_says_the_permutation_band_ran():
@@ -69,23 +83,27 @@ def test_a_suite_and_subgroups_run_under_it_and_a_suite_model_is_its_lone_estima
     assert np.isfinite(by.joint_crit["profile"])
 
 
-def test_the_default_is_the_calibrated_band_on_every_panel_and_says_why():
+def test_the_default_is_permutation_where_the_order_and_its_controls_are_randomised_else_calibrated_with_why():
     common = {"draws": 999, "control_group": "never_treated", "covariates": (), "cluster": "", "engine": "memtui"}
-    for order in ("neox", "olmo-core"):  # shuffled: the permutation band could run; its measured power is the reason
-        band, reason = default_band(_panel(attrs={"order": order}), **common)
-        assert band == "calibrated" and reason == PERMUTATION_NOT_DEFAULT and "42.6 %" in reason
-    for panel, why in ((_panel(), "not known"), (_panel(attrs={"order": "memmap"}), "memmap"),
-                       (_panel(attrs={"order": "neox", "inserted_config": "{}"}), "inserted")):  # fmt: skip
+    for order in ("neox", "olmo-core", "amber"):  # shuffled, controls drawn from the order past the last trained step
+        band, reason = default_band(_panel(attrs={"order": order}, controls="beyond"), **common)
+        assert band == "permutation" and reason == PERMUTATION_DEFAULT
+    for panel, why in ((_panel(controls="beyond"), "not known"),
+                       (_panel(attrs={"order": "memmap"}, controls="beyond"), "memmap"),
+                       (_panel(attrs={"order": "neox", "inserted_config": "{}"}, controls="beyond"), "inserted"),
+                       (_panel(attrs={"order": "neox"}, controls="held-out"), "held out"),
+                       (_panel(attrs={"order": "neox"}), "does not record")):  # fmt: skip
         band, reason = default_band(panel, **common)
-        assert band == "calibrated" and why in reason
-    shuffled = _panel(attrs={"order": "amber"})
-    assert order_not_shuffled(shuffled) is None
-    for change, why in (({"control_group": "not_yet_treated"}, "not-yet-treated"), ({"cluster": "batch"}, "cluster")):
+        assert band == "calibrated" and why in reason and "\n" not in reason
+    shuffled = _panel(attrs={"order": "amber"}, controls="beyond")
+    assert order_not_shuffled(shuffled) is None and controls_not_in_order(shuffled) is None
+    for change, why in (({"control_group": "not_yet_treated"}, "not-yet-treated"), ({"cluster": "batch"}, "cluster"),
+                        ({"covariates": ("dose",)}, "covariates"), ({"draws": 0}, "no draws")):  # fmt: skip
         band, reason = default_band(shuffled, **{**common, **change})
         assert band == "calibrated" and why in reason
 
 
-def test_the_cli_default_is_calibrated_and_says_why_on_a_shuffled_panel(tmp_path):
+def test_the_cli_default_is_permutation_on_a_shuffled_panel_and_says_why_where_it_is_not(tmp_path):
     from argparse import Namespace
 
     from memtui.cli.options import run_notes, settings_from_args
@@ -97,16 +115,20 @@ def test_the_cli_default_is_calibrated_and_says_why_on_a_shuffled_panel(tmp_path
                 "cluster": ""}  # fmt: skip
         return Namespace(**{**base, **kw})
 
+    shuffled = _panel(attrs={"order": "neox"}, controls="beyond")
     a = args()
-    assert settings_from_args(a, _panel(attrs={"order": "neox"})).band == "calibrated"
-    assert run_notes(a) == [f"band: calibrated, not permutation: {PERMUTATION_NOT_DEFAULT}"]
+    assert settings_from_args(a, shuffled).band == "permutation"
+    assert run_notes(a) == [f"band: permutation ({PERMUTATION_DEFAULT}); --band calibrated for the bootstrap-t band"]
+    a = args()
+    assert settings_from_args(a, _panel(attrs={"order": "neox"}, controls="held-out")).band == "calibrated"
+    assert run_notes(a)[0].startswith("band: calibrated, not permutation: its never-trained controls are held out")
     a = args()
     assert settings_from_args(a, _panel()).band == "calibrated" and run_notes(a) == []
     a = args(control_group="not_yet_treated")
-    assert settings_from_args(a, _panel(attrs={"order": "neox"})).band == "calibrated"
+    assert settings_from_args(a, shuffled).band == "calibrated"
     assert "not-yet-treated" in run_notes(a)[0]
     a = args(band_chosen=True)
-    assert settings_from_args(a, _panel(attrs={"order": "neox"})).band == "calibrated" and run_notes(a) == []
+    assert settings_from_args(a, shuffled).band == "calibrated" and run_notes(a) == []
 
 
 def _skewed_null(seed: int, per: int = 10, cohorts: int = 6, never: int = 40, t: int = 8) -> Panel:
@@ -138,13 +160,20 @@ def test_level_on_null_panels_of_skewed_persistent_noise(broken, monkeypatch):
     assert (level_held and uniform) != broken
 
 
-def test_a_design_with_too_few_labellings_says_nothing_can_be_significant():
+def test_a_design_with_too_few_labellings_says_nothing_can_be_significant(monkeypatch):
+    """One cohort: with the treated labels alone permuted every permutation is the observed labelling; with the
+    controls' label permuted too (the band) it is the two-sample permutation test of the cohort against them."""
+    from memtui.engine.band_permutation import PERMUTATION
+
     d = simulate(Simulation(n_cohorts=1, per_cohort=12, n_never=40, n_checkpoints=8, seed=0, effect=5.0))
     panel = Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(len(d["steps"]), bool),
                   metrics=dict(d["values"]), signs=dict(d["signs"]))  # fmt: skip
     r = estimate(panel, PERM)
+    assert not any("distinct labellings" in note for note in r.notes) and r.cells["significant"].any()
+    monkeypatch.setattr(PERMUTATION, "controls", False)
+    r = estimate(panel, PERM)
     assert any("distinct labellings" in note for note in r.notes)
-    assert not r.cells["significant"].any()  # one cohort: every permutation is the observed labelling
+    assert not r.cells["significant"].any()  # every permutation is the observed labelling
 
 
 def test_the_centred_law_flags_more_true_cells_than_the_uncentred_one(monkeypatch):
@@ -153,6 +182,7 @@ def test_the_centred_law_flags_more_true_cells_than_the_uncentred_one(monkeypatc
     critical value is lower on every one and it flags more of the (all truly non-zero) post cells in all."""
     from memtui.engine.band_permutation import PERMUTATION
 
+    monkeypatch.setattr(PERMUTATION, "controls", False)  # the treated labels alone (the centred rows need that)
     got = {}
     for centred in (True, False):
         monkeypatch.setattr(PERMUTATION, "centred", centred)
@@ -164,6 +194,29 @@ def test_the_centred_law_flags_more_true_cells_than_the_uncentred_one(monkeypatc
     crit_raw, flagged_raw = np.asarray(got[False]).T
     assert np.all(crit < crit_raw)
     assert flagged.sum() > flagged_raw.sum()
+
+
+def test_permuting_the_controls_too_flags_more_true_cells_than_fixing_them(monkeypatch):
+    """Effects in every cohort: with the treated labels alone permuted, a permuted cohort carries the effects of the
+    cohorts treated inside its window and the fixed controls none, so its estimate is shifted and the law widens; with
+    the controls' label permuted too they draw the treated instances alike and the shift cancels. On the same seeded
+    panels the band (controls permuted) has a lower critical value and flags more of the (all truly non-zero) post
+    cells on every one."""
+    from memtui.engine.band_permutation import PERMUTATION
+
+    got = {}
+    for controls in (True, False):
+        monkeypatch.setattr(PERMUTATION, "controls", controls)
+        got[controls] = []
+        for seed in range(4):
+            d = simulate(Simulation(n_cohorts=6, per_cohort=30, n_never=60, n_checkpoints=8, seed=seed, effect=1.0))
+            panel = Panel(ids=d["ids"], treatment=d["treatment"], steps=d["steps"], done=np.ones(8, bool),
+                          metrics=dict(d["values"]), signs=dict(d["signs"]))  # fmt: skip
+            r = estimate(panel, Settings(band="permutation", draws=99, seed=seed))
+            got[controls].append((r.crit, int(r.cells.filter(~r.cells["pre_treatment"])["significant"].sum())))
+    crit, flagged = np.asarray(got[True]).T
+    crit_fixed, flagged_fixed = np.asarray(got[False]).T
+    assert np.all(crit < crit_fixed) and np.all(flagged > flagged_fixed)
 
 
 def _effects_everywhere(seed: int) -> Panel:

@@ -216,11 +216,11 @@ COVARIATES_BAND_NOTE = (
 
 
 def _band(args, panel=None) -> str:
-    """The band asked for. Without --band: the calibrated one (``estimation.settings.default_band``: on a panel whose
-    training order is a uniform shuffle, a note says why not the permutation band); with --covariates the
-    classic one (the calibrated band is not derived for doubly robust DiD). What was decided and why is kept for
-    ``run_notes`` (said after the results: an error is one line, never a note and then the error). An explicit
-    --band the settings cannot serve is refused by Settings."""
+    """The band asked for. Without --band: ``estimation.settings.default_band`` (the permutation band on a panel whose
+    training order is a uniform shuffle with controls drawn from it, else the calibrated one; a note says why); with
+    --covariates the classic one (the calibrated band is not derived for doubly robust DiD). What was decided and why
+    is kept for ``run_notes`` (said after the results: an error is one line, never a note and then the error). An
+    explicit --band the settings cannot serve is refused by Settings."""
     from memtui.engine.band_classic import CLASSIC
     from memtui.estimation.settings import DEFAULT_BAND, default_band, order_not_shuffled
 

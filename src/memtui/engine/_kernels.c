@@ -160,7 +160,7 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
    cache while the cohort's rows are read). Column 0 of the outputs is left as it is. Compiled for AVX2 as well where
    the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
    arguments' version of perm_sums and perm_cells, which memtui.engine.permutations checks before calling them. */
-int64_t perm_version(void) { return 5; }
+int64_t perm_version(void) { return 6; }
 
 /* splitmix64 (Steele, Lea & Flood 2014): the permutations' generator, one stream per permutation from its seed. */
 static inline uint64_t splitmix64(uint64_t *state)
@@ -254,15 +254,18 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
 /* Per permutation j and cell k, from perm_sums' sums (in double): the cell's estimate dm - shift[k] (dm: the change
    of its cohort's mean from its base column col_b[k] to its column col_t[k]) into att[j * n_cells + k], and its
    squared studentised estimate estimate^2 / variance (variance: the cohort's centred changes' sum of squares over
-   n^2, plus the controls' fixed ctrl_var[k]; the cross term of the squares c[col_t], or none where cross[k] is 0)
+   n^2, plus the controls' part; the cross term of the squares c[col_t], or none where cross[k] is 0)
    folded into the running maximum label_max[j * n_labels + label[k]] of the cell's class of families (label -1:
-   none). A variance at or below floor2 (the squared standard-error floor) leaves the cell out. */
+   none). A variance at or below floor2 (the squared standard-error floor) leaves the cell out. ctrl_group >= 0: the
+   controls are permuted too (they are that group of the sums): the estimate is dm less the change of that group's
+   mean (its sums over ctrl_n) less shift[k]; ctrl_group < 0: the controls are fixed, their change is in shift[k].
+   The controls' part of the variance: ctrl_var[j * var_stride + k] (var_stride 0: fixed, n_cells: per permutation). */
 void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t width, const float *restrict s,
                 const float *restrict q, const float *restrict c,
                 const int64_t *restrict cohort, const int64_t *restrict col_t, const int64_t *restrict col_b,
                 const int64_t *restrict cross, const double *restrict n, const double *restrict shift,
-                const double *restrict ctrl_var, double floor2, const int64_t *restrict label, int64_t n_labels,
-                float *restrict att, double *restrict label_max)
+                const double *restrict ctrl_var, int64_t var_stride, double floor2, const int64_t *restrict label,
+                int64_t n_labels, int64_t ctrl_group, double ctrl_n, float *restrict att, double *restrict label_max)
 {
     /* cells in blocks, every permutation of the chunk over a block: the cells' constants are read from cache once
        per block, not once per permutation */
@@ -272,6 +275,7 @@ void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t widt
             double *lm = label_max + j * n_labels;
             const float *sj = s + j * n_groups * width, *qj = q + j * n_groups * width, *cj = c + j * n_groups * width;
             float *aj = att + j * n_cells;
+            const double *cv = ctrl_var + j * var_stride;
             for (int64_t k = k0; k < k1; k++) {
                 const int64_t row = cohort[k] * width, t = row + col_t[k], b = row + col_b[k];
                 const double nk = n[k];
@@ -279,9 +283,13 @@ void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t widt
                 const double cr = cross[k] ? (double)cj[t] : 0.0;
                 double ss = (double)qj[t] + (double)qj[b] - 2.0 * cr - nk * dm * dm;
                 ss = ss < 0.0 ? 0.0 : ss;
-                const double a = dm - shift[k];
+                double a = dm - shift[k];
+                if (ctrl_group >= 0) {
+                    const int64_t cg = ctrl_group * width;
+                    a -= ((double)sj[cg + col_t[k]] - (double)sj[cg + col_b[k]]) / ctrl_n;
+                }
                 aj[k] = (float)a;
-                const double var = ss / (nk * nk) + ctrl_var[k];
+                const double var = ss / (nk * nk) + cv[k];
                 if (label[k] < 0 || !(var > floor2))
                     continue;
                 const double t2 = a * a / var; /* squared: the maxima are compared, and rooted, by the caller */

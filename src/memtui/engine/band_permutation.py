@@ -3,9 +3,13 @@ shuffle (Pythia/NeoX/PolyPythias, OLMo, Amber), because which treated instances 
 randomised experiment.
 
 Its statistic is the studentised max |t| over a family of cells; its critical value the (1 - alpha) quantile of that
-maximum over the observed labelling and P = ``draws`` permutations of the cohort labels among the treated instances
-(cohort sizes kept, never-trained rows fixed; ``engine.permutations``), each permutation's t computed as the real
-estimate's (the same difference of means, the same HC1 standard error). The band is estimate +/- crit * se with the
+maximum over the observed labelling and P = ``draws`` permutations of the labels of every instance, the never-trained
+controls' included (each group's size kept; ``engine.permutations``): the controls were drawn from the same shuffled
+order past the last trained step, so their label is randomised too, and a permuted cohort and the permuted controls
+then draw the treated instances alike, so the effects they carry cancel instead of widening the law (with the
+controls fixed, ``controls=False``, the band flagged 32 % of the true cells where the calibrated band flags 40 %:
+docs/calibration-study.md). Each permutation's t is computed as the real estimate's (the same difference of means,
+the same HC1 standard error, the permuted controls' own). The band is estimate +/- crit * se with the
 estimate's analytic standard error, so flags, export, Summaries, compare and plan read it as any band. A family's
 p-value, the share of the P + 1 labellings whose maximum reaches the observed one, is exact under the sharp null of no
 cohort-specific effect (no memorisation anywhere): its level is at most alpha whatever the noise looks like.
@@ -102,12 +106,22 @@ class PermutationBand:
     miscalibrated_below = 1  # exact by design: no cohort size where it over-rejects
     small_sample_plan = True  # plans as the calibrated band (the permutation quantile is close to its Welch t)
 
-    def __init__(self, *, centred: bool = False) -> None:
+    def __init__(self, *, centred: bool = False, controls: bool = True) -> None:
         # uncentred (the band): the raw rows relabelled, exact under the sharp null of no memorisation. centred: each
         # treated row less its own cohort's estimated post-treatment effects first; measured anti-conservative (the
         # estimates bring the controls' noise into the treated rows, where it cancels: docs/methods.md), kept for
         # benchmarks/permutation_level.py
         self.centred = centred
+        # controls permuted with the treated instances (the band): a permuted cohort and the permuted controls draw
+        # the treated instances alike, so the effects they carry cancel in expectation; fixed (False): the treated
+        # labels alone, whose law widens with every effect in the data (docs/methods.md, benchmarks/
+        # permutation_constructions.py)
+        self.controls = controls
+
+    @property
+    def _controls(self) -> bool:
+        """Whether the controls are permuted with the treated instances (never with the centred rows)."""
+        return self.controls and not self.centred
 
     def draws_label(self, draws: int) -> str:
         """How a header names the number of draws: P permutations."""
@@ -136,8 +150,10 @@ class PermutationBand:
     def bootstrap_bytes(self, draws: int, *, n_cells, n_groups, n_aggregates, n_units, width) -> int:
         from memtui.engine import permutations
 
-        per_draw = 4 * n_cells + 8 * n_aggregates * 2  # the permuted cells, the aggregates' draws and their copy
-        chunk = permutations._CHUNK * (3 * 4 * n_groups * (width + 17) + 12 * n_cells + 8 * n_units)
+        # the permuted cells, the aggregates' draws and their copy; per permutation of a chunk its sums, its cells'
+        # estimates and the permuted controls' part of their variances
+        per_draw = 4 * n_cells + 8 * n_aggregates * 2
+        chunk = permutations._CHUNK * (3 * 4 * n_groups * (width + 17) + 20 * n_cells + 8 * n_units)
         rows = 4 * n_units * (width + 17)
         return int(draws) * per_draw + 2 * chunk + rows + (32 << 20)
 
@@ -159,7 +175,7 @@ class PermutationBand:
         keys, n_keys = (source.keys, source.n_keys) if source is not None else (None, None)
         drawn = permutations.permute(
             lay, est, masks, se, count=draws, seed=seed, floor=floor, keys=keys, n_keys=n_keys, progress=progress,
-            prepared=prepared, centred=self.centred,
+            prepared=prepared, centred=self.centred, controls=self._controls,
         )  # fmt: skip
         # a permutation keeps the cohorts' sizes: the aggregates' weights do not move (no weight term)
         boot = did.BootstrapDraws(cells=drawn.cells, group_w=np.zeros((lay.n_groups, draws)))
@@ -189,7 +205,7 @@ class PermutationBand:
 
         if permutations.unsupported(lay) is not None:
             return None
-        return permutations.plan(lay, est, centred=self.centred), members
+        return permutations.plan(lay, est, centred=self.centred, controls=self._controls), members
 
     def from_draws(self, boot) -> None:
         return None  # permutations, not multiplier draws
@@ -201,14 +217,22 @@ class PermutationBand:
             return evidence.r_did_notes(lay, est)
         import math
 
-        treated = int(lay.n_units - lay.group_n[0])
-        notes = [
-            f"permutation band: the cohort labels of the {treated} treated instances permuted (cohort sizes kept, the "
-            f"{int(lay.group_n[0])} never-trained instances fixed); exact under the sharp null of no cohort-specific "
-            "effect where the training order is a uniform shuffle"
-        ]
+        treated, never = int(lay.n_units - lay.group_n[0]), int(lay.group_n[0])
+        if self._controls:
+            notes = [
+                f"permutation band: the labels of the {treated} treated and {never} never-trained instances permuted "
+                "(cohort and control sizes kept); exact under the sharp null of no cohort-specific effect where the "
+                "training order is a uniform shuffle and the controls were drawn from it (past the last trained step)"
+            ]
+        else:
+            notes = [
+                f"permutation band: the cohort labels of the {treated} treated instances permuted (cohort sizes kept, "
+                f"the {never} never-trained instances fixed); exact under the sharp null of no cohort-specific effect "
+                "where the training order is a uniform shuffle"
+            ]
         # how many distinct labellings there are: N! / prod n_g! (a permutation within a cohort changes nothing)
-        sizes = lay.group_n[1:]
+        sizes = lay.group_n[0 if self._controls else 1 :]
+        treated = treated + never if self._controls else treated
         labellings = math.lgamma(treated + 1) - sum(math.lgamma(int(n) + 1) for n in sizes)
         if labellings < math.log(20):
             notes.append(

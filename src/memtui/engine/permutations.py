@@ -6,23 +6,25 @@ by design. Under the sharp null of no cohort-specific effect (every treated inst
 whichever cohort it had fallen in) every relabelling of the treated instances that keeps the cohorts' sizes was as
 likely as the one observed, and a statistic computed the same way under each of them has the observed one's law: the
 test is exact in finite samples whatever the noise looks like (skewed, heavy-tailed, persistent). The never-trained
-rows are fixed (they were never in the order).
+controls drawn from the same order past the last trained step (``--controls beyond``) are part of that experiment:
+with ``controls=True`` (the band) their label is permuted with the cohorts', so that a permuted cohort and the permuted
+controls draw the treated instances (and their effects) alike; with ``controls=False`` they are fixed.
 
 A permutation re-indexes the treated rows: cohort g's sums are those of the rows the permutation gives it. Each cell's
 estimate and standard error are then the real estimate's own formulas (``did.point_estimates``: the difference of the
 cohort's and the controls' changes, the HC1 variance of both) from four per-cohort column sums: y, y^2, y times the
 cohort's base column and y times the previous column (a cell's base is the cohort's base for post-treatment cells and
-the checkpoint before c for varying-base placebo cells). The controls (never trained) do not move: their part of every
-cell is computed once. The sums are one pass over the treated rows per permutation (``_kernels.c``'s ``perm_sums``;
-a sparse product in numpy where the library is not built).
+the checkpoint before c for varying-base placebo cells). Fixed controls' part of every cell is computed once; permuted
+controls are one more group of the sums (their change) and their part of the variance comes from their Gram matrix per
+permutation (``_control_parts``: their cells' bases differ by cohort). The sums are one pass over the treated rows per
+permutation (``_kernels.c``'s ``perm_sums``; a sparse product in numpy where the library is not built).
 
-Permutations are drawn over *keys*: by default each treated instance's rank among the treated instances (by panel
-row), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j puts the keys in a uniformly random
-order and hands the cohorts' slots out in that order, so two layouts with the same treated instances and cohort sizes
-(one panel scored by several models, several metrics) get the same relabelling, and layouts on disjoint subsets of one
-keyed panel (subgroups) independent relabellings within each: a permutation stratified by subset, exact for their
-joint statements.
-"""
+Permutations are drawn over *keys*: by default each instance's data row (each treated instance's rank among the
+treated instances with the controls fixed), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j
+puts the keys in a uniformly random order and hands the cohorts' slots out in that order, so two layouts with the same
+treated instances and cohort sizes (one panel scored by several models, several metrics) get the same relabelling, and
+layouts on disjoint subsets of one keyed panel (subgroups) independent relabellings within each: a permutation
+stratified by subset, exact for their joint statements."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memtui.engine import kernels
+from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import NEVER_INDEX, Layout
 
 _BLOCK = 16  # _kernels.c's PERM_BLOCK: the padded width of the rows less one is a multiple of it
@@ -71,33 +74,45 @@ class Plan:
     cross: np.ndarray  # per cell: 1 its squares have a cross term (the sums' c at its column), 0 none (base: none)
     n: np.ndarray  # per cell: its cohort's size (float)
     shift: np.ndarray  # per cell: the controls' change less the level the estimate adds back (att = dm - shift)
-    ctrl_var: np.ndarray  # per cell: the controls' part of the variance (fixed)
-    treated_rows: slice  # the treated rows in the layout
+    ctrl_var: np.ndarray  # per cell: the controls' part of the variance where they are fixed (0 where permuted)
+    treated_rows: slice  # the permuted rows in the layout (the treated ones, or every row with the controls)
+    ctrl_group: int = -1  # the controls' group in the sums (0) where they are permuted with the treated, else -1
+    ctrl_n: float = 0.0  # the controls' number
+    rebased: np.ndarray | None = None  # with the controls permuted: ``y`` less each row's first checkpoint (float32)
 
 
-def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = False) -> Plan:
+def plan(
+    lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = None, *, centred: bool = False,
+    controls: bool = False,
+) -> Plan:  # fmt: skip
     """The ``Plan`` of ``lay`` (``unsupported`` must be None). ``keys``, ``n_keys``: the key of each of the layout's
     data rows (``Layout.source_rows`` index them) and how many keys there are (a source shared by layouts on subsets
     of one panel: subgroups, seeds); default: each treated instance's rank among the treated instances (by data row),
     so that layouts of the same instances (a suite's models and metrics) key them alike whatever else they hold.
     ``centred``: each treated row less its own cohort's estimated post-treatment effects (``centre_rows``), so that
     permutations do not carry one cohort's effects into another; not exact, and measured anti-conservative (see
-    ``centre_rows``): the band runs uncentred."""
-    treated = slice(int(lay.group_start[1]), lay.n_units)
+    ``centre_rows``): the band runs uncentred. ``controls``: the never-trained controls are permuted with the treated
+    instances (their label one more group of the sums, the first), not fixed."""
+    if centred and controls:
+        raise ValueError("the centred rows are for fixed controls")
+    first = 0 if controls else 1  # the first group permuted
+    treated = slice(int(lay.group_start[first]), lay.n_units)
     width = lay.y.shape[1]
     padded = 1 + -(-width // _BLOCK) * _BLOCK
     y = np.zeros((lay.n_units - treated.start, padded), np.float32)
     y[:, 1 : width + 1] = lay.y[treated]
     rows = lay.source_rows if lay.source_rows is not None else np.arange(lay.n_units)
-    if keys is None:  # each treated instance keyed by its rank among them: the same instances, the same keys
+    if keys is None and controls:  # each instance keyed by its data row: the same instances, the same keys
+        keys, n_keys = np.arange(int(rows.max()) + 1), int(rows.max()) + 1
+    elif keys is None:  # each treated instance keyed by its rank among them: the same instances, the same keys
         keys = np.empty(int(rows.max()) + 1, np.int64)
         keys[np.sort(rows[treated])] = np.arange(lay.n_units - treated.start)
         n_keys = lay.n_units - treated.start
-    starts = lay.group_start[1:] - treated.start
-    cohort = lay.cell_group - 1
-    # each cohort's base: the base of its instantaneous cell (c = g), whatever the estimator
+    starts = lay.group_start[first:] - treated.start
+    cohort = lay.cell_group - first
+    # each cohort's base: the base of its instantaneous cell (c = g), whatever the estimator (the controls: none)
     inst = lay.cell_t == lay.group_index[lay.cell_group]
-    base = np.full(lay.n_groups - 1, width - 1, np.int64)
+    base = np.full(lay.n_groups - first, width - 1, np.int64)
     base[cohort[inst]] = lay.cell_b[inst]
     with_base = (lay.cell_b == base[cohort]) & (lay.cell_b != width - 1)
     lagged = ~with_base & (lay.cell_b == lay.cell_t - 1)
@@ -109,6 +124,9 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
     if centred:
         centre_rows(lay, est, y, starts, lagged)
     level = lay.level if lay.level is not None else np.zeros(width)
+    lift = level[lay.cell_t] - level[lay.cell_b]
+    # permuted controls: their change and variance are each permutation's own (``_control_parts``)
+    shift, ctrl_var = (-lift, np.zeros(len(lift))) if controls else (est.dmu - lift, _control_variance(lay))
     keys = np.asarray(keys)[rows[treated]]
     row_of_key = np.full(int(n_keys), -1, np.int64)
     row_of_key[keys] = np.arange(len(keys))
@@ -119,8 +137,15 @@ def plan(lay: Layout, est, keys: np.ndarray | None = None, n_keys: int | None = 
         n_keys=int(n_keys), row_of_key=row_of_key, by_key=np.argsort(keys, kind="stable"), cohort=cohort,
         col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
-        shift=est.dmu - (level[lay.cell_t] - level[lay.cell_b]), ctrl_var=_control_variance(lay), treated_rows=treated,
+        shift=shift, ctrl_var=ctrl_var, treated_rows=treated, ctrl_group=0 if controls else -1,
+        ctrl_n=float(lay.group_n[0]), rebased=_rebased(y, width) if controls else None,
     )  # fmt: skip
+
+
+def _rebased(y: np.ndarray, width: int) -> np.ndarray:
+    """The padded rows' used columns (0 .. width) less each row's first checkpoint (column 1), contiguous: what the
+    permuted controls' Gram products read (``_control_parts``)."""
+    return np.ascontiguousarray(y[:, : width + 1] - y[:, 1:2])
 
 
 def centre_rows(lay: Layout, est, y: np.ndarray, starts: np.ndarray, lagged: np.ndarray) -> None:
@@ -226,12 +251,13 @@ def _library():
     if lib is None or not hasattr(lib, "perm_version"):
         return None
     lib.perm_version.restype = ctypes.c_int64
-    if lib.perm_version() != 5:
+    if lib.perm_version() != 6:
         return None
     lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
     lib.perm_sums.restype = None
-    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_double, ctypes.c_void_p,
-                               ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_int64, ctypes.c_double,
+                               ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
+                               ctypes.c_void_p]  # fmt: skip
     lib.perm_cells.restype = None
     lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
@@ -277,14 +303,35 @@ def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return out[0], out[1], out[2]
 
 
-def cell_stats(p: Plan, s, q, c) -> tuple[np.ndarray, np.ndarray]:
+def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
+    """The controls' part of each cell's variance: fixed (``p.ctrl_var``, per cell) where the controls are, else per
+    permutation (count x cells): the permuted controls' centred changes' sum of squares over their number squared, as
+    ``_control_variance`` forms the observed controls', from their Gram matrix (one float32 BLAS product per
+    permutation, on rows less their first checkpoint and centred: the instances' levels, which dwarf the changes, are
+    taken out before the products, so float32 keeps the changes' variance to about 1e-5)."""
+    if p.ctrl_group < 0:
+        return p.ctrl_var
+    z = p.rebased[order[:, p.starts[p.ctrl_group] : p.starts[p.ctrl_group + 1]]]  # count x controls x width
+    z -= z.mean(axis=1, keepdims=True)
+    gram = np.matmul(z.transpose(0, 2, 1), z)
+    t, b = p.col_t, p.col_b
+    out = gram[:, t, t].astype(np.float64) + gram[:, b, b] - 2 * gram[:, t, b].astype(np.float64)
+    # C order (the compiled loop reads permutation j's row at j * cells): the fancy-indexed sums are not
+    return np.ascontiguousarray(np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n))
+
+
+def cell_stats(p: Plan, s, q, c, ctrl_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per permutation and cell, the estimate and its variance (count x cells, float64) from the sums: the real
-    estimate's formulas (``did.point_estimates``) with the cohort's rows the permutation gave it."""
+    estimate's formulas (``did.point_estimates``) with the cohort's rows the permutation gave it (and the controls'
+    part of the variance ``ctrl_var``, per cell or per permutation and cell: by default the fixed controls')."""
     g, ct, cb, n = p.cohort, p.col_t, p.col_b, p.n
     dm = (s[:, g, ct].astype(float) - s[:, g, cb]) / n
     ss = q[:, g, ct].astype(float) + q[:, g, cb] - 2 * p.cross * c[:, g, ct].astype(float) - n * dm * dm
     np.maximum(ss, 0, out=ss)
-    return dm - p.shift, ss / (n * n) + p.ctrl_var
+    att = dm - p.shift
+    if p.ctrl_group >= 0:  # the permuted controls' change
+        att -= (s[:, p.ctrl_group, ct].astype(float) - s[:, p.ctrl_group, cb]) / p.ctrl_n
+    return att, ss / (n * n) + (p.ctrl_var if ctrl_var is None else ctrl_var)
 
 
 @dataclass
@@ -316,17 +363,19 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
     """One chunk of permutations: their estimates into ``cells[:, start:]`` and each class's maximum |t| (chunk x
     classes)."""
     top = np.zeros((len(order), n_labels))
+    ctrl_var = _control_parts(p, order)
     if compiled():
         att = np.empty((len(order), len(p.cohort)), np.float32)
         s = sums(p, order)
         _LIB.perm_cells(
             len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
             p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
-            p.ctrl_var.ctypes.data, floor * floor, label.ctypes.data, n_labels, att.ctypes.data, top.ctypes.data,
+            ctrl_var.ctypes.data, ctrl_var.shape[1] if ctrl_var.ndim == 2 else 0, floor * floor, label.ctypes.data,
+            n_labels, p.ctrl_group, p.ctrl_n, att.ctypes.data, top.ctypes.data,
         )  # fmt: skip
         cells[:, start : start + len(order)] = att.T
         return np.sqrt(top)
-    att, var = cell_stats(p, *sums(p, order))
+    att, var = cell_stats(p, *sums(p, order), ctrl_var=ctrl_var)
     cells[:, start : start + len(order)] = att.T
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -339,13 +388,14 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
 def permute(
     lay: Layout, est, masks: dict[str, np.ndarray], se: np.ndarray, *, count: int, seed: int, floor: float,
     keys: np.ndarray | None = None, n_keys: int | None = None, progress: Callable[[float], None] | None = None,
-    prepared: Plan | None = None, centred: bool = False,
+    prepared: Plan | None = None, centred: bool = False, controls: bool = False,
 ) -> Drawn:  # fmt: skip
     """``count`` seeded permutations of ``lay``'s cohort labels: the cells' permuted estimates and each mask's law of
     max |estimate / its standard error| over its cells with a usable ``se`` (the observed standard errors, floored:
     a cell without one is in no family). Each permutation's standard errors are its own (the estimate's formula), a
-    permuted one at or below ``floor`` leaving its cell out of that permutation's maximum."""
-    p = prepared if prepared is not None else plan(lay, est, keys, n_keys, centred=centred)
+    permuted one at or below ``floor`` leaving its cell out of that permutation's maximum. ``controls``: the
+    never-trained controls permuted with the treated instances (``plan``)."""
+    p = prepared if prepared is not None else plan(lay, est, keys, n_keys, centred=centred, controls=controls)
     usable = np.isfinite(se)
     fams = {name: np.asarray(m, bool) & usable for name, m in masks.items()}
     label, classes = _classes(fams)
@@ -371,12 +421,15 @@ def permute(
             progress(min(1.0, done[0] / count))
 
     workers = min(len(chunks), os.cpu_count() or 1)
-    if workers <= 1:
-        for item in chunks:
-            one(item)
-    else:  # the compiled loops release the GIL: chunks on every core (each writes its own columns)
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(one, chunks))
+    # the permuted controls' Gram products on one BLAS thread each: the chunks already run on every core, and
+    # OpenBLAS's own threads inside each of them spun 40x the CPU on a loaded machine (benchmarks/permutation_cost.py)
+    with one_blas_thread():
+        if workers <= 1:
+            for item in chunks:
+                one(item)
+        else:  # the compiled loops release the GIL: chunks on every core (each writes its own columns)
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(one, chunks))
     laws = {}
     for (name, m), mine in zip(fams.items(), classes, strict=True):
         laws[name] = np.full(count + 1, np.nan)

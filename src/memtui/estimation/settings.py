@@ -137,21 +137,46 @@ def design_not_permutable(control_group: str, covariates, cluster: str, engine: 
     return None
 
 
-# why a shuffled-order panel still gets the calibrated band by default (benchmarks/permutation_level.py, P = B = 199,
-# 100/cohort, 20 x 21; docs/methods.md, "The permutation band")
-PERMUTATION_NOT_DEFAULT = (
-    "the permutation band is exact only under no memorisation at all: with effects its law widens (26.7 % of the true "
-    "cells flagged against the calibrated band's 42.6 % at 100 per cohort, effect 1); centred by the estimated "
-    "effects it over-rejects (pre-trend check 14 ± 3.5 % on panels with effects); --band permutation for the exact "
-    "test of no memorisation"
+def controls_not_in_order(panel) -> str | None:
+    """Why ``panel``'s never-trained controls are not part of its randomised order (None where they are): the
+    permutation band permutes their label with the cohorts', which is exact by design only where they were drawn from
+    the shuffled order past the last trained step (``--controls beyond``: every one has a position in the order), not
+    from a held-out set (position -1) or from an unrecorded source."""
+    import numpy as np
+
+    from memtui.panel.model import NEVER
+
+    position = panel.provenance.get("position")
+    never = np.asarray(panel.treatment) == NEVER
+    if position is None:
+        return "the panel does not record where its never-trained controls come from (no positions in the order)"
+    if never.any() and (np.asarray(position)[never] < 0).any():
+        return (
+            "its never-trained controls are held out, not drawn from the shuffled order: not part of its randomisation"
+        )
+    return None
+
+
+# why a shuffled-order panel whose controls were drawn from the order gets the permutation band by default
+# (benchmarks/placebo.py, benchmarks/permutation_constructions.py;
+# docs/calibration-study.md, "The permutation band's constructions")
+PERMUTATION_DEFAULT = (
+    "the training order is a uniform shuffle and the controls were drawn from it, so the labels were assigned at "
+    "random: exact under no memorisation whatever the noise (skewed null, 30 per cohort: 7.0 % post, 5.0 % pre-trend "
+    "against the calibrated band's 16.0 and 43.0 %), with the calibrated band's power within 1.4 points (38.8 against "
+    "40.2 % of the true cells, 100 per cohort, effect 0.2)"
 )
 
 
 def default_band(panel, *, draws: int, control_group: str, covariates, cluster: str, engine: str) -> tuple[str, str]:
-    """The band a run gets without --band, and why: the calibrated band (``DEFAULT_BAND``) on every panel. Where the
-    panel's order is a uniform shuffle and the design allows the permutation band, the reason is that band's
-    measured power (``PERMUTATION_NOT_DEFAULT``); elsewhere why it could not run."""
+    """The band a run gets without --band, and why: the permutation band where the panel's order is a uniform shuffle,
+    its controls were drawn from that order and the design allows it (``PERMUTATION_DEFAULT``); the calibrated band
+    (``DEFAULT_BAND``) elsewhere, with why the permutation band could not run."""
     if not draws:
         return DEFAULT_BAND, "no draws: pointwise bands"
-    why = order_not_shuffled(panel) or design_not_permutable(control_group, covariates, cluster, engine)
-    return DEFAULT_BAND, why or PERMUTATION_NOT_DEFAULT
+    why = (
+        order_not_shuffled(panel)
+        or design_not_permutable(control_group, covariates, cluster, engine)
+        or controls_not_in_order(panel)
+    )
+    return (DEFAULT_BAND, why) if why else ("permutation", PERMUTATION_DEFAULT)
