@@ -424,3 +424,15 @@ async def test_a_group_without_never_trained_instances_says_so_and_lists_nothing
         assert screen.query_one("DataTable").row_count == 0
         await pilot.press("enter")  # nothing to open
         assert app.screen is screen
+
+
+@run_async
+async def test_keys_pressed_faster_than_the_scoring_show_the_last_group_chosen(split_path):
+    app = MemtuiApp(read_panel(split_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _instances(pilot)
+        await pilot.press("b", "v", "v", "v")  # kind=prose, verse, prose, verse: lists may arrive for each
+        await _workers(pilot, "instances")
+        kinds = dict(zip(screen.panel.ids.tolist(), np.asarray(screen.panel.covariates["kind"]).tolist(), strict=True))
+        assert screen.group == "kind=verse" and {kinds[r.id] for r in screen.rows} == {"verse"}
+        assert "group kind=verse of kind" in _plain(screen.query_one("#instances-head"))
