@@ -372,6 +372,7 @@ async def test_b_lists_one_group_scored_against_its_own_controls_and_v_the_next(
         assert np.mean([r.score for r in screen.rows]) == pytest.approx(_group_tau(panel, "verse", 10, 20))
         inside = await _open(pilot)  # the path's band: the group's own never-trained instances
         assert (inside.by, inside.group) == ("kind", "kind=verse")
+        assert "group kind=verse, against its own never-trained" in _plain(inside.query_one("#instance-head"))
         await pilot.press("escape")
         await pilot.press("V")
         await _workers(pilot, "instances")

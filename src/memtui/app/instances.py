@@ -253,7 +253,7 @@ class InstanceScreen(Screen[None]):
         head = (
             f"Instance {r.id} · rank {r.rank} · cohort g {r.cohort} (base {r.base}) · score at c {r.checkpoint}: "
             f"{r.score:+.4g} · p_ctrl {r.p_value:.3f} (descriptive)"
-        )
+        ) + (f" · group {clean(self.group, 40)}, against its own never-trained" if self.by else "")
         yield Static(head, id="instance-head", markup=False)
         with VerticalScroll(id="instance-text-box"):
             yield Static(self._text(), id="instance-text")
