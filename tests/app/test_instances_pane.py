@@ -49,7 +49,7 @@ def _texts(n: int) -> list[bytes]:
     return rows
 
 
-def make_panel(path, token_scores: bool = True):
+def make_panel(path, token_scores: bool = True, covariates: dict | None = None):
     """A byte-token panel: each treated instance's loglik rises after its cohort's checkpoint (more for lower ids),
     and, with ``token_scores``, every instance's per-token log-probabilities in the documented layout."""
     rows = _texts(len(COHORTS) * PER_COHORT + N_NEVER)
@@ -72,6 +72,7 @@ def make_panel(path, token_scores: bool = True):
         tokens=tokens,
         lengths=[len(r) for r in rows],
         attrs={"tokenizer": "bytes (token id = UTF-8 byte)"},
+        covariates=covariates,
     )
     if token_scores:
         lp = rng.normal(-3.0, 0.4, size=(n, t, width - 1))
@@ -289,3 +290,150 @@ async def test_w_is_in_the_footer_at_80_columns_where_there_is_room_and_in_the_h
         assert "w" in dict(dict(key_sections(app))["Profile (heatmap)"])
         await pilot.press("i", "l", "w")
         assert isinstance(app.screen, InstancesScreen)
+
+
+# ---- the shipped sample with per-token scores -------------------------------------------------------------------
+
+
+@run_async
+async def test_the_shipped_sample_with_per_token_scores_colours_every_text_it_opens():
+    """`--sample tiny-gptneox-tokens`: every instance has per-token scores, so the first one listed is coloured, each
+    token by what it gained from the checkpoint before its cohort's to its cohort's, as the file stores them."""
+    from memtui.app import token_colours
+    from memtui.panel.samples import sample_path
+    from memtui.panel.token_scores import read_token_scores
+
+    panel = read_panel(sample_path("tiny-gptneox-tokens"))
+    app = MemtuiApp(panel)
+    async with app.run_test(size=(120, 40)) as pilot:
+        listing = await _instances(pilot)
+        assert listing.rows and "bytes" in _plain(listing.query_one("#instances-head"))
+        screen = await _open(pilot)
+        row = listing.rows[0]
+        stored = token_colours.by_token(read_token_scores(panel, [row.id])[row.id])
+        steps = list(panel.steps)
+        want = stored[steps.index(row.cohort)] - stored[steps.index(row.base)]
+        assert np.allclose(screen.gain, want[: len(row.tokens)], equal_nan=True)
+        assert np.isfinite(screen.gain[1:]).all() and np.isnan(screen.gain[0])  # the first token has no context
+        spans = [s for s in screen.query_one("#instance-text").render().spans if _background(s.style) is not None]
+        assert len(spans) == len(row.tokens) - 1
+        assert f"log p gained, step {row.base} → {row.cohort}" in _plain(screen.query_one("#instance-legend"))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_sample_instance_snapshot(snap_compare, size):
+    from memtui.panel.samples import sample_path
+
+    app = MemtuiApp(read_panel(sample_path("tiny-gptneox-tokens")))
+    assert snap_compare(app, terminal_size=size, run_before=_to_instance)
+
+
+# ---- b and v: the list of one group -------------------------------------------------------------------------------
+
+KINDS = np.array(["prose", "verse"])
+
+
+@pytest.fixture
+def split_path(tmp_path):
+    n = len(COHORTS) * PER_COHORT + N_NEVER
+    return make_panel(tmp_path / "split.h5", covariates={"kind": KINDS[(np.arange(n) // 2) % 2]})
+
+
+def _group_tau(panel, group: str, cohort: int, checkpoint: int) -> float:
+    """The group's DiD for the cell by hand: its cohort's mean change from the step before g to c, less its own
+    never-trained instances' mean change."""
+    y, steps = panel.metrics["loglik"], list(panel.steps)
+    mine = np.asarray(panel.covariates["kind"]) == group
+    c, base = steps.index(checkpoint), steps.index(cohort) - 1
+    treated, never = mine & (panel.treatment == cohort), mine & (panel.treatment == NEVER)
+    return float((y[treated, c] - y[treated, base]).mean() - (y[never, c] - y[never, base]).mean())
+
+
+@run_async
+async def test_b_lists_one_group_scored_against_its_own_controls_and_v_the_next(split_path):
+    panel = read_panel(split_path)
+    app = MemtuiApp(panel)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _instances(pilot)
+        whole = [r.id for r in screen.rows]
+        assert len(whole) == PER_COHORT and "all instances" in _plain(screen.query_one("#instances-head"))
+        await pilot.press("b")
+        await _workers(pilot, "instances")
+        assert (screen.by, screen.group) == ("kind", "kind=prose")
+        kinds = dict(zip(panel.ids.tolist(), np.asarray(panel.covariates["kind"]).tolist(), strict=True))
+        assert screen.rows and {kinds[r.id] for r in screen.rows} == {"prose"}
+        assert np.mean([r.score for r in screen.rows]) == pytest.approx(_group_tau(panel, "prose", 10, 20))
+        assert screen.rows[0].p_value >= 1 / (1 + N_NEVER // 2)  # ranked among the group's 6 controls, not all 12
+        head = _plain(screen.query_one("#instances-head"))
+        assert "group kind=prose of kind" in head and "the group's never-trained" in head
+        await pilot.press("v")
+        await _workers(pilot, "instances")
+        assert screen.group == "kind=verse" and {kinds[r.id] for r in screen.rows} == {"verse"}
+        assert np.mean([r.score for r in screen.rows]) == pytest.approx(_group_tau(panel, "verse", 10, 20))
+        inside = await _open(pilot)  # the path's band: the group's own never-trained instances
+        assert (inside.by, inside.group) == ("kind", "kind=verse")
+        assert "group kind=verse, against its own never-trained" in _plain(inside.query_one("#instance-head"))
+        await pilot.press("escape")
+        await pilot.press("V")
+        await _workers(pilot, "instances")
+        assert screen.group == "kind=prose"
+        await pilot.press("b")  # the next spec: none, the whole cell again
+        await _workers(pilot, "instances")
+        assert (screen.by, screen.group) == ("", "") and sorted(r.id for r in screen.rows) == sorted(whole)
+
+
+@run_async
+async def test_w_on_a_split_heatmap_lists_the_group_it_shows(split_path):
+    app = MemtuiApp(read_panel(split_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot)
+        await pilot.press("b", "v")  # the app's split by kind, its second group on the heatmap
+        await settle(pilot)
+        screen = await _instances(pilot)
+        assert (screen.by, screen.group) == ("kind", "kind=verse")
+        cells = app.by_result.groups["kind=verse"].cells
+        tau = cells.filter((cells["cohort"] == 10) & (cells["checkpoint"] == 20))["estimate"][0]
+        assert np.mean([r.score for r in screen.rows]) == pytest.approx(tau)
+
+
+@run_async
+async def test_b_and_v_without_covariates_or_a_split_say_how(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 30)) as pilot:
+        screen = await _instances(pilot)
+        await pilot.press("v")
+        await pilot.pause()
+        assert any("No split: b splits the list" in n.message for n in app._notifications)
+        await pilot.press("b")
+        await pilot.pause()
+        assert any("no covariate to split by" in n.message for n in app._notifications)
+        assert (screen.by, screen.group) == ("", "") and len(screen.rows) == PER_COHORT
+
+
+@run_async
+async def test_a_group_without_never_trained_instances_says_so_and_lists_nothing(tmp_path):
+    n = len(COHORTS) * PER_COHORT + N_NEVER
+    kind = np.where(np.arange(n) < len(COHORTS) * PER_COHORT, "trained-only", "mixed")
+    kind[:2] = "mixed"
+    app = MemtuiApp(read_panel(make_panel(tmp_path / "lop.h5", covariates={"kind": kind})))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _instances(pilot)
+        await pilot.press("b", "v")  # kind=mixed first (sorted), then kind=trained-only: no controls of its own
+        await _workers(pilot, "instances")
+        assert screen.group == "kind=trained-only" and screen.rows == []
+        assert "no never-trained instance of group kind=trained-only" in _plain(screen.query_one("#instances-head"))
+        assert screen.query_one("DataTable").row_count == 0
+        await pilot.press("enter")  # nothing to open
+        assert app.screen is screen
+
+
+@run_async
+async def test_keys_pressed_faster_than_the_scoring_show_the_last_group_chosen(split_path):
+    app = MemtuiApp(read_panel(split_path))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await _instances(pilot)
+        await pilot.press("b", "v", "v", "v")  # kind=prose, verse, prose, verse: lists may arrive for each
+        await _workers(pilot, "instances")
+        kinds = dict(zip(screen.panel.ids.tolist(), np.asarray(screen.panel.covariates["kind"]).tolist(), strict=True))
+        assert screen.group == "kind=verse" and {kinds[r.id] for r in screen.rows} == {"verse"}
+        assert "group kind=verse of kind" in _plain(screen.query_one("#instances-head"))

@@ -177,3 +177,67 @@ def test_the_path_at_the_cells_checkpoint_is_the_score(_simulated):
     assert path.score[list(path.steps).index(4000)] == pytest.approx(s.score[0])
     assert path.score[list(path.steps).index(1000)] == pytest.approx(0.0, abs=1e-12)  # the base: no change
     assert (path.low <= path.high).all()
+
+
+def _with_groups(panel):
+    """Covariates for the split tests: kind alternating a/b, x a shuffle of 0..n-1 (controls in every group)."""
+    kind = np.array(["a" if i % 2 else "b" for i in range(panel.n_instances)], dtype=object)
+    x = np.random.default_rng(3).permutation(panel.n_instances).astype(float)
+    return dataclasses.replace(panel, covariates={"kind": kind, "x": x})
+
+
+@pytest.mark.parametrize("spec", ["kind", "x:tertiles"])
+def test_a_groups_mean_score_is_its_tau_from_estimate_by_against_its_own_controls(spec, _simulated):
+    """By group, as `estimate --by` and the workbench's split: the group's cohort's mean score is the group's cell
+    estimate (its own never-trained controls), over every post-treatment cell of every group."""
+    from memtui.estimation.subgroups import estimate_by
+
+    panel = _with_groups(_simulated())
+    by = estimate_by(panel, Settings(metric="loglik", draws=0), spec)
+    checked = 0
+    for name, result in by.groups.items():
+        cells = result.cells.filter(~result.cells["pre_treatment"])
+        for row in cells.iter_rows(named=True):
+            sel = Selection(cohort=row["cohort"], checkpoint=row["checkpoint"], by=spec, group=name)
+            s = instance_scores(panel, "loglik", sel)
+            assert (len(s), s.n_controls) == (row["n_treated"], row["n_control"])
+            assert s.score.mean() == pytest.approx(row["estimate"], rel=1e-10, abs=1e-10 * panel_scale(panel, "loglik"))
+            checked += 1
+    assert checked >= 2 * 10
+
+
+def test_a_groups_path_is_set_against_its_own_controls(_simulated):
+    from memtui.estimation.instances import instance_path
+
+    panel = _with_groups(_simulated())
+    s = instance_scores(panel, "loglik", Selection(by="kind", group="kind=a"))
+    row = int(s.rows[0])
+    mine = instance_path(panel, "loglik", row, selection=Selection(by="kind", group="kind=a"))
+    whole = instance_path(panel, "loglik", row)
+    c = list(mine.steps).index(int(s.checkpoint[0]))
+    assert mine.score[c] == pytest.approx(s.score[0]) and not np.allclose(mine.score, whole.score)
+
+
+@pytest.mark.parametrize(
+    ("selection", "says"),
+    [
+        (Selection(by="kind", group="kind=c"), "has no group 'kind=c'; its groups are kind=a, kind=b"),
+        (Selection(group="kind=a"), "needs the split"),
+        (Selection(by="nope", group="x"), "no covariate 'nope'"),
+        (Selection(by="kind:quartiles", group="x"), "categorical"),
+        (Selection(by="x>=1e9", group="x>=1e9"), "makes 1 group"),
+    ],
+)
+def test_bad_groups_are_refused_in_one_line(selection, says, _simulated):
+    with pytest.raises(MemtuiError, match=says) as err:
+        instance_scores(_with_groups(_simulated()), "loglik", selection)
+    assert "\n" not in str(err.value)
+
+
+def test_a_group_without_never_trained_instances_is_refused(_simulated):
+    panel = _simulated()
+    kind = np.where(panel.never_treated, "control", "treated").astype(object)
+    kind[0] = "control"  # one trained instance among the controls: the "treated" group has no control of its own
+    panel = dataclasses.replace(panel, covariates={"kind": kind})
+    with pytest.raises(MemtuiError, match="no never-trained instance of group kind=treated"):
+        instance_scores(panel, "loglik", Selection(by="kind", group="kind=treated"))

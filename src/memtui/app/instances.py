@@ -1,7 +1,10 @@
 """The Instances screens: the instances of the heatmap's cursor cell ranked by their own score, and one instance.
 
 ``InstancesScreen`` lists the cell's instances best first (``estimation.instances``: each one's DiD contrast, whose
-mean over the cohort is the cell's τ) with their p_ctrl and text; Enter opens ``InstanceScreen``: the instance's
+mean over the cohort is the cell's τ) with their p_ctrl and text. Like the workbench, it splits by a covariate: ``b``
+picks the split spec (none first, then ``by_view.by_options``), ``v`` the group listed, whose instances are scored
+against the group's own never-trained ones (so their mean is the group's τ, its heatmap cell); opened from a split
+heatmap it starts on the group shown. Enter opens ``InstanceScreen``: the instance's
 text wrapped to the terminal, its path across checkpoints against the never-trained instances' spread, and, where
 the panel stores per-token scores, each token coloured by the log-probability it gained across its treatment.
 Both screens own their keys; their workers post the typed messages below. Opened from the Profile pane (its
@@ -35,10 +38,12 @@ DESCRIPTIVE = "p_ctrl: share of never-trained texts scoring as high (descriptive
 
 @dataclass
 class InstancesReady(Message):
-    """The list worker's outcome for (cohort, checkpoint): the rows best first, or the one-line reason."""
+    """The list worker's outcome for (cohort, checkpoint) and the group: the rows best first, or the one-line
+    reason."""
 
     cohort: int
     checkpoint: int
+    group: tuple[str, str]
     rows: list
     n_scored: int = 0
     n_controls: int = 0
@@ -57,8 +62,10 @@ class InstanceReady(Message):
     note: str = ""  # the per-token scores could not be read (the path is still shown)
 
 
-def open_cell(app, panel: Panel, metric: str, cohort: int, checkpoint: int) -> None:
-    """Push the Instances screen for cell (cohort, checkpoint), or say in a notice why a cell has none."""
+def open_cell(app, panel: Panel, metric: str, cohort: int, checkpoint: int, split=None) -> None:
+    """Push the Instances screen for cell (cohort, checkpoint), or say in a notice why a cell has none. ``split``:
+    the heatmap's (``ByResult``, ``View``) where it is split by group: the list starts on the group shown (a
+    difference's first group)."""
     if checkpoint < cohort:
         app.notify(
             f"g {cohort}, c {checkpoint} is a pre-treatment (placebo) cell: its instances have not been trained on "
@@ -67,7 +74,8 @@ def open_cell(app, panel: Panel, metric: str, cohort: int, checkpoint: int) -> N
             markup=False,
         )
         return
-    app.push_screen(InstancesScreen(panel, metric, cohort, checkpoint))
+    by, group = (split[0].spec, split[1].a) if split is not None else ("", "")
+    app.push_screen(InstancesScreen(panel, metric, cohort, checkpoint, by, group))
 
 
 class InstancesScreen(Screen[None]):
@@ -79,6 +87,10 @@ class InstancesScreen(Screen[None]):
         Binding(
             "enter", "open", "Open", tooltip="Open the instance: its text, path and per-token gains", priority=True
         ),
+        Binding("b", "next_by(1)", "Split", tooltip="Split by the next covariate spec (none first)"),
+        Binding("B", "next_by(-1)", "Previous split", show=False, tooltip="Split by the previous covariate spec"),
+        Binding("v", "next_group(1)", "Group", tooltip="List the split's next group"),
+        Binding("V", "next_group(-1)", "Previous group", show=False, tooltip="List the split's previous group"),
         Binding("question_mark", "app.help", "Keys", tooltip="List every key"),
     ]
     DEFAULT_CSS = """
@@ -86,9 +98,10 @@ class InstancesScreen(Screen[None]):
     InstancesScreen #instances-table { height: 1fr; }
     """
 
-    def __init__(self, panel: Panel, metric: str, cohort: int, checkpoint: int) -> None:
+    def __init__(self, panel: Panel, metric: str, cohort: int, checkpoint: int, by: str = "", group: str = "") -> None:
         super().__init__()
         self.panel, self.metric, self.cohort, self.checkpoint = panel, metric, cohort, checkpoint
+        self.by, self.group = by, group  # the split spec and the group listed ("", "": every instance)
         self.rows: list = []
         self.decoder = None
 
@@ -100,9 +113,11 @@ class InstancesScreen(Screen[None]):
         yield Footer(compact=True)
 
     def _head(self, status: str) -> str:
+        group = f"group {clean(self.group, 40)} of {clean(self.by, 40)}" if self.by else "all instances"
+        controls = "the group's never-trained" if self.by else "the never-trained"
         return (
-            f"Instances of g {self.cohort}, c {self.checkpoint} · {clean(self.metric, 40)} · {status}\n"
-            f"score: own change since step before g, less the never-trained mean change (mean = the cell's τ). "
+            f"Instances of g {self.cohort}, c {self.checkpoint} · {clean(self.metric, 40)} · {group} · {status}\n"
+            f"score: own change since step before g, less {controls} mean change (mean = the cell's τ). "
             f"{DESCRIPTIVE}"
         )
 
@@ -115,21 +130,25 @@ class InstancesScreen(Screen[None]):
         from memtui.extract.tokenizer import decoder_for
         from memtui.report.instances import read_rows
 
+        key = (self.by, self.group)
         try:
-            scores = instance_scores(self.panel, self.metric, Selection(self.cohort, self.checkpoint))
+            selection = Selection(self.cohort, self.checkpoint, by=self.by, group=self.group)
+            scores = instance_scores(self.panel, self.metric, selection)
             decoder = decoder_for(self.panel) if self.panel.has_tokens else None
             rows = read_rows(self.panel, scores.top(LISTED), decoder)
-            ready = InstancesReady(self.cohort, self.checkpoint, rows, len(scores), scores.n_controls, decoder)
-        except MemtuiError as exc:
-            ready = InstancesReady(self.cohort, self.checkpoint, [], error=str(exc))
+            ready = InstancesReady(self.cohort, self.checkpoint, key, rows, len(scores), scores.n_controls, decoder)
         except Exception as exc:  # noqa: BLE001 - a bug must not leave the screen waiting: it says so instead
-            ready = InstancesReady(self.cohort, self.checkpoint, [], error=f"{type(exc).__name__}: {exc}")
+            ready = InstancesReady(self.cohort, self.checkpoint, key, [], error=_reason(exc))
         self.post_message(ready)
 
     @on(InstancesReady)
     def _ready(self, event: InstancesReady) -> None:
+        if event.group != (self.by, self.group):  # a list for a group no longer chosen
+            return
         head = self.query_one("#instances-head", Static)
         if event.error:
+            self.rows = []
+            self.query_one(DataTable).clear(columns=True)
             head.update(self._head(f"no instances: {clean(event.error)}"))
             return
         self.rows, self.decoder = event.rows, event.decoder
@@ -158,7 +177,39 @@ class InstancesScreen(Screen[None]):
     def action_open(self) -> None:
         table = self.query_one(DataTable)
         if self.rows and 0 <= table.cursor_row < len(self.rows):
-            self.app.push_screen(InstanceScreen(self.panel, self.metric, self.rows[table.cursor_row], self.decoder))
+            row = self.rows[table.cursor_row]
+            self.app.push_screen(InstanceScreen(self.panel, self.metric, row, self.decoder, self.by, self.group))
+
+    def action_next_by(self, step: int = 1) -> None:
+        """The next split spec (none first), as the workbench's b offers them; the list shows its first group."""
+        from memtui.app.by_view import by_options
+
+        options = by_options(self.panel)
+        if len(options) < 2:
+            self.notify("This panel has no covariate to split by: `memtui covariates PANEL` adds them.", markup=False)
+            return
+        index = options.index(self.by) if self.by in options else 0
+        by = options[(index + step) % len(options)]
+        self._show_group(by, self._groups(by)[0] if by else "")
+
+    def action_next_group(self, step: int = 1) -> None:
+        """The split's next group (v, as on the heatmap)."""
+        if not self.by:
+            self.notify("No split: b splits the list by a covariate.", markup=False)
+            return
+        names = self._groups(self.by)
+        index = names.index(self.group) if self.group in names else -step
+        self._show_group(self.by, names[(index + step) % len(names)])
+
+    def _groups(self, by: str) -> list[str]:
+        from memtui.estimation.group_spec import resolve
+
+        return resolve(self.panel, by).names  # offered by by_options, so it resolves
+
+    def _show_group(self, by: str, group: str) -> None:
+        self.by, self.group, self.rows = by, group, []
+        self.query_one("#instances-head", Static).update(self._head("scoring…"))
+        self._load()
 
     @on(DataTable.RowSelected)
     def _selected(self, event: DataTable.RowSelected) -> None:
@@ -190,9 +241,10 @@ class InstanceScreen(Screen[None]):
     InstanceScreen #instance-path { height: 1fr; min-height: 7; }
     """
 
-    def __init__(self, panel: Panel, metric: str, row, decoder) -> None:
+    def __init__(self, panel: Panel, metric: str, row, decoder, by: str = "", group: str = "") -> None:
         super().__init__()
         self.panel, self.metric, self.row, self.decoder = panel, metric, row, decoder
+        self.by, self.group = by, group  # the split whose never-trained instances its score was set against
         self.gain: np.ndarray | None = None
         self.scale = 1.0
 
@@ -201,7 +253,7 @@ class InstanceScreen(Screen[None]):
         head = (
             f"Instance {r.id} · rank {r.rank} · cohort g {r.cohort} (base {r.base}) · score at c {r.checkpoint}: "
             f"{r.score:+.4g} · p_ctrl {r.p_value:.3f} (descriptive)"
-        )
+        ) + (f" · group {clean(self.group, 40)}, against its own never-trained" if self.by else "")
         yield Static(head, id="instance-head", markup=False)
         with VerticalScroll(id="instance-text-box"):
             yield Static(self._text(), id="instance-text")
@@ -222,12 +274,12 @@ class InstanceScreen(Screen[None]):
 
     @work(thread=True, exclusive=True, group="instance", exit_on_error=False)
     def _load(self) -> None:
-        from memtui.estimation.instances import instance_path
+        from memtui.estimation.instances import Selection, instance_path
         from memtui.panel.token_scores import read_token_scores
 
         r = self.row
         try:
-            path = instance_path(self.panel, self.metric, r.row)
+            path = instance_path(self.panel, self.metric, r.row, selection=Selection(by=self.by, group=self.group))
         except Exception as exc:  # noqa: BLE001 - a bug must not leave the screen waiting: it says so instead
             self.post_message(InstanceReady(r.id, error=_reason(exc)))
             return

@@ -203,7 +203,7 @@ class ProfilePane(Vertical):
             self.app.notify("No estimate on screen yet: its cells' instances follow.", markup=False)
             return
         g, c = int(r.cohorts[self.heatmap.row]), int(r.checkpoints[self.heatmap.column])
-        open_cell(self.app, self.app.panel, r.settings.metric, g, c)
+        open_cell(self.app, self.app.panel, r.settings.metric, g, c, self.split)
 
     def check_action(self, action: str, parameters: tuple) -> bool | None:
         """t overlays the truth where there is one; elsewhere its other binding says there is none."""

@@ -23,6 +23,11 @@ def add_arguments(p) -> None:
     s.add_argument("--effect", type=float, default=1.0, help="scale of the true effect (0 = no memorisation)")
     s.add_argument("--seed", type=int, default=0, help="random seed of the simulation")
     s.add_argument("--force", action="store_true", help="overwrite an existing panel")
+    from memtui.demo.token_sample import NAME, SUMMARY
+
+    t = kinds.add_parser(NAME, help=SUMMARY)  # the shipped sample of that name is its output
+    t.add_argument("panel", type=Path, help="panel file to create (.h5)")
+    t.add_argument("--force", action="store_true", help="overwrite an existing panel")
 
 
 def _simulation(args):
@@ -60,7 +65,16 @@ def _simulation(args):
 
 
 def run(args) -> int:
-    return {"synthetic": _synthetic}[args.kind](args)
+    return {"synthetic": _synthetic}.get(args.kind, _token_sample)(args)
+
+
+def _token_sample(args) -> int:
+    from memtui.demo.token_sample import make_token_sample
+
+    check_output(args.panel, args.force)
+    path = make_token_sample(args.panel, overwrite=args.force, log=lambda line: print(line, flush=True))
+    print(f"wrote {clean(path)}; open it with `memtui {clean(path)}` (w on a cell, enter on an instance)")
+    return 0
 
 
 def _synthetic(args) -> int:

@@ -252,8 +252,10 @@ def make_demo(
     keep: bool = False,
     overwrite: bool = False,
     log: Callable[[str], None] = print,
+    token_scores: str | None = None,
 ) -> Path:
-    """Train, save checkpoints, build the panel and extract it. Returns the panel path."""
+    """Train, save checkpoints, build the panel and extract it. Returns the panel path. ``token_scores``: extract's
+    ``--token-scores`` value (per-token scores for that subset), or ``"all"`` for every instance of the panel."""
     import torch
 
     from memtui.extract.worker import run
@@ -273,6 +275,10 @@ def make_demo(
             f"({cfg.batch} x {cfg.seq_len} byte tokens) on Unicode 3.2 character descriptions"
         )
         _build_demo_panel(out, work, cfg, saved, overwrite)
+        if token_scores == "all":
+            from memtui.panel.hdf5 import read_panel
+
+            token_scores = str(read_panel(out).n_instances)
         threads = torch.get_num_threads()
         log(f"extracting {len(saved)} checkpoints on {threads} CPU thread(s)")
         run(
@@ -283,6 +289,7 @@ def make_demo(
             dtype="float32",
             handle_signals=False,
             log=log,
+            token_scores=token_scores,
         )
         _label_demo_panel(out, description, work)
         log(f"made {out} in {time.time() - t0:.0f} s")

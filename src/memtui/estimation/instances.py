@@ -36,11 +36,17 @@ from memtui.panel.model import NEVER, Panel
 @dataclass(frozen=True)
 class Selection:
     """Which instances to score: one cell (cohort and checkpoint steps), one cohort at ``checkpoint``, or every
-    cohort at ``checkpoint`` (None: the last completed one); ``where`` keeps a subgroup (``NAME>=VALUE``)."""
+    cohort at ``checkpoint`` (None: the last completed one); ``where`` keeps a subgroup (``NAME>=VALUE``).
+
+    ``by`` and ``group``: one group of a ``--by`` spec (``estimation.group_spec``), as `memtui estimate --by` and the
+    workbench's split (``b``) make it: the group's trained instances scored against the group's **own** never-trained
+    instances, so the mean score over a cohort is that group's τ(g, c) (its heatmap cell)."""
 
     cohort: int | None = None
     checkpoint: int | None = None
     where: str = ""
+    by: str = ""
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,13 +105,19 @@ def instance_scores(panel: Panel, metric: str, selection: Selection = Selection(
             f"{panel._name}: only {len(steps)} completed checkpoint(s); an instance's change needs two, extract more."
         )
     tidx = treatment_index(panel.treatment, steps, NEVER)
-    complete = np.isfinite(y).all(axis=1)
+    members = group_members(panel, selection.by, selection.group)
+    complete = np.isfinite(y).all(axis=1) & members
     notes = []
-    if not complete.all():
-        notes.append(f"left out {int((~complete).sum())} instances with missing values, as `memtui estimate` does")
+    if not complete[members].all():
+        left = int((~complete[members]).sum())
+        notes.append(f"left out {left} instances with missing values, as `memtui estimate` does")
     controls = np.flatnonzero(complete & (tidx == NEVER_INDEX))
     if not len(controls):
-        raise MemtuiError(f"{panel._name}: no never-trained instance has complete values; finish extraction.")
+        mine = f" of group {clean(selection.group, 60)}" if selection.by else ""
+        raise MemtuiError(
+            f"{panel._name}: no never-trained instance{mine} has complete values; "
+            + ("choose another group or split." if selection.by else "finish extraction.")
+        )
     treated = complete & (tidx != NEVER_INDEX) & (tidx >= 1) & (tidx < len(steps))
     chosen, column = _selected(panel, selection, steps, tidx, treated)
     rows = np.flatnonzero(chosen)
@@ -158,8 +170,25 @@ def _selected(panel: Panel, sel: Selection, steps, tidx, treated) -> tuple[np.nd
     if not chosen.any():
         what = f"cohort {sel.cohort}" if sel.cohort is not None else f"trained by step {int(steps[column])}"
         where = f" with {clean(sel.where, 60)}" if sel.where else ""
+        where += f" in group {clean(sel.group, 60)}" if sel.by else ""
         raise MemtuiError(f"{panel._name}: no instance {what}{where} has complete values to score.")
     return chosen, column
+
+
+def group_members(panel: Panel, by: str, group: str) -> np.ndarray:
+    """The instances of group ``group`` of the ``--by`` spec ``by`` (every instance without a spec): its treated
+    instances and its own never-trained ones, as ``estimation.subgroups`` splits the panel."""
+    if not by:
+        if group:
+            raise MemtuiError(f"group '{clean(group, 60)}' needs the split (a --by spec) it belongs to.")
+        return np.ones(panel.n_instances, bool)
+    from memtui.estimation.group_spec import resolve
+
+    groups = resolve(panel, by)
+    if group not in groups.names:
+        shown = ", ".join(clean(n, 40) for n in groups.names[:8]) + (" ..." if len(groups.names) > 8 else "")
+        raise MemtuiError(f"--by '{clean(by, 60)}' has no group '{clean(group, 60)}'; its groups are {shown}.")
+    return groups.labels == groups.names.index(group)
 
 
 def _column(steps: np.ndarray, checkpoint: int | None) -> int:
@@ -240,15 +269,22 @@ class InstancePath:
     quantiles: tuple[float, float]
 
 
-def instance_path(panel: Panel, metric: str, row: int, quantiles: tuple[float, float] = (0.05, 0.95)) -> InstancePath:
-    """The path of the instance at ``row`` (a trained one with a checkpoint before its cohort's)."""
+def instance_path(
+    panel: Panel,
+    metric: str,
+    row: int,
+    quantiles: tuple[float, float] = (0.05, 0.95),
+    selection: Selection = Selection(),
+) -> InstancePath:
+    """The path of the instance at ``row`` (a trained one with a checkpoint before its cohort's), against the
+    never-trained instances of ``selection``'s group (every one without a group), as its scores were ranked."""
     steps = panel.done_steps
     y = panel.values(metric)
     tidx = treatment_index(panel.treatment, steps, NEVER)
     a = int(tidx[row])
     if a == NEVER_INDEX or a < 1 or a >= len(steps):
         raise MemtuiError(f"instance {int(panel.ids[row])} has no cohort with a checkpoint before it to score from.")
-    controls = (tidx == NEVER_INDEX) & np.isfinite(y).all(axis=1)
+    controls = (tidx == NEVER_INDEX) & np.isfinite(y).all(axis=1) & group_members(panel, selection.by, selection.group)
     sign = panel.sign(metric)
     d = y[controls] - y[controls, a - 1][:, None]  # controls x checkpoints: each one's change since the base
     mean = d.mean(axis=0)

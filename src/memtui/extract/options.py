@@ -177,6 +177,10 @@ class ExtractOptions:
                 "build a panel for extraction with `memtui build`."
             )
         kl = read_extractable(panel_path) if set(metrics) & set(EXTRACTABILITY) else None
+        if "sampled_logp" in metrics:
+            from memtui.extract.scheme import check
+
+            check(panel_path)  # the scheme it records must be the one computed here (a resume mixes none)
         wanted = self.extractable_kl()
         if wanted is not None and kl is None:
             raise MemtuiError(

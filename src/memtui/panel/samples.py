@@ -5,6 +5,8 @@ They live in the checkout's top-level ``sample_panels/`` folder; building a whee
 
 - ``synthetic``: a simulated panel with a known true memorisation profile (`memtui sample synthetic`);
 - ``tiny-gptneox``: a real tiny GPT-NeoX's profile, made on CPU by `memtui demo`;
+- ``tiny-gptneox-tokens``: a smaller real GPT-NeoX (`memtui demo --small`'s) with per-token scores for every
+  instance, made by `memtui sample tiny-gptneox-tokens` (the Instance screen colours its texts);
 - ``suite-neox-41k`` ... ``suite-neox-858k``: a real suite, four sizes on the same instances, made by
   `memtui demo --suite` (docs/findings.md is its report); ``memtui --sample suite`` opens the four together.
 
@@ -21,6 +23,7 @@ from memtui.core.errors import MemtuiError
 SAMPLES = {
     "synthetic": "a simulated panel with a known true profile",
     "tiny-gptneox": "a real tiny GPT-NeoX trained and extracted on CPU by `memtui demo`",
+    "tiny-gptneox-tokens": "a smaller real GPT-NeoX with per-token scores, made by `memtui sample tiny-gptneox-tokens`",
     **{
         f"suite-neox-{size}": f"the {size}-parameter model of the suite made by `memtui demo --suite`"
         for size in ("41k", "132k", "384k", "858k")
