@@ -146,3 +146,51 @@ def test_positions_under_a_shuffle_and_treatments():
     step, treat = treatment_under(np.array([0, 5, 6, 40, -1]), batch=6, offset=0, steps=[0, 1, 3])
     assert step.tolist() == [1, 1, 2, 7, -1] and treat.tolist() == [1, 1, 3, NEVER, NEVER]
     assert checkpoint_interval("1B") == 2500 and checkpoint_interval("60M") == 1250
+
+
+def test_a_seed_by_size_grid_is_one_build(tmp_path, cli, run):
+    folder, paths, held, n = run
+    (folder / "s").mkdir()
+    small = _config(folder, paths)
+    big_cfg = yaml.safe_load(small.read_text()) | {"global_train_batch_size": 4, "max_duration": f"{40 * 4 * L}T"}
+    big = folder / "s" / "big.yaml"
+    big.write_text(yaml.safe_dump(big_cfg))
+    code, _, err = cli("build", folder / "grid.h5", "--order", "datadecide", "--size-configs", f"4M={small},1B={big}",
+                       "--steps", "0,3,6,9,12", "-k", 2, "-m", 3, "--n-validation", 6, "--controls", "validation",
+                       "--heldout", *held, "--seeds", "default,small-aux-3")  # fmt: skip
+    assert code == 0, err
+    for size, batch in (("4M", BATCH), ("1B", 4)):
+        a, b = (read_panel(folder / f"grid-{size}-{seed}.h5") for seed in ("default", "small-aux-3"))
+        assert a.attrs["datadecide_size"] == size and a.attrs["batch_size"] == str(batch)
+        assert a.attrs["seed_suite"] == b.attrs["seed_suite"]
+        where = _library_positions(n, 15)
+        trained = b.provenance["position"] >= 0
+        for i in np.flatnonzero(trained):
+            step = where[int(b.ids[i])] // batch + 1
+            assert b.treatment[i] == min((s for s in STEPS if s >= step), default=NEVER)
+    assert (
+        read_panel(folder / "grid-4M-default.h5").attrs["seed_suite"]
+        != read_panel(folder / "grid-1B-default.h5").attrs["seed_suite"]
+    )  # one suite per size: a size is another model
+
+
+def test_grid_refusals_and_durations(tmp_path, cli, run):
+    from memtui.orders.datadecide import duration_steps
+
+    folder, paths, held, _ = run
+    cfg = _config(folder, paths)
+    for spec, match in [
+        (f"5M={cfg}", "DataDecide has sizes"),
+        (f"4M={cfg},4M={cfg}", "names size 4M twice"),
+        ("4M", "is not SIZE=CONFIG"),
+        (f"4M={folder / 'absent.yaml'}", "no such config file"),
+    ]:
+        code, _, err = cli("build", folder / "g.h5", "--order", "datadecide", "--size-configs", spec)
+        assert code == 2 and match in err and err.count("\n") == 1, err
+    code, _, err = cli(
+        "build", folder / "g.h5", "--order", "datadecide", "--size-configs", f"4M={cfg}", "--config", cfg
+    )
+    assert code == 2 and "drop --config" in err
+    for duration, steps in [(500, 500), ("1e3T", 1000 // (BATCH * L)), ("250", 250), ("2ep", None), (True, None)]:
+        cfg.write_text(yaml.safe_dump(yaml.safe_load(cfg.read_text()) | {"max_duration": duration}))
+        assert duration_steps(cfg) == steps

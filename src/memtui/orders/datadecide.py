@@ -27,6 +27,7 @@ treatments (the seeds then differ by initialisation only; the build says so).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -103,3 +104,49 @@ def treatment_under(
     inside = (step >= 1) & (k < len(checkpoints))
     treat = np.where(inside, checkpoints[np.minimum(k, len(checkpoints) - 1)], NEVER)
     return step, treat
+
+
+def parse_size_configs(text: str) -> list[tuple[str, Path]]:
+    """``4M=c4m.yaml,60M=c60m.yaml`` as (size, config) pairs, each size DataDecide's and named once."""
+    out: list[tuple[str, Path]] = []
+    for part in (p.strip() for p in str(text).split(",")):
+        if not part:
+            continue
+        size, sep, config = part.partition("=")
+        size = size.strip()
+        if not sep or not config.strip():
+            raise MemtuiError(f"--size-configs: '{part[:60]}' is not SIZE=CONFIG (e.g. 60M=configs/60m.yaml).")
+        checkpoint_interval(size)  # refuses a size DataDecide does not have
+        if any(size == s for s, _ in out):
+            raise MemtuiError(f"--size-configs names size {size} twice; give each once.")
+        out.append((size, Path(config.strip())))
+    if not out:
+        raise MemtuiError("--size-configs names no size; give e.g. 4M=c4m.yaml,60M=c60m.yaml.")
+    return out
+
+
+def duration_steps(config: str | Path) -> int | None:
+    """The run's last step from an OLMo config's ``max_duration``, as OLMo's ``Trainer.max_steps`` reads it (allenai/
+    OLMo ``olmo/train.py``): an int is steps; ``"{N}T"`` is N tokens, ``N // tokens per step`` steps; ``"{N}"`` steps
+    (both parsed through float: ``1e11T``); ``"{E}ep"`` (epochs) gives None here (the order's length decides)."""
+    from memtui.orders.olmo import _read_yaml
+
+    cfg = _read_yaml(Path(config))
+    duration = cfg.get("max_duration")
+    batch, model = cfg.get("global_train_batch_size"), cfg.get("model")
+    seq = model.get("max_sequence_length") if isinstance(model, dict) else None
+    if isinstance(duration, bool) or duration is None:
+        return None
+    if isinstance(duration, int):
+        return duration if duration > 0 else None
+    text = str(duration).strip()
+    tokens = text.endswith("T")
+    try:
+        value = int(float(text[:-1] if tokens else text))
+    except (ValueError, OverflowError):
+        return None
+    if not tokens:
+        return value if value > 0 else None
+    if not (isinstance(batch, int) and isinstance(seq, int) and batch > 0 and seq > 0):
+        return None
+    return value // (batch * seq) or None

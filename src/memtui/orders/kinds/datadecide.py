@@ -29,6 +29,7 @@ class DataDecide(Olmo):
     revisions = ("datadecide",)
     source = "DataDecide OLMo config"
     seed_pairs: tuple[tuple[str, int], ...] = (("default", 6198),)
+    sizes: tuple[tuple[str, Path], ...] = ()  # a seed x size grid: (size, its config), one suite per size
 
     def add_arguments(self, group) -> None:
         super().add_arguments(group)
@@ -37,10 +38,23 @@ class DataDecide(Olmo):
             help="seed suite: more maps prefixes (comma list; --preset polypythia: seed "
             "numbers), one panel OUT-seedN.h5 per seed over the same instances",
         )  # neox declares it first (shown once); datadecide reads seed names or numbers
+        group.add_argument(
+            "--size-configs",
+            metavar="SIZE=CONFIG,...",
+            help="datadecide: a seed x size grid in one build, each size's training YAML (4M=c4m.yaml,1B=c1b.yaml); "
+            "one suite per size, OUT-SIZE-SEED.h5, checkpoints every 1250 steps (1B: 2500) up to the config's "
+            "max_duration unless --steps / --macro / --train-steps say otherwise",
+        )
 
     def check(self, args: argparse.Namespace):
-        from memtui.orders.datadecide import parse_seeds
+        from memtui.orders.datadecide import parse_seeds, parse_size_configs
 
+        sizes = ()
+        if args.size_configs is not None:
+            if args.config is not None:
+                raise MemtuiError("--size-configs gives each size's config; drop --config.")
+            sizes = tuple(parse_size_configs(args.size_configs))
+            args = argparse.Namespace(**{**vars(args), "config": sizes[0][1]})
         order = super().check(args)
         pairs = tuple(parse_seeds(args.seeds if args.seeds is not None else "default"))
         if len(pairs) > 1 and or_default(args.controls, "beyond") == "beyond":
@@ -48,14 +62,17 @@ class DataDecide(Olmo):
                 "--order datadecide --seeds: a seed suite needs never-trained controls under every seed: "
                 "--controls validation --heldout FILES ('beyond' one seed's last step is trained under another's)."
             )
-        return replace(order, seed_pairs=pairs)
+        return replace(order, seed_pairs=pairs, sizes=sizes)
 
     def _options(self, args) -> dict:
         return {}
 
     def outputs(self, out: Path) -> list[Path]:
         out = Path(out)
-        return [out.with_name(f"{out.stem}-{name}{out.suffix or '.h5'}") for name, _ in self.seed_pairs]
+        grid = [f"{size}-" for size, _ in self.sizes] or [""]
+        return [
+            out.with_name(f"{out.stem}-{g}{name}{out.suffix or '.h5'}") for g in grid for name, _ in self.seed_pairs
+        ]
 
     def _order_seeds(self) -> tuple[list[int], int, str]:
         """The data order's seed under each of the suite's seeds, the epoch OLMo adds to it (``olmo_stage``'s rule),
@@ -86,10 +103,29 @@ class DataDecide(Olmo):
         )
 
     def sample(self, spec: SamplingSpec) -> list[Instances]:
+        if self.sizes:
+            return self._grid(spec)
         home = super().sample(spec)[0]  # the home seed's panel: its cohorts, controls and provenance
         seeds, epoch, note = self._order_seeds()
         stage = self._stage(seeds[0])
         return suite_panels(home, self.seed_pairs, [s + epoch for s in seeds], stage, self.step_offset, note)
+
+    def _grid(self, spec: SamplingSpec) -> list[Instances]:
+        """Each size's suite, its checkpoints on the size's save interval up to its run's last step by default."""
+        from memtui.orders.datadecide import checkpoint_interval, duration_steps
+
+        out = []
+        for size, config in self.sizes:
+            order = replace(self, config=config, sizes=())
+            sized = replace(
+                spec,
+                macro=or_default(spec.macro, checkpoint_interval(size)),
+                train_steps=or_default(spec.train_steps, duration_steps(config)),
+            )
+            for inst in order.sample(sized):
+                inst.attrs = {**inst.attrs, "datadecide_size": size}
+                out.append(inst)
+        return out
 
 
 def suite_panels(home: Instances, pairs, shuffles, stage, offset: int, note: str) -> list[Instances]:
