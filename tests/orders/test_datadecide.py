@@ -194,3 +194,29 @@ def test_grid_refusals_and_durations(tmp_path, cli, run):
     for duration, steps in [(500, 500), ("1e3T", 1000 // (BATCH * L)), ("250", 250), ("2ep", None), (True, None)]:
         cfg.write_text(yaml.safe_dump(yaml.safe_load(cfg.read_text()) | {"max_duration": duration}))
         assert duration_steps(cfg) == steps
+
+
+def test_compare_pooled_runs_over_the_seeds_panels(tmp_path, cli, run):
+    """The suite's panels, once scored (here: simulated log-likelihoods that rise by 1 nat at treatment), pool."""
+    from memtui.panel.hdf5 import create_panel
+
+    folder, paths, held, _ = run
+    code, _, err = _build(cli, folder / "dd.h5", _config(folder, paths), held, "--seeds", "default,small-aux-2",
+                          "-m", 6)  # fmt: skip
+    assert code == 0, err
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(len(read_panel(folder / "dd-default.h5").ids), 1))
+    scored = []
+    for name in ("default", "small-aux-2"):
+        p = read_panel(folder / f"dd-{name}.h5")
+        steps = np.asarray(p.steps)
+        trained = (p.treatment[:, None] != NEVER) & (steps[None, :] >= p.treatment[:, None])
+        y = base + 0.1 * rng.normal(size=(len(p.ids), len(steps))) + 1.0 * trained
+        out = folder / f"scored-{name}.h5"
+        create_panel(out, ids=p.ids, treatment=p.treatment, steps=p.steps, values={"loglik": y}, attrs=p.attrs)
+        scored.append(out)
+    code, out, err = cli("compare", *scored, "--pooled", "-B", 99, "--band", "classic")
+    assert code == 0, err
+    assert "pooled over 2 seeds (default, small-aux-2)" in out
+    overall = float(next(line for line in out.splitlines() if line.startswith("overall")).split()[1])
+    assert abs(overall - 1.0) < 0.1  # the simulated 1-nat effect, pooled across the two seeds' treatments
