@@ -106,3 +106,21 @@ def test_unreadable_notes_are_ignored(panel):
     assert read_checkpoint_notes(panel) == {}
     (work / "checkpoints.json").write_text('{"lines": 3, "averages": {"x": "ema", "10": 5, "20": "soup"}}')
     assert read_checkpoint_notes(panel) == {"lines": [], "averages": {20: "soup"}}
+
+
+def test_revisions_pico_resolves_commits_at_launch(cli, panel, monkeypatch, tmp_path):
+    from memtui.orders import revisions
+
+    commits = [(f"Saving HF Model -- Step {s}", f"{s:040d}") for s in (40, 10, 0)]
+    monkeypatch.setattr(revisions, "list_commits", lambda repo, branch: commits)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    revisions._commits.cache_clear()
+    try:
+        code, out, err = cli("extract", panel, "--model", "pico-lm/pico-decoder-tiny", "--revisions", "pico",
+                             "--dry-run")  # fmt: skip
+    finally:
+        revisions._commits.cache_clear()
+    assert code == 0, err
+    assert "as listed in pico-lm/pico-decoder-tiny@pico-decoder-tiny-1's commits" in out
+    assert "checkpoints: 3 to score (steps 0, 10, 40)" in out
+    assert "panel steps the manifest lacks (not extracted): 20, 30" in out

@@ -195,3 +195,62 @@ def test_datadecide_revision_names():
 )
 def test_weight_average_from_the_families_names(revision, kind):
     assert weight_average(revision) == kind
+
+
+def test_smollm_presets_name_the_cards_revisions():
+    assert revision_name(PRESETS["smollm2"], 125000) == "step-125000"  # SmolLM2 intermediate checkpoints
+    assert revision_name(PRESETS["smollm3-stage1"], 40000) == "stage1-step-40000"  # SmolLM3-3B-checkpoints' card
+
+
+# pico-train's src/checkpointing/training.py titles each upload "Saving HF Model -- Step N"; newest first, as listed
+PICO_COMMITS = [
+    ("Saving HF Model -- Step 2000", "c" * 40),
+    ("Update README.md", "r" * 40),
+    ("Saving HF Model -- Step 1000", "b" * 40),
+    ("Saving HF Model -- Step 1000", "x" * 40),  # an older upload of the same step: the newest wins
+    ("Saving HF Model -- Step 0", "a" * 40),
+]
+
+
+def test_pico_commits_resolve_steps_during_extraction(monkeypatch):
+    from memtui.orders import revisions
+    from memtui.orders.revisions import pico_template
+
+    asked = []
+
+    def fake(repo, branch):
+        asked.append((repo, branch))
+        return PICO_COMMITS
+
+    monkeypatch.setattr(revisions, "list_commits", fake)
+    revisions._commits.cache_clear()
+    template = pico_template("pico-lm/pico-decoder-tiny")
+    assert template == "@commits:pico-lm/pico-decoder-tiny@pico-decoder-tiny-1"
+    assert revision_name(template, 1000) == "b" * 40
+    assert manifest_of(template).steps == [0, 1000, 2000]
+    with pytest.raises(MemtuiError, match="lists no checkpoint at step 3000"):
+        revision_name(template, 3000)
+    assert asked == [("pico-lm/pico-decoder-tiny", "pico-decoder-tiny-1")]  # asked once per process
+    monkeypatch.setattr(revisions, "list_commits", lambda repo, branch: [("Initial commit", "0" * 40)])
+    revisions._commits.cache_clear()
+    with pytest.raises(MemtuiError, match="no commit titled 'Saving HF Model -- Step N'"):
+        manifest_of(pico_template("org/other"))
+    revisions._commits.cache_clear()
+    for bad in ("pico-decoder-tiny", "a/b/c", "a/b@x"):
+        with pytest.raises(MemtuiError, match="is not a hub repo id"):
+            pico_template(bad)
+
+
+def test_pico_commits_need_the_hub(monkeypatch):
+    from memtui.orders import revisions
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    revisions._commits.cache_clear()
+    with pytest.raises(MemtuiError, match="HF_HUB_OFFLINE is set; list them online into a CSV"):
+        manifest_of(revisions.pico_template("pico-lm/pico-decoder-tiny"))
+    revisions._commits.cache_clear()
+
+
+def test_a_step_revision_csv_names_commits(tmp_path):
+    path = _write(tmp_path, "pico.csv", "Step,Revision\n0," + "a" * 40 + "\n1000," + "b" * 40 + "\n")
+    assert revision_name(manifest_template(path), 1000) == "b" * 40

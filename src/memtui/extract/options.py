@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from memtui.core.errors import MemtuiError
 from memtui.extract.checkpoints import parse_checkpoints
-from memtui.orders.revisions import MANIFEST, PRESETS, manifest_template, preset_template
+from memtui.orders.revisions import COMMITS, MANIFEST, PRESETS, manifest_template, pico_template, preset_template
 
 # SLURM's --time formats (src/common/parse_time.c, time_str2secs): minutes, minutes:seconds, hours:minutes:seconds,
 # days-hours, days-hours:minutes, days-hours:minutes:seconds. Fields are not range-checked (0:90:00 is 90 minutes);
@@ -126,7 +126,7 @@ class ExtractOptions:
         if not 1 <= self.workers <= 4096:
             raise MemtuiError(f"--workers must be between 1 and 4096, got {self.workers}.")
         template = self.revision_template
-        if not template.startswith(MANIFEST) and "{step}" not in template and "{step-" not in template:
+        if not template.startswith((MANIFEST, COMMITS)) and "{step}" not in template and "{step-" not in template:
             raise MemtuiError(
                 f"--revision-template must contain {{step}} (or {{step-N}}: steps within a stage starting after N), "
                 f"got '{self.revision_template}'."
@@ -355,6 +355,8 @@ def _revision_template(args: argparse.Namespace) -> str:
         return args.revision_template
     if args.revision_template != "step{step}":
         raise MemtuiError("give either --revisions or --revision-template, not both.")
+    if preset == "pico":  # a commit per checkpoint: the model's branch names them
+        return pico_template(args.model or "")
     tokens = offset = seed = None
     if ("*T}" in PRESETS[preset] or "{seed}" in PRESETS[preset]) and getattr(args, "panel", None) is not None:
         from memtui.panel.hdf5 import read_panel

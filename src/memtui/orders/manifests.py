@@ -254,7 +254,7 @@ def interval(steps: Sequence[int]) -> int | None:
     gaps = Counter(b - a for a, b in zip(steps, steps[1:], strict=False) if b > a)
     if len(steps) < 3 or not gaps:
         return None
-    return max(gaps.items(), key=lambda kv: (kv[1], kv[0]))[0]
+    return max(gaps.items(), key=lambda kv: (kv[1], -kv[0]))[0]  # the most common; the finer on a tie
 
 
 def _name_shape(name: str) -> str:

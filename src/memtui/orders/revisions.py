@@ -63,8 +63,15 @@ PRESETS: dict[str, str] = {
     # DataDecide: the seed's name from the panel (datadecide), or given (datadecide-default, ...)
     "datadecide": "step{step}-seed-{seed}",
     **{f"datadecide-{name}": f"step{{step}}-seed-{name}" for name in DATADECIDE_SEED_NAMES},
+    # SmolLM2's intermediate checkpoints (HuggingFaceTB/SmolLM2-1.7B-intermediate-checkpoints, revision "step-125000")
+    "smollm2": "step-{step}",
+    # SmolLM3's stage 1 (HuggingFaceTB/SmolLM3-3B-checkpoints' card: revision = "stage1-step-40000", every 40,000 steps)
+    "smollm3-stage1": "stage1-step-{step}",
+    # Pico: a checkpoint is a commit of branch {repo}-1 titled "Saving HF Model -- Step N", resolved from the hub
+    "pico": "@commits:{repo}@{branch}",
 }
 MANIFEST = "@manifest:"
+COMMITS = "@commits:"
 
 
 def _billions(tokens: int, rounding: str) -> int:
@@ -85,8 +92,22 @@ def manifest_template(path: str | os.PathLike, stage: str | None = None) -> str:
     return f"{MANIFEST}{stage}:{absolute}"
 
 
+def pico_template(model: str) -> str:
+    """``--revisions pico`` for ``model`` (``pico-lm/pico-decoder-tiny``): its branch ``pico-decoder-tiny-1``'s
+    commits, one per checkpoint (the model cards: "The `pico-decoder-tiny-1` branch contains the full commit history
+    for the training run")."""
+    repo = str(model).strip().strip("/")
+    if repo.count("/") != 1 or "@" in repo or ":" in repo:
+        raise MemtuiError(f"--revisions pico: '{repo[:80]}' is not a hub repo id like pico-lm/pico-decoder-tiny.")
+    return f"{COMMITS}{repo}@{repo.split('/')[1]}-1"
+
+
 def manifest_of(template: str):
-    """The manifest a ``@manifest:`` template names (None for any other template)."""
+    """The manifest a ``@manifest:`` template names, or the commit list a ``@commits:`` one resolves to (None for any
+    other template)."""
+    if template.startswith(COMMITS):
+        repo, _, branch = template[len(COMMITS) :].rpartition("@")
+        return _commits(repo, branch)
     if not template.startswith(MANIFEST):
         return None
     stage, _, path = template[len(MANIFEST) :].partition(":")
@@ -96,6 +117,40 @@ def manifest_of(template: str):
     except OSError:
         key = (0, 0)
     return _read(path, stage or None, key)
+
+
+@functools.lru_cache(maxsize=8)
+def _commits(repo: str, branch: str):
+    """Pico's checkpoints as a manifest: each step's newest commit of ``branch`` titled ``Saving HF Model -- Step N``
+    (``memtui.orders.pico.commits_by_step``), from the hub's commit list; asked once per process."""
+    from memtui.orders.manifests import Checkpoint, Manifest
+    from memtui.orders.pico import commits_by_step
+
+    steps = commits_by_step(list_commits(repo, branch))
+    if not steps:
+        raise MemtuiError(
+            f"{repo}@{branch}: no commit titled 'Saving HF Model -- Step N'; is it a Pico run's branch? (a manifest "
+            "CSV with Step and Revision columns names commits by hand: --manifest)"
+        )
+    source = f"{repo}@{branch}'s commits"
+    return Manifest(source, tuple(Checkpoint(s, steps[s], branch) for s in sorted(steps)), (branch,))
+
+
+def list_commits(repo: str, branch: str) -> list[tuple[str, str]]:
+    """(title, commit id) of ``branch``'s commits, newest first, as ``HfApi.list_repo_commits`` gives them."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise MemtuiError(
+            f"--revisions pico: {repo}'s checkpoints are commits of {branch}, found in the hub's commit list, and "
+            "HF_HUB_OFFLINE is set; list them online into a CSV (Step,Revision) and give it as --manifest."
+        )
+    try:
+        from huggingface_hub import HfApi
+
+        commits = HfApi().list_repo_commits(repo, revision=branch)
+    except Exception as exc:  # noqa: BLE001 - the hub's errors (missing repo, branch, network) as one line
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise MemtuiError(f"cannot list the commits of {repo}@{branch}: {first}") from None
+    return [(c.title, c.commit_id) for c in commits]
 
 
 @functools.lru_cache(maxsize=8)
@@ -139,6 +194,8 @@ def preset_template(
     if preset not in PRESETS:
         raise MemtuiError(f"--revisions: unknown preset '{preset}'; choose one of {', '.join(PRESETS)}.")
     template = PRESETS[preset]
+    if template.startswith(COMMITS):
+        raise MemtuiError(f"--revisions {preset}: a checkpoint is a commit of the model's branch; see pico_template.")
     if "{seed}" in template:
         if seed not in DATADECIDE_SEED_NAMES:
             raise MemtuiError(
