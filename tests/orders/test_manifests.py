@@ -254,3 +254,12 @@ def test_pico_commits_need_the_hub(monkeypatch):
 def test_a_step_revision_csv_names_commits(tmp_path):
     path = _write(tmp_path, "pico.csv", "Step,Revision\n0," + "a" * 40 + "\n1000," + "b" * 40 + "\n")
     assert revision_name(manifest_template(path), 1000) == "b" * 40
+
+
+def test_a_manifest_path_with_spaces_and_unicode(tmp_path):
+    folder = tmp_path / "runs ünï code"
+    folder.mkdir()
+    path = _write(folder, "rev isions.txt", "step1\nstep2\n")
+    assert revision_name(manifest_template(path), 2) == "step2"
+    with pytest.raises(MemtuiError, match="a stage's name holds no"):
+        manifest_template(path, "bad\nstage")
