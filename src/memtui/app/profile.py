@@ -60,9 +60,9 @@ class Legend(Static):
         width = self.size.width - 2 if self.size.width > 2 else 10_000
         # the first checkpoint is every cohort's base period (varying base): that column has no estimate
         notes = [f"blank c={base}: base period, no estimate", f"blank c={base}: base"] if base else [""]
-        if self._averaged:  # the one line that says what the checkpoint labels' mark is
-            mark = f"{AVERAGE_MARK} weight average (EMA/soup), not one model's"
-            notes = [f"{mark}; {n}" if n else mark for n in notes] + notes
+        if self._averaged:  # the one line that says what the checkpoint labels' mark is: kept before the base's note
+            mark = f"{AVERAGE_MARK} weight average, not one model's"
+            notes = [*(f"{mark}; {n}" for n in notes if n), mark, *notes]
         scheme = palette.scheme(self.app.current_theme.dark)
         variants = [(True, notes[0], False), (False, notes[0], False), *((False, n, False) for n in notes[1:])]
         variants += [(False, "", False), (False, "", True)]  # then no note, then the compact keys
