@@ -124,3 +124,19 @@ def test_revisions_pico_resolves_commits_at_launch(cli, panel, monkeypatch, tmp_
     assert "as listed in pico-lm/pico-decoder-tiny@pico-decoder-tiny-1's commits" in out
     assert "checkpoints: 3 to score (steps 0, 10, 40)" in out
     assert "panel steps the manifest lacks (not extracted): 20, 30" in out
+
+
+def test_a_csv_of_checkpoint_directories_is_refused_at_launch(cli, panel, tmp_path):
+    """OLMo 3's CSV as published names OLMo-core directories: no from_pretrained revision, so refused before any
+    worker starts; with a Revision column (the hub's branches) it is read."""
+    rows = "\n".join(f"stage1_pretraining,{s},https://olmo-checkpoints.org/ai2-llm/Olmo-3-1025-7B/stage1/step{s}/"
+                     for s in (0, 10, 20, 30, 40))  # fmt: skip
+    csv_path = tmp_path / "Olmo-3-1025-7B.csv"
+    csv_path.write_text("Stage,Step,Checkpoint Directory\n" + rows + "\n")
+    code, _, err = cli("extract", panel, "--model", "allenai/Olmo-3-1025-7B", "--manifest", csv_path, "--dry-run")
+    assert code == 2 and "names checkpoint directories" in err and "add a Revision column" in err
+    with_names = "\n".join(f"stage1_pretraining,{s},dir{s},stage1-step{s}" for s in (0, 10, 20, 30, 40))
+    csv_path.write_text("Stage,Step,Checkpoint Directory,Revision\n" + with_names + "\n")
+    code, out, err = cli("extract", panel, "--model", "allenai/Olmo-3-1025-7B", "--manifest", csv_path, "--dry-run")
+    assert code == 0, err
+    assert "checkpoints: 5 to score" in out

@@ -162,6 +162,7 @@ def plan_steps(panel_steps: Sequence, done: Sequence, requested: list[int] | Non
         if available is not None:
             wanted &= set(available)
     pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
+    _refuse_directories(source, pending)
     available = source.available()
     if available is not None:
         absent = [s for s in pending if s not in set(available)]
@@ -172,6 +173,22 @@ def plan_steps(panel_steps: Sequence, done: Sequence, requested: list[int] | Non
                 "--checkpoints (`memtui extract --dry-run` lists what is missing)."
             )
     return pending
+
+
+def _refuse_directories(source: Source, steps) -> None:
+    """A checkpoint CSV without a Revision column names OLMo-core checkpoint directories (``https://olmo-checkpoints
+    .org/…/step1000/``), which ``from_pretrained`` cannot load: refused at launch, not by each worker."""
+    manifest = manifest_of(source.revision_template) if source.local is None else None
+    if manifest is None:
+        return
+    listed = manifest.by_step()
+    urls = [s for s in steps if s in listed and "://" in listed[s].revision]
+    if urls:
+        raise MemtuiError(
+            f"{manifest.source} names checkpoint directories ({listed[urls[0]].revision[:80]}), not hub revisions "
+            "from_pretrained can load; add a Revision column with the hub's branch names, or list them in a "
+            "revisions.txt."
+        )
 
 
 def weights_hash(model: torch.nn.Module) -> str:
