@@ -36,7 +36,7 @@ class DataDecide(Olmo):
         group.add_argument(
             "--seeds",
             help="seed suite: more maps prefixes (comma list; --preset polypythia: seed "
-            "numbers), one panel OUT-seedN.h5 per seed over the same instances",
+            "numbers; datadecide: seed names or numbers), one panel per seed over the same instances",
         )  # neox declares it first (shown once); datadecide reads seed names or numbers
         group.add_argument(
             "--size-configs",
