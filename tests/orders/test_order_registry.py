@@ -50,10 +50,8 @@ def test_the_registry_gives_the_order_choices_and_groups():
     titles = [g.title for g in parser._action_groups]  # noqa: SLF001
     assert all(order.title in titles for order in ORDERS.values())
     text = parser.format_help()
-    assert (
-        "{memmap,table,neox,olmo,olmo-core,amber,pico,nanoset,levanter}" in text
-        and "--order amber (LLM360 Amber" in text
-    )
+    assert "{memmap,table,neox,olmo,olmo-core,datadecide,amber,pico,nanoset,levanter}" in text
+    assert "--order amber (LLM360 Amber" in text
 
 
 def _owners() -> dict[str, set[str]]:
@@ -89,17 +87,21 @@ def test_every_option_an_order_does_not_take_is_refused_in_one_line(tmp_path, cl
     ("args", "expect"),
     [
         (["--order", "neox", "--memmap", "m.bin"], "--memmap belongs to --order memmap, not neox."),
-        (["--order", "amber", "--cache", "c"], "--cache belongs to --order neox, olmo or olmo-core, not amber."),
+        (
+            ["--order", "amber", "--cache", "c"],
+            "--cache belongs to --order neox, olmo, olmo-core or datadecide, not amber.",
+        ),
         (["--order", "olmo", "--epoch", "2"], "--epoch belongs to --order olmo-core, not olmo."),
         (["--order", "olmo-core", "--global-indices", "g"], "--global-indices belongs to --order olmo, not olmo-core."),
         (
             ["--memmap", "m.bin", "--controls", "validation"],
-            "--controls belongs to --order neox, olmo, olmo-core, amber, pico, nanoset or levanter",
+            "--controls belongs to --order neox, olmo, olmo-core, datadecide, amber, pico, nanoset or levanter",
         ),
         (["--memmap", "m.bin", "--tokens", "t.npz"], "--tokens belongs to --order table or neox, not memmap."),
         (
             ["--tokens", "t.npz", "-k", "3"],
-            "-k/--batches belongs to --order memmap, neox, olmo, olmo-core, amber, pico, nanoset or levanter",
+            "-k/--batches belongs to --order memmap, neox, olmo, olmo-core, datadecide, amber, pico, nanoset "
+            "or levanter",
         ),
         (["--order", "amber", "--train-steps", "9"], "--train-steps belongs to --order"),
         (

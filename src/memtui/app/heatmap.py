@@ -28,6 +28,7 @@ from memtui.app.scrolling import scroll_to_cursor
 HEADER = 1  # checkpoint label line
 MODES = ("dim", "hide", "show")  # how non-significant post-treatment cells are drawn
 MODE_LABEL = {"dim": "dimmed", "hide": "hidden", "show": "shown"}
+AVERAGE_MARK = "~"  # after a checkpoint's label: its model is a weight average (EMA, soup, merge), not one model's
 
 # Cell codes: 0 missing, then one block of 2*LEVELS codes per kind (solid, dimmed, pre significant), then flat kinds.
 _N = 2 * palette.LEVELS
@@ -42,6 +43,7 @@ class HeatmapData:
     estimate: np.ndarray  # rows x columns, NaN where there is no cell
     significant: np.ndarray  # rows x columns bool
     scale: float  # |tau| at which the colour saturates
+    averaged: frozenset = frozenset()  # checkpoint steps whose model is a weight average: labelled with AVERAGE_MARK
 
     @property
     def pre(self) -> np.ndarray:
@@ -232,7 +234,7 @@ class Heatmap(ScrollView, can_focus=True):
         width = n * cw
         end = width if view is None else min(width, sx + view)  # the labels stay within what is on screen
         first, last = min(n - 1, -(-sx // cw)), max(0, end // cw - 1)
-        labels = [short_step(s) for s in d.checkpoints]
+        labels = [short_step(s) + (AVERAGE_MARK if int(s) in d.averaged else "") for s in d.checkpoints]
         widest = max(len(s) for s in labels) + 1
         stride = max(1, -(-widest // cw))
         # Placed in order of importance, each only where it keeps a space from those already placed: the cursor

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from memtui.app import palette
 from memtui.app.by_view import View, legend_text, view_result
 from memtui.app.fmt import integer, minus_signs, num, nums, short_step
-from memtui.app.heatmap import MODE_LABEL, Heatmap, HeatmapData
+from memtui.app.heatmap import AVERAGE_MARK, MODE_LABEL, Heatmap, HeatmapData
 from memtui.app.legend import pack, swatch
 from memtui.app.plots import BandPlot, Series, plot_colours
 from memtui.app.summary_lines import note_lines
@@ -36,9 +36,11 @@ class Legend(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._args: tuple = (None, "dim", "", "")
+        self._averaged = False
 
-    def show(self, scale: float | None, mode: str, unit: str, base: str = "") -> None:
+    def show(self, scale: float | None, mode: str, unit: str, base: str = "", averaged: bool = False) -> None:
         self._args = (scale, mode, unit, base)
+        self._averaged = averaged  # some checkpoint is a weight average: say what its label's mark means
         self._draw()
 
     def on_resize(self) -> None:
@@ -58,6 +60,9 @@ class Legend(Static):
         width = self.size.width - 2 if self.size.width > 2 else 10_000
         # the first checkpoint is every cohort's base period (varying base): that column has no estimate
         notes = [f"blank c={base}: base period, no estimate", f"blank c={base}: base"] if base else [""]
+        if self._averaged:  # the one line that says what the checkpoint labels' mark is: kept before the base's note
+            mark = f"{AVERAGE_MARK} weight average, not one model's"
+            notes = [*(f"{mark}; {n}" for n in notes if n), mark, *notes]
         scheme = palette.scheme(self.app.current_theme.dark)
         variants = [(True, notes[0], False), (False, notes[0], False), *((False, n, False) for n in notes[1:])]
         variants += [(False, "", False), (False, "", True)]  # then no note, then the compact keys
@@ -126,6 +131,15 @@ def truth_matrix(panel: Panel | None, result: EstimateResult) -> np.ndarray | No
         ok = (cohorts[rows] == result.cohorts)[:, None] & (steps[cols] == result.checkpoints)[None, :]
         out[ok] = tau[np.ix_(rows, cols)][ok]
     return out
+
+
+def _averaged(panel) -> dict[int, str]:
+    """The panel's checkpoints that are weight averages (step -> kind); none for a panel that cannot say."""
+    if not isinstance(panel, Panel):
+        return {}
+    from memtui.extract.checkpoints import panel_averages
+
+    return panel_averages(panel)
 
 
 def _base_label(result: EstimateResult) -> str:
@@ -286,14 +300,15 @@ class ProfilePane(Vertical):
         pre = result.checkpoints[None, :] < result.cohorts[:, None]
         scale = palette.robust_scale(est[~pre])
         self._unit = "τ " + clean(result.settings.metric, 60)
-        self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale))
+        averaged = _averaged(getattr(self.app, "panel", None))
+        self.heatmap.set_data(HeatmapData(result.cohorts, result.checkpoints, est, sig, scale, frozenset(averaged)))
         self._layout()
         # set_data scrolled to the cursor in the old layout; the new matrix can change it (a scroll bar appears, the
         # path plot moves beside or below, a notes line shows), which resizes no widget: scroll again once laid out
         self.heatmap.call_after_refresh(self.heatmap.keep_cursor_visible)
         self._scale = scale
         self._base = _base_label(result)
-        self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base)
+        self.query_one(Legend).show(scale, self.heatmap.mode, self._unit, self._base, bool(averaged))
 
     def _show_notes(self) -> None:
         """The notes' line(s), fitted to the pane's width and height (never cut mid-word by the edge)."""

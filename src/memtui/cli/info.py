@@ -50,6 +50,9 @@ def run(args) -> int:
 
     # steps that carry another checkpoint's weight file (a shard): refused before scoring, or marked if scored
     rows += info_rows(path, p.steps, p.done)
+    from memtui.extract.checkpoints import checkpoint_info_rows
+
+    rows += checkpoint_info_rows(p)  # weight averages; the last run's manifest: irregular and missing steps
     width = max(10, *(len(clean(n, 40)) for n in p.metrics))
     for name, y in p.metrics.items():
         coverage = np.isfinite(y[:, p.done]).mean() if p.done.any() else 0.0

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memtui.core.errors import MemtuiError
-from memtui.orders.revisions import revision_name
+from memtui.orders.revisions import manifest_of, revision_name, weight_average
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the job API stays light for the app
     import torch
@@ -86,7 +86,32 @@ class Source:
         return cls(model, None, revision_template)
 
     def available(self) -> list[int] | None:
-        return sorted(self.local) if self.local is not None else None
+        """The steps there is a checkpoint for, where that is known without the hub: a folder's, or a manifest's
+        (``extract --manifest``); None for a hub template (any step may exist)."""
+        if self.local is not None:
+            return sorted(self.local)
+        manifest = manifest_of(self.revision_template)
+        return manifest.steps if manifest is not None else None
+
+    def averages(self, steps) -> dict[int, str]:
+        """step -> kind of weight average (ema, soup, ...) for the ``steps`` whose checkpoint is one: as the manifest
+        flags it, else as the family's revision names say (:func:`memtui.orders.revisions.weight_average`)."""
+        manifest = manifest_of(self.revision_template)
+        flagged = manifest.averages() if manifest is not None else {}
+        out = {}
+        for step in steps:
+            kind = flagged.get(int(step)) or self._named_average(int(step))
+            if kind:
+                out[int(step)] = kind
+        return out
+
+    def _named_average(self, step: int) -> str:
+        if self.local is not None:
+            return weight_average(self.local[step].name, self.model) if step in self.local else ""
+        try:
+            return weight_average(self.revision(step))
+        except MemtuiError:
+            return ""  # a step the manifest lacks: listed as missing elsewhere
 
     def revision(self, step: int) -> str:
         """What the panel records for the checkpoint: the folder, or ``repo@revision``."""
@@ -137,12 +162,33 @@ def plan_steps(panel_steps: Sequence, done: Sequence, requested: list[int] | Non
         if available is not None:
             wanted &= set(available)
     pending = [s for s, d in zip(steps, done, strict=True) if s in wanted and not d]
+    _refuse_directories(source, pending)
     available = source.available()
     if available is not None:
         absent = [s for s in pending if s not in set(available)]
         if absent:
-            raise MemtuiError(f"{source.model} has no checkpoint folder for steps {', '.join(map(str, absent[:5]))}.")
+            what = "checkpoint folder" if source.local is not None else "checkpoint in the manifest"
+            raise MemtuiError(
+                f"{source.model} has no {what} for steps {', '.join(map(str, absent[:5]))}; leave them out of "
+                "--checkpoints (`memtui extract --dry-run` lists what is missing)."
+            )
     return pending
+
+
+def _refuse_directories(source: Source, steps) -> None:
+    """A checkpoint CSV without a Revision column names OLMo-core checkpoint directories (``https://olmo-checkpoints
+    .org/…/step1000/``), which ``from_pretrained`` cannot load: refused at launch, not by each worker."""
+    manifest = manifest_of(source.revision_template) if source.local is None else None
+    if manifest is None:
+        return
+    listed = manifest.by_step()
+    urls = [s for s in steps if s in listed and "://" in listed[s].revision]
+    if urls:
+        raise MemtuiError(
+            f"{manifest.source} names checkpoint directories ({listed[urls[0]].revision[:80]}), not hub revisions "
+            "from_pretrained can load; add a Revision column with the hub's branch names, or list them in a "
+            "revisions.txt."
+        )
 
 
 def weights_hash(model: torch.nn.Module) -> str:
@@ -205,3 +251,99 @@ def copy_weights(dst: torch.nn.Module, src: torch.nn.Module) -> None:
                     "all checkpoints of a run must share one architecture."
                 )
             t.copy_(s, non_blocking=False)
+
+
+# -- what a run's checkpoints are: irregular, missing, weight averages ------------------------------------------------
+
+_NOTES_FILE = "checkpoints.json"  # in PANEL.work: what the last run's checkpoint list said about the panel's steps
+
+
+def checkpoint_lines(source: Source, panel_steps) -> list[str]:
+    """One line per irregularity of the run's checkpoint list against the panel's steps (a manifest's gaps, off-grid
+    and oddly named steps, the steps it lacks), and the weight averages among the panel's checkpoints: what
+    ``extract --dry-run`` and ``info`` list, so that no worker discovers them mid-extraction."""
+    from memtui.orders.manifests import irregularities
+
+    steps = [int(s) for s in panel_steps]
+    manifest = manifest_of(source.revision_template)
+    lines = irregularities(manifest, steps) if manifest is not None else []
+    lines = [line for line in lines if not line.startswith("weight averages")]  # said below, for the panel's steps
+    averages = source.averages(s for s in steps if source.available() is None or s in set(source.available()))
+    if averages:
+        shown = ", ".join(f"{s} ({k})" for s, k in sorted(averages.items())[:8])
+        lines.append(f"weight averages (not one model's training state): steps {shown}")
+    return lines
+
+
+def record_checkpoint_notes(panel: str | os.PathLike, source: Source, panel_steps) -> None:
+    """Keep what :func:`checkpoint_lines` says, and the weight averages by step, in ``PANEL.work/checkpoints.json``
+    for ``info`` and the workbench (informative: a full disk must not stop an extraction)."""
+    import contextlib
+    import json
+
+    from memtui.extract.units import work_dir, write_in_work
+
+    steps = [int(s) for s in panel_steps]
+    manifest = manifest_of(source.revision_template)
+    body = {
+        "manifest": manifest.source if manifest is not None else None,
+        "lines": checkpoint_lines(source, steps),
+        "averages": {str(s): k for s, k in source.averages(s for s in steps if _listed(source, s)).items()},
+    }
+    with contextlib.suppress(OSError):
+        write_in_work(work_dir(panel), None, _NOTES_FILE, json.dumps(body).encode())
+
+
+def _listed(source: Source, step: int) -> bool:
+    available = source.available()
+    return available is None or step in set(available)
+
+
+def read_checkpoint_notes(panel: str | os.PathLike) -> dict:
+    """What the last extraction recorded about the panel's checkpoints (empty when none, or unreadable)."""
+    import json
+
+    from memtui.extract.units import work_dir
+
+    path = work_dir(panel) / _NOTES_FILE
+    try:
+        if path.is_symlink() or path.stat().st_size > 1 << 20:
+            return {}
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    lines = [str(x) for x in data.get("lines", []) if isinstance(x, str)] if isinstance(data.get("lines"), list) else []
+    raw = data.get("averages") if isinstance(data.get("averages"), dict) else {}
+    averages = {int(k): str(v) for k, v in raw.items() if str(k).isdigit() and isinstance(v, str) and v}
+    return {"lines": lines, "averages": averages}
+
+
+def panel_averages(panel) -> dict[int, str]:
+    """step -> kind for the panel's checkpoints that are weight averages: from each scored checkpoint's recorded
+    revision (the family's naming), and from what the last extraction recorded (a manifest's flags)."""
+    out = {}
+    for step, revision, done in zip(panel.steps, panel.revisions, panel.done, strict=False):
+        kind = weight_average(str(revision)) if done else ""
+        if kind:
+            out[int(step)] = kind
+    path = getattr(panel, "path", None)
+    if path:
+        out.update({s: k for s, k in read_checkpoint_notes(path).get("averages", {}).items() if s in set(panel.steps)})
+    return out
+
+
+def checkpoint_info_rows(panel) -> list[tuple[str, str]]:
+    """``info``'s rows: the weight averages among the panel's checkpoints, and what the last extraction's checkpoint
+    list said (irregular and missing steps)."""
+    from memtui.core.text import clean
+
+    rows = []
+    averages = panel_averages(panel)
+    if averages:
+        shown = ", ".join(f"step{s} ({clean(k, 20)})" for s, k in sorted(averages.items())[:8])
+        rows.append(("weight average", f"{shown}: memorisation of an average is not one model's"))
+    notes = read_checkpoint_notes(panel.path) if getattr(panel, "path", None) else {}
+    rows += [("checkpoint list", clean(line, 300)) for line in notes.get("lines", []) if "weight averages" not in line]
+    return rows

@@ -18,7 +18,7 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     """The plan of a checked launch (``panel_path`` and ``options`` as :func:`jobs.check` returns them). ``mode``:
     ``foreground`` (one worker in this terminal), ``detached`` (workers on this machine) or ``slurm`` (an array)."""
     from memtui.extract import token_scores
-    from memtui.extract.checkpoints import Source, parse_checkpoints, plan_steps
+    from memtui.extract.checkpoints import Source, checkpoint_lines, parse_checkpoints, plan_steps
     from memtui.extract.progress import log_path
     from memtui.extract.units import plan_units, work_dir
     from memtui.panel.hdf5 import read_panel
@@ -48,7 +48,8 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     if rows is not None:
         lines.append(f"  token scores: {token_scores.estimate_line(panel, rows, len(steps))}")
     if source.local is None and steps:
-        lines.append(f"  revisions:   {options.revision_template} ({_hub_note(options, steps, mode)})")
+        lines.append(f"  revisions:   {_template(options)} ({_hub_note(options, steps, mode)})")
+    lines += [f"  checkpoint list: {line}" for line in checkpoint_lines(source, panel.steps)]  # gaps, averages
     if not steps:
         lines.append("  nothing to score: every requested checkpoint is already extracted (a run would only commit "
                      "scored parts left in the work folder)")  # fmt: skip
@@ -59,6 +60,13 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     if mode == "slurm":
         lines.append(f"  SLURM:       submitit's files in {work}/slurm/; the job script follows")
     return lines
+
+
+def _template(options: ExtractOptions) -> str:
+    from memtui.orders.revisions import manifest_of
+
+    manifest = manifest_of(options.revision_template)
+    return options.revision_template if manifest is None else f"as listed in {manifest.source}"
 
 
 def _workers(options: ExtractOptions, mode: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 from memtui.core.errors import MemtuiError
 from memtui.extract.checkpoints import parse_checkpoints
-from memtui.orders.revisions import PRESETS, preset_template
+from memtui.orders.revisions import COMMITS, MANIFEST, PRESETS, manifest_template, pico_template, preset_template
 
 # SLURM's --time formats (src/common/parse_time.c, time_str2secs): minutes, minutes:seconds, hours:minutes:seconds,
 # days-hours, days-hours:minutes, days-hours:minutes:seconds. Fields are not range-checked (0:90:00 is 90 minutes);
@@ -125,7 +125,8 @@ class ExtractOptions:
             raise MemtuiError(f"--split must be between 1 and 4096, got {self.split}.")
         if not 1 <= self.workers <= 4096:
             raise MemtuiError(f"--workers must be between 1 and 4096, got {self.workers}.")
-        if "{step}" not in self.revision_template and "{step-" not in self.revision_template:
+        template = self.revision_template
+        if not template.startswith((MANIFEST, COMMITS)) and "{step}" not in template and "{step-" not in template:
             raise MemtuiError(
                 f"--revision-template must contain {{step}} (or {{step-N}}: steps within a stage starting after N), "
                 f"got '{self.revision_template}'."
@@ -253,6 +254,11 @@ class ExtractOptions:
         p.add_argument("--revisions", default=None, choices=sorted(PRESETS), metavar="FAMILY",
                        help="the family's hub revision names instead of a template: "
                             f"{', '.join(PRESETS)} (OLMo: tokens per step, first step from the panel)")  # fmt: skip
+        p.add_argument("--manifest", default=None, metavar="FILE",
+                       help="the run's checkpoint list instead of a template: OLMo-core's checkpoint CSV or a "
+                            "revisions.txt (a revision a line); steps it lacks are listed, not extracted")  # fmt: skip
+        p.add_argument("--manifest-stage", default=None, metavar="STAGE",
+                       help="the stage of a --manifest CSV that lists several (stage1_pretraining, ...)")  # fmt: skip
         p.add_argument("--split", type=int, default=1,
                        help="instance ranges per checkpoint, when workers outnumber checkpoints [1]")  # fmt: skip
         p.add_argument("--extractable", default=None, metavar="K,L",
@@ -342,17 +348,27 @@ def _revision_template(args: argparse.Namespace) -> str:
     """``--revisions FAMILY`` as a template (the OLMo presets read the tokens per step the panel records), else
     ``--revision-template``; both at once is refused."""
     preset = getattr(args, "revisions", None)
+    manifest, stage = getattr(args, "manifest", None), getattr(args, "manifest_stage", None)
+    if manifest is not None:
+        if preset is not None or args.revision_template != "step{step}":
+            raise MemtuiError("--manifest names every checkpoint; drop --revisions / --revision-template.")
+        return manifest_template(manifest, stage)
+    if stage is not None:
+        raise MemtuiError("--manifest-stage picks a stage of a --manifest CSV; give --manifest too.")
     if preset is None:
         return args.revision_template
     if args.revision_template != "step{step}":
         raise MemtuiError("give either --revisions or --revision-template, not both.")
-    tokens = offset = None
-    if "*T}" in PRESETS[preset] and getattr(args, "panel", None) is not None:
+    if preset == "pico":  # a commit per checkpoint: the model's branch names them
+        return pico_template(args.model or "")
+    tokens = offset = seed = None
+    if ("*T}" in PRESETS[preset] or "{seed}" in PRESETS[preset]) and getattr(args, "panel", None) is not None:
         from memtui.panel.hdf5 import read_panel
 
         attrs = read_panel(args.panel).attrs
         tokens, offset = (int(v) if v.isdigit() else None for v in (attrs.get(k, "") for k in _STAGE_ATTRS))
-    return preset_template(preset, tokens, offset)
+        seed = attrs.get("datadecide_seed")
+    return preset_template(preset, tokens, offset, seed)
 
 
 _STAGE_ATTRS = ("tokens_per_step", "step_offset")  # what an OLMo build records for the revision presets

@@ -40,6 +40,7 @@ from memtui.extract.checkpoints import (
     model_description,
     parse_checkpoints,
     plan_steps,
+    record_checkpoint_notes,
     weights_hash,
 )
 from memtui.extract.commit import commit_ready, describe_lease
@@ -400,6 +401,7 @@ def _work(ctx: _Context, requested: list[int] | None) -> str:
     ensure_group(ctx.panel_path, ctx.options.token_scores, ctx.me)  # --token-scores given to this worker itself
     panel = read_panel(ctx.panel_path)
     source = Source.open(ctx.options.model, ctx.options.revision_template)
+    record_checkpoint_notes(ctx.panel_path, source, panel.steps)  # a manifest's gaps and the weight averages, for info
     steps = plan_steps(panel.steps, read_done(ctx.panel_path)[1], requested, source)
     units = plan_units(steps, panel.steps, panel.n_instances, ctx.options.split)
     ctx.progress.publish(force=True, model=ctx.options.model, K=len(units), instances_total=panel.n_instances,

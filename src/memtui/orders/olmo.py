@@ -156,9 +156,11 @@ def olmo_stage(
     heldout: Sequence[str] | None = None,
     revision_prefix: str | None = None,
     cache: str | os.PathLike | None = None,
+    seed: int | None = None,
 ) -> Stage:
     """One stage of an OLMo 1/2 run from its training config (``configs/official-*/*.yaml``). ``cache``: a folder
-    keeping the shuffle's swap partners for later builds of the same run (:mod:`memtui.orders.globalindices`)."""
+    keeping the shuffle's swap partners for later builds of the same run (:mod:`memtui.orders.globalindices`).
+    ``seed``: the run's seed in place of the config's (a seed suite's other runs, as DataDecide's)."""
     path = Path(config)
     cfg = _read_yaml(path)
     data = cfg.get("data")
@@ -182,7 +184,8 @@ def olmo_stage(
         raise MemtuiError(f"{path}: the config lists no token files (data.paths or data.datasets).")
     seq_len = _whole(model.get("max_sequence_length"), "model.max_sequence_length", path)
     batch = _whole(cfg.get("global_train_batch_size"), "global_train_batch_size", path)
-    seed = data.get("seed") if data.get("seed") is not None else cfg.get("seed")
+    if seed is None:
+        seed = data.get("seed") if data.get("seed") is not None else cfg.get("seed")
     if seed is None:
         raise MemtuiError(f"{path}: no seed (data.seed or seed); the order cannot be rebuilt without it.")
     seed = _whole(seed, "the seed", path, minimum=0)

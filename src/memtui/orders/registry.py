@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from memtui.orders.base import Order
 from memtui.orders.kinds.amber import Amber
+from memtui.orders.kinds.datadecide import DataDecide
 from memtui.orders.kinds.levanter import Levanter
 from memtui.orders.kinds.memmap import Memmap
 from memtui.orders.kinds.nanoset import Nanoset
@@ -19,6 +20,7 @@ ORDERS: dict[str, Order] = {
     "neox": Neox(),
     "olmo": Olmo(),
     "olmo-core": OlmoCore(),
+    "datadecide": DataDecide(),
     "amber": Amber(),
     "pico": Pico(),
     "nanoset": Nanoset(),

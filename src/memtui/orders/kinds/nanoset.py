@@ -16,6 +16,7 @@ from memtui.orders.sampling import sampled_instances
 @dataclass(frozen=True)
 class Nanoset(OrderBase):
     name = "nanoset"
+    revisions = ("smollm2", "smollm3-stage1")  # FineWeb ablations' step-001000-2BT: give the branches as --manifest
     title = "--order nanoset (nanotron's Nanoset: SmolLM2, SmolLM3, the FineWeb ablations)"
     description = (
         "--config: the run's nanotron YAML (data_stages, tokens, parallelism); --stage-name: which data stage when "

@@ -69,7 +69,7 @@ class Neox(OrderBase):
         group.add_argument(
             "--seeds",
             help="seed suite: more maps prefixes (comma list; --preset polypythia: seed "
-            "numbers), one panel OUT-seedN.h5 per seed over the same instances",
+            "numbers; datadecide: seed names or numbers), one panel per seed over the same instances",
         )
         group.add_argument(
             "--preset",

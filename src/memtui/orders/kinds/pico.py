@@ -12,13 +12,14 @@ from memtui.orders.sampling import controls_kind, sampled_instances
 
 CHECKPOINTS = (
     "hub branch pico-decoder-{size}-1 of pico-lm/pico-decoder-{size}: one commit per checkpoint, titled "
-    "'Saving HF Model -- Step N' (memtui.orders.pico.commits_by_step maps a commit list to steps)"
+    "'Saving HF Model -- Step N' (extract --revisions pico resolves them from the hub's commit list)"
 )
 
 
 @dataclass(frozen=True)
 class Pico(OrderBase):
     name = "pico"
+    revisions = ("pico",)  # extract --revisions pico: each step's commit of the model's branch
     title = "--order pico (Pico's pico-decoder suite: the pretokenized Dolma in order, 1024 rows a step)"
     description = (
         "--dolma: the dataset pico-lm/pretokenized-dolma (a folder holding data/train-*-of-10000.parquet, or an "
