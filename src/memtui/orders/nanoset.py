@@ -27,8 +27,9 @@ position that was sampled. A control must have no exposure by the panel's last s
 reaches, and those of a dataset weighted below its share, are in the data but never trained (counted in the panel's
 ``never_trained``).
 
-The blending helper is replayed exactly (the same float64 operations, the first maximum on ties) in a Python loop:
-one dataset needs no loop; k datasets cost about a microsecond per sample (see benchmarks/build_orders.py).
+The blending helper is replayed exactly (the same float64 operations, the first maximum on ties) by a compiled loop
+(memtui.orders.blend; a Python loop where nothing was compiled): one dataset needs no loop (see
+benchmarks/build_orders.py).
 """
 
 from __future__ import annotations
@@ -41,31 +42,11 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.orders.blend import blend
 from memtui.orders.tokenfiles import TokenFiles
 
 DATATROVE_SEED = 42  # DatatroveFolderDataset's default seed: Nanoset passes none
 _SCAN = 1 << 23  # positions of the permutation scanned at a time
-
-
-def blend(lengths: list[int], weights: np.ndarray) -> np.ndarray:
-    """``build_nanoset_index_helper``'s ``dataset_index`` for one epoch of S = Σ lengths samples (uint8/uint16)."""
-    n, k = int(sum(lengths)), len(lengths)
-    out = np.zeros(n, dtype=np.uint8 if k < 256 else np.uint16)
-    if k == 1:
-        return out
-    w = [float(x) for x in weights]
-    c = [0] * k
-    ks = range(k)
-    for i in range(n):
-        x = max(i, 1.0)
-        best, top = 0, w[0] * x - c[0]
-        for d in ks:
-            e = w[d] * x - c[d]
-            if e > top:  # np.argmax: the first of equal maxima
-                best, top = d, e
-        out[i] = best
-        c[best] += 1
-    return out
 
 
 def normalize(weights) -> np.ndarray:
