@@ -116,3 +116,27 @@ def parse(text: str) -> Goldfish:
             f"1,000,000 (Apertus: 50,50), not {clean(repr(text), 60)}."
         )
     return Goldfish(int(parts[0]), int(parts[1]))
+
+
+def to_attrs(goldfish: Goldfish) -> dict[str, str]:
+    """A panel's record of its run's mask: what extraction rebuilds it from, and what ``memtui info`` shows."""
+    return {
+        "goldfish": goldfish.describe(),
+        "goldfish_k": str(goldfish.k),
+        "goldfish_h": str(goldfish.h),
+        "goldfish_pad": "none" if goldfish.pad is None else str(goldfish.pad),
+    }
+
+
+def from_attrs(attrs, where) -> Goldfish:
+    """The mask a panel records (:func:`to_attrs`); a one-line refusal where it records none or a damaged one."""
+    try:
+        k, h, pad = (str(attrs[key]) for key in ("goldfish_k", "goldfish_h", "goldfish_pad"))
+        if not (k.isascii() and k.isdigit() and h.isascii() and h.isdigit()):
+            raise ValueError
+        return Goldfish(int(k), int(h), None if pad == "none" else int(pad))
+    except (KeyError, ValueError, TypeError, MemtuiError):
+        raise MemtuiError(
+            f"{clean(str(where), 200)}: the panel has trained-target metrics but no readable goldfish mask "
+            "(attributes goldfish_k, goldfish_h, goldfish_pad); rebuild it with build --goldfish K,H."
+        ) from None
