@@ -9,7 +9,8 @@ from test_nanoset import build_nanoset_index_helper
 
 from memtui.orders import blend as blend_module
 from memtui.orders.blend import blend
-from memtui.orders.nanoset import normalize
+from memtui.orders.blend import picks as picks_of
+from memtui.orders.nanoset import NanosetOrder, normalize
 
 needs_compiled = pytest.mark.skipif(not blend_module.compiled(), reason="_blend.c is not built here (setup.py)")
 
@@ -65,3 +66,23 @@ def test_the_environment_turns_the_compiled_loop_off(monkeypatch):
 def test_one_dataset_and_an_empty_epoch():
     assert blend([5], np.array([1.0])).tolist() == [0] * 5
     assert blend([0, 0], normalize([1, 1])).size == 0
+
+
+@pytest.mark.parametrize("use_compiled", [pytest.param(True, marks=needs_compiled), False])
+def test_picks_are_each_datasets_indices_in_order(use_compiled):
+    rng = np.random.default_rng(2)
+    for k, dtype in ((3, np.uint8), (300, np.uint16)):
+        dataset = rng.integers(0, k - 1, size=5000).astype(dtype)  # the last dataset never picked: an empty view
+        got = picks_of(dataset, k, use_compiled=use_compiled)
+        assert len(got) == k and got[-1].size == 0
+        for d in range(k):
+            np.testing.assert_array_equal(got[d], np.flatnonzero(dataset == d))
+            assert got[d].dtype == np.uint32
+
+
+def test_a_samples_rank_among_its_datasets_picks():
+    lengths, w = [30, 50, 20], normalize([0.2, 0.5, 0.3])
+    order = NanosetOrder(lengths, w, seed=3, total=150)
+    dataset, sample_index = build_nanoset_index_helper(100, w, lengths)
+    j = np.arange(100)
+    np.testing.assert_array_equal(order._rank(j) % np.array(lengths)[dataset], sample_index)

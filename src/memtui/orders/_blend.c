@@ -37,3 +37,15 @@ void nanoset_blend(int64_t n, int64_t k, const double *weights, int64_t *counts,
         counts[best] += 1;
     }
 }
+
+/* Each dataset's helper indices in order (nanotron's picks of dataset d: the j with dataset_index[j] == d, ascending),
+   all datasets one after another in out (n uint32); cursor: k int64, each dataset's first place in out (advanced
+   here). One pass, no temporary of the epoch's size. */
+void nanoset_picks(int64_t n, const void *dataset, int wide, int64_t *cursor, uint32_t *out) {
+    const uint8_t *d8 = (const uint8_t *)dataset;
+    const uint16_t *d16 = (const uint16_t *)dataset;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t d = wide ? d16[j] : d8[j];
+        out[cursor[d]++] = (uint32_t)j;
+    }
+}

@@ -36,6 +36,14 @@ def _library() -> ctypes.CDLL | None:
             lib.blend_abi.restype = ctypes.c_int64
             if lib.blend_abi() != ABI:  # a stale build beside a newer module: not called
                 return None
+            lib.nanoset_picks.restype = None
+            lib.nanoset_picks.argtypes = [
+                ctypes.c_int64,
+                ctypes.c_void_p,
+                ctypes.c_int,
+                ctypes.c_void_p,
+                ctypes.c_void_p,
+            ]
             lib.nanoset_blend.restype = None
             lib.nanoset_blend.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                           ctypes.c_void_p, ctypes.c_int]  # fmt: skip
@@ -64,6 +72,24 @@ def blend(lengths: list[int], weights: np.ndarray, *, use_compiled: bool = True)
         lib.nanoset_blend(n, k, w.ctypes.data, counts.ctypes.data, out.ctypes.data, int(k >= 256))
         return out
     return _blend_python(n, [float(x) for x in w], out)
+
+
+def picks(dataset: np.ndarray, k: int, *, use_compiled: bool = True) -> list[np.ndarray]:
+    """Each dataset's helper indices in ascending order (uint32): the j whose ``dataset[j]`` is d. Views into one
+    array of the epoch's size: no int64 temporaries (the compiled pass), or one dataset's at a time (numpy)."""
+    counts = np.bincount(dataset, minlength=k).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    out = np.empty(len(dataset), dtype=np.uint32)
+    lib = _library() if use_compiled else None
+    if lib is not None and len(dataset):
+        cursor = starts[:-1].copy()
+        dataset = np.ascontiguousarray(dataset)
+        lib.nanoset_picks(len(dataset), dataset.ctypes.data, int(dataset.dtype == np.uint16), cursor.ctypes.data,
+                          out.ctypes.data)  # fmt: skip
+    else:
+        for d in range(k):
+            out[starts[d] : starts[d + 1]] = np.flatnonzero(dataset == d)
+    return [out[starts[d] : starts[d + 1]] for d in range(k)]
 
 
 def _blend_python(n: int, w: list[float], out: np.ndarray) -> np.ndarray:
