@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 .PHONY: app test test-blas lint bench
 
 # setup.py and the C file too: the editable install compiles the bootstrap's loop (memtui/engine/_kernels.c) in place
-$(STAMP): pyproject.toml setup.py src/memtui/engine/_kernels.c constraints.txt tests/orders/requirements-nodeps.txt
+$(STAMP): pyproject.toml setup.py src/memtui/engine/_kernels.c src/memtui/orders/_blend.c constraints.txt tests/orders/requirements-nodeps.txt
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q -e '.[test]' -c constraints.txt
 	$(VENV)/bin/pip install -q --no-deps -r tests/orders/requirements-nodeps.txt -c constraints.txt

@@ -33,4 +33,12 @@ KERNELS = Extension(
     optional=True,  # no compiler: the numpy code runs instead
 )
 
-setup(cmdclass={"build_py": BuildWithSamples}, ext_modules=[KERNELS])
+# nanotron's Nanoset blending loop (memtui.orders.blend, ctypes); the same rounding rules, the Python loop without it
+BLEND = Extension(
+    "memtui.orders._blend",
+    sources=["src/memtui/orders/_blend.c"],
+    extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math"],
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildWithSamples}, ext_modules=[KERNELS, BLEND])

@@ -13,11 +13,14 @@ with the pages cached, the same reads again and a baseline, the same ids read on
 ``--suites N`` instead times the orders of issue 30 at N instances (default 1e8), each in a fresh process (its peak
 RSS its own), from sparse token files (their sizes fix the numbering; the panel's instances read as zeros): OLMo-core's
 composable loader with ``intra_source`` over three sources, and a one-folder Nanoset (a FineWeb ablation's layout).
-Each panel is 100 cohorts x 10 x 10 instances + 1,000 controls. The blended Nanoset replays nanotron's helper in a
-Python loop, ~1 us a sample and dataset: it is timed at ``--blend`` samples (default 1e6) to give the rate. Pico's
-order is the row number itself (no arithmetic to time); its cost is the parquet row groups a panel touches.
-Levanter's order is computed at the panel's positions only (never built whole): a three-cache mixture under the linear
-permutation, and one cache under Feistel era shuffling, from Levanter caches whose token shards are unwritten (zeros).
+Each panel is 100 cohorts x 10 x 10 instances + 1,000 controls. The blended Nanoset (three folders weighted 0.5, 0.3,
+0.2) replays nanotron's helper by the compiled loop (memtui.orders.blend) at N too; where it was not built, by the
+Python loop, ~1 us a sample and dataset, timed at ``--blend`` samples (default 1e6) to give the rate. Both Nanosets
+spend most of their time in numpy's legacy ``RandomState.shuffle`` of the epoch (one random memory access a sample),
+which the order needs bit for bit. Pico's order is the row number itself (no arithmetic to time); its cost is the
+parquet row groups a panel touches. Levanter's order is computed at the panel's positions only (never built whole): a
+three-cache mixture under the linear permutation, and one cache under Feistel era shuffling, from Levanter caches
+whose token shards are unwritten (zeros).
 
     python benchmarks/build_orders.py --suites 100000000
 """
@@ -219,7 +222,10 @@ def _levanter(kind: str, folder: Path, n: int) -> int:
 
 
 def suites(n: int, blend_n: int) -> None:
-    runs = (("composable", n), ("nanoset", n), ("nanoset-blended", blend_n), ("levanter", n), ("levanter-era", n))
+    from memtui.orders.blend import compiled
+
+    blended = n if compiled() else blend_n
+    runs = (("composable", n), ("nanoset", n), ("nanoset-blended", blended), ("levanter", n), ("levanter-era", n))
     for kind, size in runs:
         folder = Path(tempfile.mkdtemp(prefix="memtui-suites-"))
         try:
@@ -229,7 +235,8 @@ def suites(n: int, blend_n: int) -> None:
                 raise SystemExit(run.stderr)
             r = json.loads(run.stdout.strip().splitlines()[-1])
             load = os.getloadavg()[0]
-            print(f"{kind}: panel of {r['instances']:,} instances from {size:,}: {r['seconds']:.1f} s "
+            how = "" if kind != "nanoset-blended" else " (compiled)" if compiled() else " (Python loop)"
+            print(f"{kind}{how}: panel of {r['instances']:,} instances from {size:,}: {r['seconds']:.1f} s "
                   f"({r['cpu_seconds']:.1f} s CPU, the process's whole life), peak RSS "
                   f"{r['peak_rss_mb']:.0f} MB (limits 60 s, 2048 MB; load average {load:.1f})")  # fmt: skip
         finally:

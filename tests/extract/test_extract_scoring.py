@@ -223,7 +223,7 @@ def test_scores_are_a_record_with_a_field_per_extracted_metric_of_the_registry()
     tokens, lengths = random_rows(3, 20, lengths=[20, 4, 1], model=model)  # row 1: fewer than k + l = 5 tokens
     plain = Scorer(model, torch.device("cpu")).score(tokens, lengths)
     flags = Scorer(model, torch.device("cpu"), extractable=(2, 3)).score(tokens, lengths)
-    assert list(plain) == list(registry.FROM_LOGITS) and list(flags) == list(registry.EXTRACTED)
+    assert list(plain) == list(registry.FROM_LOGITS) and list(flags) == list(registry.STANDARD)
     assert plain.extractable is None and "extractable" not in plain
     with pytest.raises(KeyError):
         plain["extractable"]

@@ -35,8 +35,11 @@ def test_every_metric_is_complete():
 
 def test_the_derived_lists_are_the_registrys():
     assert tuple(n for n, m in registry.REGISTRY.items() if m.computed_by != "import") == registry.EXTRACTED
-    assert set(registry.FROM_LOGITS) | set(registry.EXTRACTABILITY) == set(registry.EXTRACTED)
+    assert set(registry.FROM_LOGITS) | set(registry.EXTRACTABILITY) | set(registry.GOLDFISH) == set(registry.EXTRACTED)
     assert not set(registry.FROM_LOGITS) & set(registry.EXTRACTABILITY)
+    assert not (set(registry.FROM_LOGITS) | set(registry.EXTRACTABILITY)) & set(registry.GOLDFISH)
+    # a panel without a loss mask gets every extracted metric but the trained-target ones
+    assert tuple(m for m in registry.EXTRACTED if m not in registry.GOLDFISH) == registry.STANDARD
     # the views other modules import are the registry's, in its order
     assert model.METRICS == registry.NAMES
     assert {n: m.sign for n, m in registry.REGISTRY.items()} == model.METRIC_SIGN

@@ -22,6 +22,7 @@ from memtui.extract.checkpoints import parse_checkpoints
 from memtui.orders.arrays import check_token_range, load_token_array, open_memmap  # noqa: F401 - the public API
 from memtui.orders.base import Instances, Order, SamplingSpec
 from memtui.orders.kinds.memmap import sample_memmap_rows  # noqa: F401 - the public API
+from memtui.panel import metrics as registry
 from memtui.panel.hdf5 import create_panel
 from memtui.panel.model import NEVER
 
@@ -68,8 +69,11 @@ def write_instances(out: Path, inst: Instances, *, attrs: dict | None = None, ov
             raise MemtuiError("no training instance falls into the panel's checkpoint steps; check --steps.")
         check_token_range(inst.tokens, inst.lengths, out)
     source_index = inst.source_index if inst.source_index is not None else inst.provenance.get("position")
+    every = {**inst.attrs, **(attrs or {})}
+    metrics = registry.STANDARD + (registry.GOLDFISH if "goldfish_k" in every else ())  # a loss mask: trained-only too
     return create_panel(
         out,
+        metrics=metrics,
         ids=inst.ids,
         treatment=treatment,
         steps=inst.steps,
@@ -77,7 +81,7 @@ def write_instances(out: Path, inst: Instances, *, attrs: dict | None = None, ov
         tokens=inst.tokens,
         lengths=inst.lengths,
         revisions=inst.revisions,
-        attrs={**inst.attrs, **(attrs or {})},
+        attrs=every,
         provenance=inst.provenance or None,
         provenance_attrs=inst.provenance_attrs,
         overwrite=overwrite,

@@ -47,6 +47,13 @@ sampled continuation of the k-token prefix reproduces the l-token suffix exactly
 targets' sampling probabilities (each is drawn given the true prefix as long as every earlier one was reproduced, as
 for greedy decoding above): ``sampled_logp`` is their sum, floored at ``SAMPLED_LOGP_FLOOR`` (a suffix token outside
 the top k gives -inf: p = 0).
+
+With a token-level loss mask (``goldfish``, a memtui.orders.goldfish.Goldfish: Apertus's Goldfish loss) each target
+is flagged trained or not from the row's own tokens (target j is the run's label j), and ``loglik_trained`` /
+``accuracy_trained`` are ``loglik`` / ``accuracy`` over the trained targets only (NaN for a row with none); the
+masked targets were never trained on, so scoring them would dilute the memorisation the loss could cause. Controls
+get the same rule (the targets the mask would have dropped are left out of theirs), so both arms score the same kind
+of token.
 """
 
 from __future__ import annotations
@@ -100,6 +107,8 @@ class Scores(Mapping):
     extractable: np.ndarray | None = None
     extractable_len: np.ndarray | None = None
     sampled_logp: np.ndarray | None = None
+    loglik_trained: np.ndarray | None = None
+    accuracy_trained: np.ndarray | None = None
 
     def _computed(self) -> list[str]:
         return [name for name in registry.EXTRACTED if getattr(self, name, None) is not None]
@@ -247,8 +256,10 @@ class Scorer:
         extractable: tuple[int, int] | None = None,
         invariant: bool | None = None,
         sampling: tuple[int, float] | None = (registry.SAMPLING_TOP_K, registry.SAMPLING_TEMPERATURE),
+        goldfish=None,
     ):
         self.model = model
+        self.goldfish = goldfish  # a memtui.orders.goldfish.Goldfish: the trained-target metrics too
         self.invariant = device.type == "cpu" if invariant is None else bool(invariant)
         self.extractable = check_extractable(extractable) if extractable is not None else None
         # sampled_logp is one of the extractability metrics: computed with them, unless ``sampling`` is None
@@ -373,7 +384,10 @@ class Scorer:
             logp = stats.logp.cpu().numpy()
             start = np.r_[0, np.cumsum(np.maximum(lengths - 1, 0))]
             kept = {int(r): logp[start[r] : start[r + 1]].copy() for r in keep}
-        return per_instance(b, stats, extractable=self.extractable, sampling=self.sampling is not None), kept
+        trained = None if self.goldfish is None else torch.from_numpy(self.goldfish.trained_targets(tokens, lengths))
+        scores = per_instance(b, stats, extractable=self.extractable, sampling=self.sampling is not None,
+                              trained=trained)  # fmt: skip
+        return scores, kept
 
 
 def check_extractable(kl) -> tuple[int, int]:
@@ -427,9 +441,14 @@ def extractability(
 
 
 def per_instance(
-    b: int, stats: TokenStats, extractable: tuple[int, int] | None = None, sampling: bool = False
+    b: int,
+    stats: TokenStats,
+    extractable: tuple[int, int] | None = None,
+    sampling: bool = False,
+    trained: torch.Tensor | None = None,
 ) -> Scores:
-    """Sum / mean per-target quantities into per-row metrics (float64 accumulation).
+    """Sum / mean per-target quantities into per-row metrics (float64 accumulation); with ``trained`` (a bool per
+    target, in the targets' order) the trained-target metrics too.
 
     Done on the CPU (a few MB per batch): deterministic, unlike float64 atomics on CUDA, and MPS has no float64.
     """
@@ -454,6 +473,15 @@ def per_instance(
     if extractable is not None:
         slogp = stats.slogp.cpu() if sampling and stats.slogp is not None else None
         out.update(extractability(count.to(torch.int64), top1, *extractable, slogp=slogp))  # counts exact in float64
+    if trained is not None:
+        if len(trained) != len(logp):
+            raise MemtuiError(f"{len(trained)} trained flags for {len(logp)} targets: the mask and the rows disagree.")
+        keep = trained.to(dev)
+        n_kept = total(keep).numpy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out["loglik_trained"] = total(torch.where(keep, logp, torch.zeros_like(logp))).numpy()
+            out["accuracy_trained"] = total(top1 & keep).numpy() / n_kept
+        out["loglik_trained"][n_kept == 0] = math.nan
     return Scores(**out)
 
 

@@ -289,6 +289,7 @@ class _Scorer:
         self.options, self.tokens, self.lengths, self.panel_path, self.log = options, tokens, lengths, panel_path, log
         self.metrics = metrics  # the panel's: a part carries exactly these
         self.kl = kl  # (k, l) when the panel has extractability metrics, else None
+        self.goldfish = None  # the panel's token-level loss mask, when it has the trained-target metrics
         self.token_rows = np.empty(0, np.int64)  # the panel's per-token subset (sorted rows), if it has one
         self.width = 0
         self.dev = resolve_device(options.device)
@@ -308,7 +309,7 @@ class _Scorer:
             invariant = {"auto": None, "on": True, "off": False}[self.options.batch_invariant]
             sampling = (registry.SAMPLING_TOP_K, registry.SAMPLING_TEMPERATURE) if SAMPLED in self.metrics else None
             self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl, invariant=invariant,
-                                 sampling=sampling)  # fmt: skip
+                                 sampling=sampling, goldfish=self.goldfish)  # fmt: skip
             check_head(self.net, self.scorer, self.scorer.vocab)
             check_tokens(self.tokens, self.lengths, self.scorer.vocab, self.panel_path)  # one vocabulary for all
         else:
@@ -428,6 +429,10 @@ class _Pass:
         lengths = lengths.astype(np.int64)
         self.metrics, kl = ctx.options.metrics_for(ctx.panel_path, panel)
         self.scorer = _Scorer(ctx.options, tokens, lengths, ctx.panel_path, ctx.log, self.metrics, kl)
+        if set(self.metrics) & set(registry.GOLDFISH):
+            from memtui.orders.goldfish import from_attrs
+
+            self.scorer.goldfish = from_attrs(panel.attrs, ctx.panel_path)
         self.layout = read_layout(ctx.panel_path)  # the per-token subset, if the panel asks for one
         if self.layout is not None:
             self.scorer.token_rows, self.scorer.width = self.layout.rows, self.layout.width

@@ -27,8 +27,9 @@ position that was sampled. A control must have no exposure by the panel's last s
 reaches, and those of a dataset weighted below its share, are in the data but never trained (counted in the panel's
 ``never_trained``).
 
-The blending helper is replayed exactly (the same float64 operations, the first maximum on ties) in a Python loop:
-one dataset needs no loop; k datasets cost about a microsecond per sample (see benchmarks/build_orders.py).
+The blending helper is replayed exactly (the same float64 operations, the first maximum on ties) by a compiled loop
+(memtui.orders.blend; a Python loop where nothing was compiled): one dataset needs no loop (see
+benchmarks/build_orders.py).
 """
 
 from __future__ import annotations
@@ -41,31 +42,11 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.orders.blend import blend, picks
 from memtui.orders.tokenfiles import TokenFiles
 
 DATATROVE_SEED = 42  # DatatroveFolderDataset's default seed: Nanoset passes none
 _SCAN = 1 << 23  # positions of the permutation scanned at a time
-
-
-def blend(lengths: list[int], weights: np.ndarray) -> np.ndarray:
-    """``build_nanoset_index_helper``'s ``dataset_index`` for one epoch of S = Σ lengths samples (uint8/uint16)."""
-    n, k = int(sum(lengths)), len(lengths)
-    out = np.zeros(n, dtype=np.uint8 if k < 256 else np.uint16)
-    if k == 1:
-        return out
-    w = [float(x) for x in weights]
-    c = [0] * k
-    ks = range(k)
-    for i in range(n):
-        x = max(i, 1.0)
-        best, top = 0, w[0] * x - c[0]
-        for d in ks:
-            e = w[d] * x - c[d]
-            if e > top:  # np.argmax: the first of equal maxima
-                best, top = d, e
-        out[i] = best
-        c[best] += 1
-    return out
 
 
 def normalize(weights) -> np.ndarray:
@@ -103,16 +84,23 @@ class NanosetOrder:
         perm = np.arange(self.epoch, dtype=np.uint32)
         np.random.RandomState(self.seed).shuffle(perm)  # the permutation both of Nanoset's shuffles apply
         self.perm = perm
-        if len(self.lengths) == 1:  # one dataset: helper index j is sample j (no arrays: 800 MB saved at 1e8)
-            self.picks, self.rank = None, None
+        if len(self.lengths) == 1:  # one dataset: helper index j is sample j (no arrays: 400 MB saved at 1e8)
+            self.picks = None
             return
-        self.picks = [np.flatnonzero(self.dataset == d).astype(np.uint32) for d in range(len(self.lengths))]
-        self.rank = np.empty(self.epoch, dtype=np.uint32)  # j's place among its dataset's picks
-        for p in self.picks:
-            self.rank[p] = np.arange(len(p), dtype=np.uint32)
+        self.picks = picks(self.dataset, len(self.lengths))  # each dataset's helper indices, ascending
 
     def _rank(self, j: np.ndarray) -> np.ndarray:
-        return j.astype(np.int64) if self.rank is None else self.rank[j].astype(np.int64)
+        """j's place among its dataset's picks (nanotron's ``current_samples[d]`` when it was drawn): found in the
+        sorted picks, for the few positions a panel reads, instead of an array of the epoch's size."""
+        j = np.asarray(j, dtype=np.int64)
+        if self.picks is None:
+            return j
+        d = self.dataset[j]
+        out = np.empty(len(j), dtype=np.int64)
+        for k in np.unique(d).tolist():
+            at = d == k
+            out[at] = np.searchsorted(self.picks[k], j[at])
+        return out
 
     def instance(self, positions: np.ndarray) -> np.ndarray:
         """The global instance number (dataset offset + sample) at each position of the index."""
@@ -140,8 +128,8 @@ class NanosetOrder:
         helper = []  # each instance's helper indices: sample j once, or every pick of its dataset that wraps to it
         for inst, d in zip(instances.tolist(), d_of.tolist(), strict=True):
             sample, length = inst - int(self.offsets[d]), self.lengths[d]
-            picks = None if self.picks is None else self.picks[d]
-            helper.append(np.array([sample]) if picks is None else picks[sample : len(picks) : length])
+            mine = None if self.picks is None else self.picks[d]
+            helper.append(np.array([sample]) if mine is None else mine[sample : len(mine) : length])
         sizes = [len(h) for h in helper]
         q_all = self.positions_of(np.concatenate(helper) if helper else np.zeros(0, np.int64))
         first = np.full(len(instances), -1, dtype=np.int64)
@@ -329,15 +317,19 @@ def sample_nanoset(run: NanosetRun, steps, *, k: int, m: int, n_controls: int, h
     inst = order.instance(pos)
     inst, keep = np.unique(inst, return_index=True)  # a repeat drawn twice is one instance
     pos = pos[keep]
-    first, exposures = order.exposures(inst)
+    beyond = heldout is None and n_controls
+    cpos, cinst = _beyond(order, rng, n_controls, last * run.batch) if beyond else (pos[:0], inst[:0])
+    both = order.exposures(np.concatenate([inst, cinst]))  # one scan of the permutation for treated and controls
+    (first, cfirst), (exposures, cexp) = ((x[: len(inst)], x[len(inst) :]) for x in both)
     first_step = first // run.batch + 1
     treat = np.array([min(c for c in steps if c >= f) for f in first_step.tolist()], dtype=np.int64)
     counts: dict[str, int] = {}
     parts = [_read(stage, 0, first, treat, inst, counts, "treated", None)]
     extra = [exposures, pos]
-    if heldout is None and n_controls:
-        cpos, cinst, cexp, dropped = _beyond(order, rng, n_controls, last * run.batch)
-        counts["nanoset/controls_exposed_earlier"] = dropped  # drawn after the panel, trained before its end: dropped
+    if beyond:
+        clean_ = (cfirst < 0) | (cfirst >= last * run.batch)  # no exposure before the panel's last step
+        cpos, cinst, cexp = cpos[clean_], cinst[clean_], cexp[clean_]
+        counts["nanoset/controls_exposed_earlier"] = int((~clean_).sum())  # drawn after the panel, trained before
         parts.append(_read(stage, 0, cpos, np.full(len(cpos), NEVER), cinst, counts, "controls", None))
         extra = [np.concatenate([exposures, cexp]), np.concatenate([pos, cpos])]
     elif n_controls:
@@ -363,7 +355,8 @@ def sample_nanoset(run: NanosetRun, steps, *, k: int, m: int, n_controls: int, h
 
 
 def _beyond(order: NanosetOrder, rng, n_controls: int, lo: int):
-    """Controls: samples at epoch positions after the panel's last step whose first exposure is after it too."""
+    """Control candidates: samples at epoch positions after the panel's last step (one instance each); a control's
+    first exposure must be after it too, which the caller checks."""
     hi = order.epoch
     if lo >= hi:
         raise MemtuiError(
@@ -374,7 +367,4 @@ def _beyond(order: NanosetOrder, rng, n_controls: int, lo: int):
     cpos = np.sort(rng.choice(hi - lo, size=want, replace=False)) + lo
     cinst = order.instance(cpos)
     cinst, keep = np.unique(cinst, return_index=True)
-    cpos = cpos[keep]
-    first, count = order.exposures(cinst)
-    clean_ = (first < 0) | (first >= lo)  # no exposure before the panel's last step
-    return cpos[clean_], cinst[clean_], count[clean_], int((~clean_).sum())
+    return cpos[keep], cinst  # those trained before the panel's last step are dropped by the caller

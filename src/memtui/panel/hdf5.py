@@ -88,7 +88,7 @@ def create_panel(
     ids: Sequence[int],
     treatment: Sequence[int],
     steps: Sequence[int],
-    metrics: Sequence[str] = registry.EXTRACTED,
+    metrics: Sequence[str] = registry.STANDARD,
     values: Mapping[str, np.ndarray] | None = None,
     split: Sequence[str] | None = None,
     source_index: Sequence[int] | None = None,

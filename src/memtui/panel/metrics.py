@@ -23,9 +23,13 @@ from typing import Literal
 # - "extractability": extraction, from the targets in the (k, l) suffix window: their top-1 flags (Carlini et al.'s
 #   extractability) or their sampling probabilities (Hayes et al.'s probabilistic extraction); its datasets carry the
 #   attributes ``k`` and ``l`` and rows shorter than k + l stay NaN;
+# - "goldfish": extraction, like "logits" but over the targets the run trained on only: a panel built from a run with
+#   a token-level loss mask (Apertus's Goldfish loss: ``build --goldfish K,H``) records the mask's k, h and pad id in
+#   its attributes (``goldfish_k``, ``goldfish_h``, ``goldfish_pad``), and the masked targets are left out. Only
+#   such a panel has these metrics (``STANDARD`` below is what every other panel gets);
 # - "import": nothing in memtui; only a table (``memtui import``) brings values.
-ComputedBy = Literal["logits", "extractability", "import"]
-COMPUTED_BY: tuple[ComputedBy, ...] = ("logits", "extractability", "import")
+ComputedBy = Literal["logits", "extractability", "goldfish", "import"]
+COMPUTED_BY: tuple[ComputedBy, ...] = ("logits", "extractability", "goldfish", "import")
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,20 @@ REGISTRY: Mapping[str, Metric] = MappingProxyType(
                 "nats (<= 0; -690.8 = p below 1e-300)",
                 "extractability",
             ),
+            Metric(
+                "loglik_trained",
+                1,
+                "sequence log-likelihood over the trained targets (the goldfish-masked ones left out)",
+                "nats, summed over the targets the loss trained",
+                "goldfish",
+            ),
+            Metric(
+                "accuracy_trained",
+                1,
+                "mean token accuracy over the trained targets (the goldfish-masked ones left out)",
+                "share of the trained targets that are top-1 (0..1)",
+                "goldfish",
+            ),
         )
     }
 )
@@ -93,6 +111,8 @@ NAMES: tuple[str, ...] = tuple(REGISTRY)
 EXTRACTED: tuple[str, ...] = tuple(m.name for m in REGISTRY.values() if m.extracted)  # what extraction can fill
 FROM_LOGITS: tuple[str, ...] = tuple(m.name for m in REGISTRY.values() if m.computed_by == "logits")
 EXTRACTABILITY: tuple[str, ...] = tuple(m.name for m in REGISTRY.values() if m.computed_by == "extractability")
+GOLDFISH: tuple[str, ...] = tuple(m.name for m in REGISTRY.values() if m.computed_by == "goldfish")
+STANDARD: tuple[str, ...] = tuple(m for m in EXTRACTED if m not in GOLDFISH)  # a new panel's, without a loss mask
 
 
 def get(name: str) -> Metric:

@@ -16,17 +16,20 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.orders.arrays import pad_rows, stack_rows, validation_rows
 from memtui.orders.base import Instances, OrderBase, SamplingSpec, or_default, order_steps
+from memtui.orders.goldfish import Goldfish, to_attrs
+from memtui.orders.goldfish import parse as parse_goldfish
 from memtui.panel.model import NEVER
 
 
 @dataclass(frozen=True)
 class Neox(OrderBase):
     name = "neox"
-    title = "--order neox (GPT-NeoX / Megatron index maps: Pythia, PolyPythias, Hubble)"
+    title = "--order neox (GPT-NeoX / Megatron index maps: Pythia, PolyPythias, Hubble; Apertus with --goldfish)"
     description = (
         "--tokens PREFIX: the Megatron corpus (PREFIX.idx + PREFIX.bin); --batch-size: sequences per step; "
         "--seq-len: tokens per sequence (the maps' seq_len + 1, checked); --validation: never-trained rows (.npy) for "
-        "--controls validation. Paths may be URLs (read by byte ranges)."
+        "--controls validation; --goldfish K,H: a run with the Goldfish loss (Apertus). Paths may be URLs (read by "
+        "byte ranges)."
     )
     revisions = ("pythia", "polypythia", "hubble")
     shared = frozenset(
@@ -59,6 +62,7 @@ class Neox(OrderBase):
     steps: tuple[int, ...] | None = None  # the preset's checkpoints, where --steps is not given
     train_steps: int | None = None  # the preset's last step, where --train-steps is not given
     attrs: dict = field(default_factory=dict)
+    goldfish: Goldfish | None = None  # the run's Goldfish loss mask (Apertus: --goldfish 50,50)
 
     def add_arguments(self, group) -> None:
         group.add_argument(
@@ -84,6 +88,13 @@ class Neox(OrderBase):
         )
         group.add_argument(
             "--examples", type=Path, help="folder of tokenised perturbation datasets (seq_start insertions)"
+        )
+        group.add_argument(
+            "--goldfish",
+            metavar="K,H",
+            help="neox: the run trained with the Goldfish loss (Apertus: 50,50; Megatron's --goldfish-k, "
+            "--goldfish-h): the masked tokens are recorded and the panel also gets loglik_trained and "
+            "accuracy_trained, scored over the trained tokens only",
         )
         group.add_argument(
             "--cache",
@@ -131,6 +142,7 @@ class Neox(OrderBase):
             steps=steps,
             train_steps=train_steps,
             attrs={"preset": args.preset} if args.preset else {},
+            goldfish=parse_goldfish(args.goldfish) if args.goldfish is not None else None,
         ).suite(seeds, names if seeds else None, or_default(args.controls, "beyond"))
 
     def suite(self, seeds: Sequence[str] | None, seed_names: Sequence[str] | None, controls: str) -> Neox:
@@ -196,6 +208,8 @@ class Neox(OrderBase):
             "batch_size": str(self.batch_size),
             **self.attrs,
         }
+        if self.goldfish is not None:
+            prov["goldfish_dropped"], base = _goldfish(self.goldfish, matrix, lengths, base)
         if not self.seeds:
             return [
                 Instances(
@@ -275,6 +289,20 @@ class Neox(OrderBase):
                 )
             )
         return out
+
+
+def _goldfish(goldfish: Goldfish, matrix: np.ndarray, lengths: np.ndarray, base: dict) -> tuple[np.ndarray, dict]:
+    """Each row's targets the Goldfish mask drops (provenance ``goldfish_dropped``) and the panel's record of it: the
+    mask (``goldfish_*``) and, in ``never_trained``, the share of targets never trained on. No instance is dropped or
+    reclassified: every one keeps trained tokens; the trained-target metrics leave the masked ones out."""
+    dropped = np.array([int(goldfish.dropped(matrix[r, 1:n]).sum()) if n >= 2 else 0 for r, n in enumerate(lengths)])
+    targets = int(np.maximum(np.asarray(lengths) - 1, 0).sum())
+    share = dropped.sum() / max(1, targets)
+    never = (f"goldfish loss: {int(dropped.sum()):,} of the panel's {targets:,} targets ({100 * share:.2f} %) "
+             "masked at data loading, never trained on (provenance goldfish_dropped); loglik_trained and "
+             "accuracy_trained score the rest, for the controls too")  # fmt: skip
+    before = base.get("never_trained")
+    return dropped, {**base, **to_attrs(goldfish), "never_trained": f"{before}; {never}" if before else never}
 
 
 def _provenance(inst) -> dict[str, np.ndarray]:
