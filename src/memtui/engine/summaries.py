@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memtui.engine.blas import one_blas_thread
+from memtui.engine.blas import over_cores
 from memtui.engine.did import CellEstimates
 from memtui.engine.layout import Layout
 
@@ -124,14 +124,20 @@ def analytic_se(
         # weights: (1/n) sum_k u_k (1{G_i = g_k} - P(G = g_k))
         _add_at(const, (a, g), u / lay.n_units)
         const -= np.bincount(a, weights=u * pg[g], minlength=len(part))[:, None] / lay.n_units
-        total = np.zeros(len(part))
-        with one_blas_thread():  # small products: BLAS's threads spun on a busy machine for the same values
-            for k in range(n_groups):
+        sums = np.empty((n_groups, len(part)))
+
+        def groups(ks: list[int], coef=coef, const=const, sums=sums) -> None:  # BLAS on one thread; groups on the cores
+            for k in ks:
                 c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
                 if clusters is not None:
                     order, starts = within[k]
                     c = np.add.reduceat(c[order], starts, axis=0)
-                total += np.einsum("ij,ij->j", c, c)
+                sums[k] = np.einsum("ij,ij->j", c, c)
+
+        over_cores(groups, list(range(n_groups)), lay.y.size)
+        total = np.zeros(len(part))
+        for k in range(n_groups):  # added in the groups' order, whichever thread made each
+            total += sums[k]
         out[start : start + len(part)] = np.sqrt(total)
     return out
 
