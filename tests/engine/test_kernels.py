@@ -13,8 +13,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui.engine import bands, did, kernels
-from memtui.engine import layout
+from memtui.engine import bands, did, kernels, layout
 from memtui.engine.layout import build_layout
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings

@@ -151,6 +151,13 @@ def _expanded(raw: np.ndarray, shape: tuple[int, int], dtype: np.dtype, scratch:
     return into[:n].reshape(shape)
 
 
+def _chunk_multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str, scratch: _Scratch):
+    """A chunk's multipliers: Rademacher ones as their bytes, expanded where they are read (``_Stack.sums``)."""
+    if kind == "rademacher":
+        return RademacherChunk(rademacher_bits(rng, shape), shape, scratch)
+    return multipliers(rng, shape, kind, np.float32)
+
+
 class _Scratch:
     """A float32 array of ``size`` elements, allocated when first asked for, then the same one."""
 
@@ -270,10 +277,7 @@ def bootstrap_shared(
     scratch = _Scratch(8 * ((rows * min(chunk, draws) + 7) // 8))  # every chunk's multipliers, where expanded whole
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        if multiplier == "rademacher":  # the bytes; expanded where they are read (``_Stack.sums``)
-            drawn = RademacherChunk(rademacher_bits(rng, (rows, bc)), (rows, bc), scratch)
-        else:
-            drawn = multipliers(rng, (rows, bc), multiplier, np.float32)
+        drawn = _chunk_multipliers(rng, (rows, bc), multiplier, scratch)
 
         # stack after stack, each spread over the cores as a lone bootstrap is (stacks side by side on the cores were
         # slower: their cell draws are bound by memory bandwidth, which they then compete for)
