@@ -151,6 +151,19 @@ def _expanded(raw: np.ndarray, shape: tuple[int, int], dtype: np.dtype, scratch:
     return into[:n].reshape(shape)
 
 
+def _float32(y: np.ndarray) -> np.ndarray:
+    """``y.astype(np.float32)``, a block of rows at a time on every core for a large layout (each value rounded on
+    its own: the same array)."""
+    out = np.empty(y.shape, np.float32)
+
+    def cast(starts: list[int]) -> None:
+        for lo in starts:
+            out[lo : lo + _SLAB * 8] = y[lo : lo + _SLAB * 8]
+
+    over_cores(cast, list(range(0, len(y), _SLAB * 8)), y.size)
+    return out
+
+
 def _chunk_multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str, scratch: _Scratch):
     """A chunk's multipliers: Rademacher ones as their bytes, expanded where they are read (``_Stack.sums``)."""
     if kind == "rademacher":
@@ -412,7 +425,7 @@ class _Stack:
             self.consts.append((inv_nc, est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]))
         # one contiguous matrix per layout, never the layouts side by side: a wider product may be blocked differently
         # by BLAS (another kernel for the edge columns), which changed the last float32 bits on some CPUs
-        self.ys = [lay.y.astype(f32) for lay in lays]
+        self.ys = [_float32(lay.y) for lay in lays]
         # each group's rows and its outcomes' transposes, the products' operands, made once for every chunk (a
         # subgroup's layout has 144 groups of a dozen rows: building the views each chunk cost a fifth of its sums)
         self.slices = [first.rows(k) for k in range(first.n_groups)]

@@ -109,13 +109,34 @@ def _pairwise(piece, lo: int, n: int) -> float:
     """``np.add.reduce`` of a contiguous float64 array of ``n`` elements whose elements ``lo .. lo + k - 1``
     ``piece(lo, k)`` gives, bit for bit, without the array: numpy sums a contiguous array pairwise, splitting it at
     half its length rounded down to a multiple of 8 down to blocks of 128 (its pairwise_sum), so the sum of a large
-    array is that of its two halves' sums, each numpy's sum of the half (tests/engine/test_layout_scale.py holds it
-    to np.std)."""
-    if n <= _PIECE:
-        return float(np.add.reduce(piece(lo, n)))
-    half = n // 2
-    half -= half % 8
-    return _pairwise(piece, lo, half) + _pairwise(piece, lo + half, n - half)
+    array is that of its two halves' sums, each numpy's sum of the half (tests/engine/test_kernels.py holds it to
+    np.std). The pieces' sums are independent: a large array's are made on every core, then added in the tree's
+    order."""
+    leaves: list[tuple[int, int]] = []
+
+    def split(lo: int, n: int) -> None:
+        if n <= _PIECE:
+            leaves.append((lo, n))
+            return
+        half = n // 2 - (n // 2) % 8
+        split(lo, half)
+        split(lo + half, n - half)
+
+    def combine(lo: int, n: int) -> float:
+        if n <= _PIECE:
+            return sums[lo]
+        half = n // 2 - (n // 2) % 8
+        return combine(lo, half) + combine(lo + half, n - half)
+
+    split(lo, n)
+    sums: dict[int, float] = {}
+
+    def work(items: list[int]) -> None:
+        for i in items:
+            sums[leaves[i][0]] = float(np.add.reduce(piece(*leaves[i])))
+
+    over_cores(work, list(range(len(leaves))), n)
+    return combine(lo, n)
 
 
 def folded(treatment: np.ndarray, steps: np.ndarray, never: int) -> np.ndarray:
@@ -160,8 +181,12 @@ def build_layout(
     group_n = np.diff(group_start)
 
     yy = np.zeros((len(order), t + 1))
-    for lo in range(0, len(order), _ROWS):  # the kept rows in their order, a block at a time (no copy of them all)
-        yy[lo : lo + _ROWS, :t] = y[order[lo : lo + _ROWS]]
+
+    def fill(starts: list[int]) -> None:  # the kept rows in their order, a block at a time (no copy of them all)
+        for lo in starts:
+            yy[lo : lo + _ROWS, :t] = y[order[lo : lo + _ROWS]]
+
+    over_cores(fill, list(range(0, len(order), _ROWS)), yy.size)  # each row's values copied, on any thread
     scale = _checked_scale(yy[:, :t])
     level = _centre(yy, group_start, t, estimator)
     means = _group_sums(yy, group_start) / group_n[:, None]
@@ -264,11 +289,25 @@ def _centre(yy: np.ndarray, group_start: np.ndarray, t: int, estimator: str) -> 
     # Shift each column by the never-treated mean and, for DiD, each instance by its own mean: the estimates are
     # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits. The
     # extractable estimator (a cohort's mean level) is not invariant to the column shift: it adds ``level`` back.
+    # Row blocks on every core for a large layout: each row's mean is its own reduction, each subtraction elementwise,
+    # so the values are the whole array's; the level is the never-treated rows' column means, taken whole.
+    blocks = list(range(0, len(yy), _ROWS))
     if estimator == "did":
-        yy[:, :t] -= yy[:, :t].mean(axis=1, keepdims=True)
+
+        def own_means(starts: list[int]) -> None:
+            for lo in starts:
+                part = yy[lo : lo + _ROWS, :t]
+                part -= part.mean(axis=1, keepdims=True)
+
+        over_cores(own_means, blocks, yy.size)
     level = np.zeros(t + 1)
     level[:t] = yy[group_start[0] : group_start[1], :t].mean(axis=0)
-    yy[:, :t] -= level[:t]
+
+    def shift(starts: list[int]) -> None:
+        for lo in starts:
+            yy[lo : lo + _ROWS, :t] -= level[:t]
+
+    over_cores(shift, blocks, yy.size)
     if estimator != "extractable":
         level[:] = 0
     return level
