@@ -184,9 +184,9 @@ def load(panel: Panel, settings: Settings, device: str | None = None) -> Estimat
         return None
 
 
-def store(panel: Panel, result: EstimateResult, device: str = "none") -> str | None:
-    """Write the cache entry, made by engine device ``device`` ("none": without a bootstrap); returns why it could not
-    be written (None when it was, or there is no panel file)."""
+def store(panel: Panel, result: EstimateResult, device: str | None = None) -> str | None:
+    """Write the cache entry, made by engine device ``device`` ("none": without a bootstrap; None: not said, an entry
+    only ``auto`` reads); returns why it could not be written (None when it was, or there is no panel file)."""
     if panel.path is None:
         return None
     meta = {
