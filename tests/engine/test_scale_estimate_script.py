@@ -43,4 +43,4 @@ def test_the_baseline_run_times_both_codes_and_compares_them(tmp_path):
     assert run.returncode == 0, run.stderr
     runs = json.loads(out.read_text())["runs"]
     assert [r["code"] for r in runs] == ["before", "after"] and all(r["cpu_s"] > 0 for r in runs)
-    assert runs[0]["significant"] == runs[1]["significant"] and "before / after" in run.stdout
+    assert runs[0]["digest"] == runs[1]["digest"] and "the same results bit for bit: True" in run.stdout
