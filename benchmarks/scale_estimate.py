@@ -13,8 +13,13 @@ ratio to the floor: B x N x T multiply-adds (the bootstrap's group sums) at this
 measured in the same run with a numpy matmul of the sums' shape, in multiply-adds per CPU second of one core (the
 CPU floor; an idle machine's wall floor is it over the cores).
 
+With ``--baseline SRC`` (the ``src`` folder of another checkout, its compiled loop built there: the code before a
+change), each size runs under that code and under this one, one after the other in the same run (each estimate in a
+fresh process of its own, the panel made there before the clock starts), and the ratios before / after are printed.
+
     PYTHONPATH=src python benchmarks/scale_estimate.py                 # 16 k, 110 k, 1 M; minutes on 2 cores
     PYTHONPATH=src python benchmarks/scale_estimate.py --sizes 16k 110k --torch-cpu
+    PYTHONPATH=src python benchmarks/scale_estimate.py --sizes 1m --baseline /tmp/before/src
     PYTHONPATH=src python benchmarks/scale_estimate.py --quick --json out.json   # a smoke run (tests call it)
 """
 
@@ -24,11 +29,14 @@ import argparse
 import gc
 import json
 import os
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 
 from memtui.engine import torch_bootstrap
 from memtui.estimation.estimate import estimate
@@ -99,7 +107,22 @@ def one(panel: Panel, draws: int, device: str) -> dict:
         out["peak_cuda_gb"] = torch.cuda.max_memory_allocated() / 1e9
     sig = res.cells["significant"] if "significant" in res.cells.columns else None
     out["significant"] = int(sig.sum()) if sig is not None else None
+    out["digest"] = digest(res)
     return out
+
+
+def digest(res) -> str:
+    """A hash of every number the estimate reports (cells, scopes, summaries, critical value): equal digests, equal
+    results bit for bit."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=8)
+    for frame in (res.cells, res.instantaneous, res.persistent, res.residual):
+        for name in frame.columns:
+            if frame[name].dtype.is_numeric() or frame[name].dtype == pl.Boolean:
+                h.update(frame[name].to_numpy().tobytes())
+    h.update(repr((res.crit, res.overall.as_dict(), res.pretrend.as_dict())).encode())
+    return h.hexdigest()
 
 
 def devices(torch_cpu: bool) -> list[str]:
@@ -114,14 +137,54 @@ def devices(torch_cpu: bool) -> list[str]:
     return found
 
 
+def in_process(src: str, size: tuple[int, int], draws: int, device: str) -> dict:
+    """``one`` of the panel of ``size`` in a fresh Python process running the memtui in ``src``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(src).resolve())}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", f"{size[0]},{size[1]},{draws},{device}"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def child(spec: str) -> None:
+    per, never, draws, device = spec.split(",")
+    panel = make_panel(int(per), int(never))
+    print(json.dumps(one(panel, int(draws), device)))
+
+
+def compared(sizes: dict, draws: int, baseline: str, rate: float) -> list[dict]:
+    """Each size under the baseline's code, then this checkout's (CPU path), each in a process of its own."""
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    rows = []
+    for name, size in sizes.items():
+        n = size[0] * COHORTS + size[1]
+        floor = draws * n * CHECKPOINTS / rate
+        runs = {}
+        for code, src in (("before", baseline), ("after", here)):
+            r = runs[code] = in_process(src, size, draws, "cpu")
+            r.update(size=name, instances=n, draws=draws, code=code, floor_s=floor, cpu_ratio=r["cpu_s"] / floor,
+                     load=os.getloadavg()[0])  # fmt: skip
+            rows.append(r)
+            print(f"{name:>5} {n:>9,} instances  {code:>6}: {r['wall_s']:7.1f} s wall  {r['cpu_s']:7.1f} s CPU  "
+                  f"peak +{r['peak_numpy_gb']:.2f} GB  CPU/floor {r['cpu_ratio']:.1f}  (load {r['load']:.1f}; "
+                  f"{r['significant']} significant cells)", flush=True)  # fmt: skip
+        b, a = runs["before"], runs["after"]
+        print(f"{name:>5} before / after: {b['wall_s'] / a['wall_s']:.2f}x wall, {b['cpu_s'] / a['cpu_s']:.2f}x CPU; "
+              f"the same results bit for bit: {b['digest'] == a['digest']}", flush=True)  # fmt: skip
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", nargs="+", choices=list(SIZES), default=list(SIZES))
     ap.add_argument("--draws", type=int, default=1000)
     ap.add_argument("--torch-cpu", action="store_true", help="also the torch path on the CPU")
     ap.add_argument("--quick", action="store_true", help="a small panel, 100 draws: only checks that it runs")
+    ap.add_argument("--baseline", help="the src folder of the code to compare with, run in the same benchmark")
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--child", help=argparse.SUPPRESS)  # per,never,draws,device: one estimate, as JSON (in_process)
     args = ap.parse_args()
+    if args.child:
+        return child(args.child)
     sizes = QUICK if args.quick else {k: SIZES[k] for k in args.sizes}
     draws = 100 if args.quick else args.draws
     rate = gemm_rate(rows=2000 if args.quick else 20000)
@@ -129,6 +192,11 @@ def main() -> None:
     print(f"float32 GEMM (numpy, {CHECKPOINTS + 1} x rows @ rows x 128, one thread): {rate / 1e9:.1f} G "
           "multiply-adds per CPU second; "
           f"load average {load:.1f} on {os.cpu_count()} cores")  # fmt: skip
+    if args.baseline:
+        rows = compared(sizes, draws, args.baseline, rate)
+        if args.json:
+            Path(args.json).write_text(json.dumps({"gemm_madds_per_s": rate, "load_start": load, "runs": rows}))
+        return None
     rows = []
     for name, (per, never) in sizes.items():
         panel = make_panel(per, never)

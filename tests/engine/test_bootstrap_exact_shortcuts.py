@@ -1,13 +1,13 @@
-"""The bootstrap's two shortcuts for Rademacher multipliers give what the plain numpy code gave, bit for bit: the
-multipliers from a table of each byte's bits, and the groups' multiplier sums from a sum per group's slice (integer
-sums, exact in float32) instead of np.add.reduceat."""
+"""The bootstrap's shortcuts for Rademacher multipliers give what the plain numpy code gave, bit for bit: the
+multipliers from a table of each byte's bits or expanded group by group from the bytes in the compiled loop, and the
+groups' multiplier sums from a sum per group's slice (integer sums, exact in float32) instead of np.add.reduceat."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memtui.engine import did
+from memtui.engine import did, kernels
 from memtui.engine.layout import build_layout
 from memtui.engine.multipliers import JointMultipliers
 from memtui.panel.model import NEVER
@@ -64,3 +64,37 @@ def test_the_multipliers_written_into_scratch_memory_are_the_same(dtype):
     assert not np.shares_memory(got, small) and np.array_equal(
         got, _unpacked(np.random.default_rng(2), (333, 4), dtype)
     )
+
+
+@pytest.mark.skipif(not kernels.expands(), reason="the compiled loop is not built here")
+@pytest.mark.parametrize("bc", [128, 104, 13, 1])
+def test_rows_expanded_from_the_bytes_are_the_unpacked_bits_and_their_sums(bc):
+    rows = 301
+    raw = did.rademacher_bits(np.random.default_rng(9), (rows, bc))
+    want = _unpacked(np.random.default_rng(9), (rows, bc), np.float32)
+    for lo, hi in [(0, rows), (0, 1), (17, 18), (5, 250), (300, 301), (7, 7)]:
+        out, w = np.full((hi - lo, bc), 5.0, np.float32), np.full(bc, 5.0, np.float32)
+        kernels.rademacher_rows(raw, bc, lo, out, w)
+        assert np.array_equal(out, want[lo:hi]) and np.array_equal(w, want[lo:hi].sum(axis=0))
+    with pytest.raises(ValueError):
+        kernels.rademacher_rows(raw, bc, rows + 7, np.empty((2, bc), np.float32))  # beyond the bits drawn
+
+
+@pytest.mark.skipif(not kernels.expands(), reason="the compiled loop is not built here")
+@pytest.mark.parametrize("big", [False, True])
+def test_sums_of_multipliers_expanded_group_by_group_are_the_whole_arrays_bit_for_bit(big, monkeypatch):
+    """The bootstrap expands each group's multipliers from the chunk's bytes where its product reads them (on every
+    core for a large layout): the draws and the groups' multiplier sums are those of the rows x chunk array the
+    numpy code expands (the same operands of the same products), for every chunk size."""
+    rng = np.random.default_rng(4)
+    width = 60 if big else 6  # big: rows x columns above the threshold from which the groups go to the cores
+    steps = np.arange(width) * 10
+    per = [900, 2, 1, 50, 700] if big else [5, 40, 1, 17, 9]
+    treatment = np.r_[np.repeat(steps[1:6], per), np.full(16500 if big else 300, NEVER)]
+    lay = build_layout(rng.normal(size=(len(treatment), width)), treatment, steps, never=NEVER)
+    assert (lay.n_units * (width + 1) >= 1 << 20) == big
+    est = did.point_estimates(lay)
+    got = did.bootstrap(lay, est, draws=150, seed=8, chunk=64)
+    monkeypatch.setattr(kernels, "expands", lambda: False)  # the numpy table's whole array, as before
+    want = did.bootstrap(lay, est, draws=150, seed=8, chunk=64)
+    assert np.array_equal(got.cells, want.cells) and np.array_equal(got.group_w, want.group_w)

@@ -13,8 +13,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from memtui.engine import bands, did, kernels
-from memtui.engine.layout import _std_overwriting, build_layout
+from memtui.engine import bands, did, kernels, layout
+from memtui.engine.layout import build_layout
 from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
 from memtui.estimation.subgroups import estimate_by
@@ -239,11 +239,26 @@ def test_the_draws_pool_hands_back_arrays_of_the_same_shape_only():
     assert c is b and d is a and e is not a and e.shape == (5, 7) and e.dtype == np.float32
 
 
-def test_the_scale_that_overwrites_its_scratch_is_np_std_bit_for_bit():
+def _np_scale(x: np.ndarray) -> float:
+    top = np.max(np.abs(x))
+    return top * float(np.std(np.ascontiguousarray(x) / top))
+
+
+def test_the_scale_made_piece_by_piece_is_np_std_bit_for_bit(monkeypatch):
+    """``layout._scale`` sums the rows a piece at a time (never a contiguous copy of them): numpy's pairwise sum of
+    the whole, bit for bit, for any shape, strides and piece size (small pieces: many levels of halves)."""
     rng = np.random.default_rng(3)
-    for _ in range(200):
-        x = rng.normal(size=(rng.integers(1, 400), rng.integers(1, 40))) * rng.uniform(1e-3, 1e3) + rng.uniform(-9, 9)
-        assert _std_overwriting(x.copy()) == np.std(x)
+    for piece in (layout._PIECE, 128, 200):  # numpy halves an array above 128 elements (PW_BLOCKSIZE)
+        monkeypatch.setattr(layout, "_PIECE", piece)
+        for _ in range(60):
+            x = rng.normal(size=(rng.integers(1, 400), rng.integers(1, 40))) * rng.uniform(1e-3, 1e3)
+            x += rng.uniform(-9, 9)
+            assert layout._scale(x) == _np_scale(x)
+            assert layout._scale(x[:, : max(1, x.shape[1] - 1)]) == _np_scale(x[:, : max(1, x.shape[1] - 1)])
+    monkeypatch.undo()
+    big = rng.normal(size=(3 * layout._PIECE // 7 + 5, 7 * 3)) * 3 + 1  # pieces split inside rows
+    assert layout._scale(big[:, :-3]) == _np_scale(big[:, :-3])
+    assert layout._scale(np.full((5, 3), 2.5)) == 0 and layout._scale(np.zeros((0, 3))) == 0
     y = rng.normal(size=(300, 12)) * 40 + 7
     treatment = np.r_[np.repeat(np.arange(1, 6) * 10, 40), np.full(100, NEVER)]
     lay = build_layout(y, treatment, np.arange(12) * 10, never=NEVER)

@@ -30,3 +30,17 @@ def test_the_quick_run_prints_and_writes_every_figure(tmp_path):
         assert r["cells"] > 143 * 100  # every cell of the 144-checkpoint design
     assert report["runs"][0]["significant"] == report["runs"][1]["significant"]
     assert run.stdout.count("instances") == len(devices)
+
+
+def test_the_baseline_run_times_both_codes_and_compares_them(tmp_path):
+    out = tmp_path / "scale.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "scale_estimate.py"), "--quick", "--baseline", str(ROOT / "src"),
+         "--json", str(out)],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["code"] for r in runs] == ["before", "after"] and all(r["cpu_s"] > 0 for r in runs)
+    assert runs[0]["digest"] == runs[1]["digest"] and "the same results bit for bit: True" in run.stdout

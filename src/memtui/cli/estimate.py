@@ -27,7 +27,8 @@ def add_arguments(p) -> None:
     p.add_argument("--engine-device", default="auto", choices=["auto", "cpu", "torch-cpu", "cuda"],
                    help="where the bootstrap's group sums run: auto (a CUDA GPU for a large panel where torch finds "
                         "one, else the CPU's compiled loop), cpu, torch-cpu (torch's CPU path, to check it) or cuda; "
-                        "the same numbers within float32 rounding (a cached estimate is read as it is)")  # fmt: skip
+                        "the same numbers within float32 rounding (auto reads a cached estimate whichever device "
+                        "computed it, a device named only one it computed)")  # fmt: skip
 
 
 def _num(value, spec: str) -> str:

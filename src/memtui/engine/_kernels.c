@@ -151,6 +151,43 @@ void cell_draws(int64_t n_cells, int64_t bc, const float *r, const float *cum_r,
     }
 }
 
+/* Rademacher multipliers from raw random bytes (memtui.engine.did.multipliers): bit j of the stream, byte j / 8 and
+   most significant bit first (np.unpackbits' order), is multiplier j, 2 * bit - 1, exactly as the numpy code makes
+   them. Rows row0 .. row0 + n_rows - 1 of a (rows x bc) block, row-major (row i's draw d is bit i * bc + d), into out
+   (n_rows x bc floats, contiguous); where wsum is not NULL, each draw's sum over those rows into wsum[d] (bc floats,
+   overwritten): integers, exact in float32 below 2^24 rows, so equal to any order's sum. A chunk's multipliers are
+   expanded group by group, each into a buffer its group's product reads while it is in cache, never as one rows x bc
+   array (1 M rows x 128 draws: 0.5 GB a chunk). */
+void rademacher_rows(const uint8_t *raw, int64_t bc, int64_t row0, int64_t n_rows, float *restrict out,
+                     float *restrict wsum)
+{
+    if (bc % 8 == 0) { /* every row starts on a byte: its bytes in order, eight multipliers each */
+        const int64_t bytes = n_rows * (bc / 8);
+        const uint8_t *src = raw + row0 * (bc / 8);
+        for (int64_t j = 0; j < bytes; j++) {
+            const int b = src[j];
+            float *o = out + 8 * j;
+            for (int k = 0; k < 8; k++)
+                o[k] = (float)(((b >> (7 - k)) & 1) * 2 - 1);
+        }
+    } else {
+        for (int64_t i = 0; i < n_rows; i++) {
+            const int64_t bit0 = (row0 + i) * bc;
+            for (int64_t d = 0; d < bc; d++) {
+                const int64_t bit = bit0 + d;
+                out[i * bc + d] = (raw[bit >> 3] >> (7 - (bit & 7))) & 1 ? 1.0f : -1.0f;
+            }
+        }
+    }
+    if (!wsum)
+        return;
+    for (int64_t d = 0; d < bc; d++)
+        wsum[d] = 0.0f;
+    for (int64_t i = 0; i < n_rows; i++)
+        for (int64_t d = 0; d < bc; d++)
+            wsum[d] += out[i * bc + d];
+}
+
 /* The per-cohort sums of permutations of the cohort labels (memtui.engine.permutations): for each of n_perms
    permutations and each of n_groups cohorts, over the rows order[p], p in starts[g] .. starts[g + 1] - 1 (the rows the
    permutation gives cohort g), the sums of y, y^2 and the cross products y * (the previous column) in the columns

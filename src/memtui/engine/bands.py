@@ -44,6 +44,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.engine import did, kernels
+from memtui.engine.blas import over_cores
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
 from memtui.engine.summaries import _runs, _weights, analytic_se
@@ -70,14 +71,23 @@ class CellVariances:
 def group_changes(lay: Layout):
     """Per cohort group with cells, its cells and its rows' centred changes y_c - y_b for them (rows x cells): what the
     cells' variances sum the squares of."""
+    cells = _cells_of_groups(lay)
+    for k in range(lay.n_groups):
+        if len(cells[k]):
+            yield cells[k], group_change(lay, k, cells[k])
+
+
+def _cells_of_groups(lay: Layout) -> list[np.ndarray]:
     g = lay.cell_group
     order = np.argsort(g, kind="stable")
     bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
-    for k in range(lay.n_groups):
-        idx = order[bounds[k] : bounds[k + 1]]
-        if len(idx):
-            z = lay.y[lay.rows(k)] - lay.means[k]
-            yield idx, z[:, lay.cell_t[idx]] - z[:, lay.cell_b[idx]]
+    return [order[bounds[k] : bounds[k + 1]] for k in range(lay.n_groups)]
+
+
+def group_change(lay: Layout, k: int, idx: np.ndarray) -> np.ndarray:
+    """Group ``k``'s rows' centred changes for its cells ``idx`` (``group_changes``)."""
+    z = lay.y[lay.rows(k)] - lay.means[k]
+    return z[:, lay.cell_t[idx]] - z[:, lay.cell_b[idx]]
 
 
 def cell_variances(
@@ -94,8 +104,15 @@ def cell_variances(
     n_t = est.n_treated.astype(float)
     n_c = est.n_control.astype(float)
     ss_t = np.zeros(len(n_t))
-    for idx, d in group_changes(lay):
-        ss_t[idx] = np.einsum("ij,ij->j", d, d)
+    cells = _cells_of_groups(lay)
+
+    def groups(ks: list[int]) -> None:  # each group's own cells: large layouts' groups on every core
+        for k in ks:
+            if len(cells[k]):
+                d = group_change(lay, k, cells[k])
+                ss_t[cells[k]] = np.einsum("ij,ij->j", d, d)
+
+    over_cores(groups, list(range(lay.n_groups)), lay.y.size)
     var_t = ss_t / n_t**2
     var_c = np.clip(est.se**2 - var_t, 0, None)
     if not lay.controls:

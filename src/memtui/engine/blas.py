@@ -14,6 +14,8 @@ import ctypes
 import glob
 import os
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -53,3 +55,21 @@ def one_blas_thread():
             _BLAS_STATE["depth"] -= 1
             if _BLAS_STATE["depth"] == 0:
                 lib.scipy_openblas_set_num_threads64_(_BLAS_STATE["before"])
+
+
+# elements (rows x columns) of a layout's outcomes from which its per-group work is spread over the cores (below it,
+# starting threads costs more than it saves)
+THREADED_ELEMENTS = 1 << 20
+
+
+def over_cores(work: Callable[[list[int]], None], items: list[int], elements: int) -> None:
+    """``work`` on ``items`` (groups whose results are independent) under one BLAS thread: one list on this thread
+    for a small layout (``elements`` below ``THREADED_ELEMENTS``), else every core's share on a thread of its own
+    (numpy releases the GIL; each group's arithmetic is the same on any thread, so the results are too)."""
+    cores = min(os.cpu_count() or 1, len(items)) if elements >= THREADED_ELEMENTS else 1
+    with one_blas_thread():
+        if cores <= 1:
+            work(items)
+        else:
+            with ThreadPoolExecutor(cores) as pool:
+                list(pool.map(work, [items[i::cores] for i in range(cores)]))

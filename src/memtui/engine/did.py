@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from memtui.engine import kernels, torch_bootstrap
-from memtui.engine.blas import one_blas_thread
+from memtui.engine.blas import one_blas_thread, over_cores
 from memtui.engine.layout import Layout
 from memtui.engine.multipliers import JointMultipliers
 
@@ -72,25 +72,28 @@ def point_estimates(lay: Layout) -> CellEstimates:
     # Sums of squared centred changes: per group from Z'Z (only the columns cells use), plus between-group spread.
     # Control groups are always among the first `upto` groups: only their products are kept (qc); every other group's
     # is read for its own cells while it is in cache (a subgroup's layout has 144 groups: all of them, 24 MB, were
-    # written then gathered from at random)
-    z = lay.y - np.repeat(m, lay.group_n, axis=0)
-    width = z.shape[1]
+    # written then gathered from at random). Each group's centred rows Z are made where its product reads them (the
+    # values of y minus the repeated means, element for element), never the whole N x T array (two at 1 M rows)
+    width = lay.y.shape[1]
     qc = np.empty((min(upto, lay.n_groups), width, width))
-    buf = np.empty((width, width))
     ss_treated = np.empty(len(g))
     order = np.argsort(g, kind="stable")
     bounds = np.searchsorted(g[order], np.arange(lay.n_groups + 1))
-    # BLAS on one thread (engine.blas): the products are small (width x width), and a 1 M-instance panel's spent
-    # 16 s of CPU across 2 threads on a busy machine against 1.2 s on one, the same values (each output element is
-    # one thread's sum in both)
-    with one_blas_thread():
-        for k in range(lay.n_groups):
-            zk = z[lay.rows(k)]
+
+    def products(ks: list[int]) -> None:
+        buf = np.empty((width, width))
+        for k in ks:
+            zk = lay.y[lay.rows(k)] - m[k]
             qk = qc[k] if k < len(qc) else buf
             np.matmul(zk.T, zk, out=qk)
             mine = order[bounds[k] : bounds[k + 1]]
             tk, bk = t[mine], b[mine]
             ss_treated[mine] = qk[tk, tk] + qk[bk, bk] - 2 * qk[tk, bk]
+
+    # BLAS on one thread (engine.blas): the products are small (width x width), and a 1 M-instance panel's spent
+    # 16 s of CPU across 2 threads on a busy machine against 1.2 s on one, the same values (each output element is
+    # one thread's sum in both); large layouts spread the groups over the cores, each product whole on one thread
+    over_cores(products, list(range(lay.n_groups)), lay.n_units * width)
     ss_group = qc[:, t, t] + qc[:, b, b] - 2 * qc[:, t, b]  # (upto, cells)
     dm_all = m[:upto, t] - m[:upto, b]
     in_ctrl = np.arange(upto)[:, None] < p[None, :]
@@ -115,22 +118,87 @@ def multipliers(
     result may be written into, overwriting the last chunk's multipliers: a fresh 0.5 GB array a chunk (1 M rows)
     cost more CPU in page faults than in drawing."""
     if kind == "rademacher":
-        # each random byte's eight bits, most significant first, as eight -1/+1 values in one gather (the values
-        # 2 * bit - 1 of unpacking the bits, exactly, as that made them in three passes: twice the CPU)
-        n = shape[0] * shape[1]
-        raw = np.frombuffer(rng.bytes((n + 7) // 8), dtype=np.uint8)
-        table = _rademacher_table(np.dtype(dtype))
-        if scratch is None or scratch.dtype != dtype or scratch.size < 8 * len(raw) or not scratch.flags.c_contiguous:
-            return table[raw].reshape(-1)[:n].reshape(shape)
-        into = scratch.reshape(-1)[: 8 * len(raw)]
-        # the table's rows copied as 64-bit words: the same bytes, in fewer, wider moves than per float
-        np.take(table.view(np.uint64), raw, axis=0, out=into.view(np.uint64).reshape(len(raw), -1))
-        return into[:n].reshape(shape)
+        return _expanded(rademacher_bits(rng, shape), shape, np.dtype(dtype), scratch)
     if kind == "mammen":
         s5 = np.sqrt(5.0)
         low = rng.random(shape) < (s5 + 1) / (2 * s5)
         return np.where(low, (1 - s5) / 2, (1 + s5) / 2).astype(dtype)
     raise ValueError(f"unknown multiplier {kind!r}")
+
+
+def rademacher_bits(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    """The random bytes of ``shape`` Rademacher multipliers (uint8): bit j, most significant first, is multiplier j
+    of the row-major block, 2 * bit - 1 (the stream every memtui version has drawn for a seed)."""
+    return np.frombuffer(rng.bytes((shape[0] * shape[1] + 7) // 8), dtype=np.uint8)
+
+
+def _expanded(raw: np.ndarray, shape: tuple[int, int], dtype: np.dtype, scratch: np.ndarray | None) -> np.ndarray:
+    """The -1/+1 multipliers of ``rademacher_bits``, in ``scratch`` where it fits."""
+    n = shape[0] * shape[1]
+    fits = scratch is not None and scratch.dtype == dtype and scratch.flags.c_contiguous
+    if dtype == np.float32 and kernels.expands():  # one pass in the compiled loop, the same values
+        out = scratch.reshape(-1)[:n] if fits and scratch.size >= n else np.empty(n, np.float32)
+        kernels.rademacher_rows(raw, shape[1], 0, out.reshape(shape))
+        return out.reshape(shape)
+    # each random byte's eight bits, most significant first, as eight -1/+1 values in one gather (the values
+    # 2 * bit - 1 of unpacking the bits, exactly, as that made them in three passes: twice the CPU)
+    table = _rademacher_table(dtype)
+    if not fits or scratch.size < 8 * len(raw):
+        return table[raw].reshape(-1)[:n].reshape(shape)
+    into = scratch.reshape(-1)[: 8 * len(raw)]
+    # the table's rows copied as 64-bit words: the same bytes, in fewer, wider moves than per float
+    np.take(table.view(np.uint64), raw, axis=0, out=into.view(np.uint64).reshape(len(raw), -1))
+    return into[:n].reshape(shape)
+
+
+def _float32(y: np.ndarray) -> np.ndarray:
+    """``y.astype(np.float32)``, a block of rows at a time on every core for a large layout (each value rounded on
+    its own: the same array)."""
+    out = np.empty(y.shape, np.float32)
+
+    def cast(starts: list[int]) -> None:
+        for lo in starts:
+            out[lo : lo + _SLAB * 8] = y[lo : lo + _SLAB * 8]
+
+    over_cores(cast, list(range(0, len(y), _SLAB * 8)), y.size)
+    return out
+
+
+def _chunk_multipliers(rng: np.random.Generator, shape: tuple[int, int], kind: str, scratch: _Scratch):
+    """A chunk's multipliers: Rademacher ones as their bytes, expanded where they are read (``_Stack.sums``)."""
+    if kind == "rademacher":
+        return RademacherChunk(rademacher_bits(rng, shape), shape, scratch)
+    return multipliers(rng, shape, kind, np.float32)
+
+
+class _Scratch:
+    """A float32 array of ``size`` elements, allocated when first asked for, then the same one."""
+
+    def __init__(self, size: int) -> None:
+        self.size, self._array = size, None
+
+    def array(self) -> np.ndarray:
+        if self._array is None:
+            self._array = np.empty(self.size, dtype=np.float32)
+        return self._array
+
+
+@dataclass
+class RademacherChunk:
+    """A chunk's Rademacher multipliers as their random bytes (``rademacher_bits``): a stack without a keyed source
+    expands each group's rows where its product reads them (``_Stack.group_sums``), never the rows x chunk array,
+    which ``dense`` makes (once) for the others."""
+
+    raw: np.ndarray
+    shape: tuple[int, int]
+    scratch: _Scratch | None = None
+    _dense: np.ndarray | None = None
+
+    def dense(self) -> np.ndarray:
+        if self._dense is None:
+            pad = self.scratch.array() if self.scratch is not None else None
+            self._dense = _expanded(self.raw, self.shape, np.dtype(np.float32), pad)
+        return self._dense
 
 
 @functools.cache
@@ -219,10 +287,10 @@ def bootstrap_shared(
     cells = (pool.take if pool is not None else _draws_arrays)([(len(lay.cell_group), draws) for lay in lays])
     group_w = [np.empty((stack.first.n_groups, draws)) for stack in stacks]
     cores = os.cpu_count() or 1
-    scratch = np.empty(8 * ((rows * min(chunk, draws) + 7) // 8), dtype=np.float32)  # every chunk's multipliers
+    scratch = _Scratch(8 * ((rows * min(chunk, draws) + 7) // 8))  # every chunk's multipliers, where expanded whole
     for start in range(0, draws, chunk):
         bc = min(chunk, draws - start)
-        drawn = multipliers(rng, (rows, bc), multiplier, np.float32, scratch=scratch)
+        drawn = _chunk_multipliers(rng, (rows, bc), multiplier, scratch)
 
         # stack after stack, each spread over the cores as a lone bootstrap is (stacks side by side on the cores were
         # slower: their cell draws are bound by memory bandwidth, which they then compete for)
@@ -357,13 +425,14 @@ class _Stack:
             self.consts.append((inv_nc, est.dm.astype(f32)[:, None], est.dmu.astype(f32)[:, None]))
         # one contiguous matrix per layout, never the layouts side by side: a wider product may be blocked differently
         # by BLAS (another kernel for the edge columns), which changed the last float32 bits on some CPUs
-        self.ys = [lay.y.astype(f32) for lay in lays]
+        self.ys = [_float32(lay.y) for lay in lays]
         # each group's rows and its outcomes' transposes, the products' operands, made once for every chunk (a
         # subgroup's layout has 144 groups of a dozen rows: building the views each chunk cost a fifth of its sums)
         self.slices = [first.rows(k) for k in range(first.n_groups)]
         self.yts = [[yj[rows].T for yj in self.ys] for rows in self.slices]
         self.reuse: dict[int, tuple] = {}  # groups whose sums another stack makes (``_share_groups``)
         self.keep: dict[int, tuple] = {}  # groups whose sums other stacks copy
+        self.pads: dict[int, np.ndarray] = {}  # per thread, the buffer of a group's multipliers (``pad``)
         self.exact_weights = False  # the multipliers are -1/+1 (``weight_sums``); ``_stacks`` says
         # the group sums through torch on the engine setting's device (``engine.torch_bootstrap``), or None
         device = torch_bootstrap.device_for(first.n_units * self.stride)
@@ -373,9 +442,7 @@ class _Stack:
         """One chunk of draws of every layout of the stack from the chunk's multipliers ``drawn`` (``products``: the
         chunk's sums of groups other stacks hold too)."""
         first = self.first
-        v = drawn if self.source is None else self.source.take(drawn, first.source_rows)
-        r = self.group_sums(v, bc, cores, products)
-        w = self.weight_sums(v)  # (G, bc)
+        r, w = self.sums(drawn, bc, cores, products)  # (G, stride, bc), (G, bc)
         group_w[:, start : start + bc] = w
         cum_r = _prefix_sums(r, self.upto).reshape(-1, bc)
         cum_w = _prefix_sums(w, self.upto)
@@ -405,6 +472,29 @@ class _Stack:
             with ThreadPoolExecutor(min(len(self.jobs), cores)) as pool:
                 list(pool.map(one, range(len(self.jobs))))
 
+    def pad(self, slot: int, size: int) -> np.ndarray:
+        """Thread ``slot``'s buffer of at least ``size`` float32 (a group's expanded multipliers), kept for the next
+        chunk: a fresh one per chunk was first touched page by page."""
+        found = self.pads.get(slot)
+        if found is None or found.size < size:
+            found = self.pads[slot] = np.empty(size, np.float32)
+        return found
+
+    def sums(self, drawn, bc: int, cores: int, products: dict) -> tuple[np.ndarray, np.ndarray]:
+        """The chunk's group sums and multiplier sums (``group_sums``, ``weight_sums``) from its multipliers
+        ``drawn``: an array, or a ``RademacherChunk`` whose bytes a stack without a keyed source expands group by
+        group (the same values, and so the same sums bit for bit: each group's product has the same operands)."""
+        if isinstance(drawn, RademacherChunk):
+            # one multiplier per row (no keyed source, no group summed by another stack), weight sums exact
+            by_group = self.source is None and not (self.reuse or self.keep) and max(self.first.group_n) < 1 << 24
+            if by_group and self.on_device is not None:
+                return self.on_device.rademacher_sums(drawn.raw, bc)
+            if by_group and kernels.expands():
+                return self.group_sums(None, bc, cores, products, raw=drawn.raw)
+            drawn = drawn.dense()
+        v = drawn if self.source is None else self.source.take(drawn, self.first.source_rows)
+        return self.group_sums(v, bc, cores, products), self.weight_sums(v)
+
     def weight_sums(self, v: np.ndarray) -> np.ndarray:
         """(G, bc): each group's sums of its multipliers, as ``np.add.reduceat`` over the groups' rows makes them.
         Rademacher multipliers (``exact_weights``) sum to integers, exact in float32 below 2^24 rows in any order:
@@ -416,9 +506,11 @@ class _Stack:
             np.sum(v[rows], axis=0, out=w[k])
         return w
 
-    def group_sums(self, v: np.ndarray, bc: int, cores: int, products: dict) -> np.ndarray:
+    def group_sums(self, v: np.ndarray | None, bc: int, cores: int, products: dict, raw=None):
         """(G, stride, bc): each group's multiplier-weighted sums of every layout's columns; a group another stack
-        has summed already this chunk (``products``) is copied."""
+        has summed already this chunk (``products``) is copied. With ``raw`` (``rademacher_bits`` of the chunk, ``v``
+        None) each group's multipliers are expanded into a buffer of the thread's just before its product, and the
+        groups' multiplier sums come with them: returns (sums, multiplier sums)."""
         first, width = self.first, self.width
         if self.on_device is not None:  # every group on the device (within float32 rounding of the products below)
             r = self.on_device.sums(v, bc)
@@ -426,13 +518,25 @@ class _Stack:
                 products[sig] = r[k].copy()
             return r
         r = np.empty((first.n_groups, self.stride, bc), dtype=np.float32)
+        w = np.empty((first.n_groups, bc), dtype=np.float32) if raw is not None else None
         for k, sig in self.reuse.items():
             r[k] = products[sig]
         todo = [k for k in range(first.n_groups) if k not in self.reuse]
 
-        def sums(ks: list[int]) -> None:
+        cores = min(cores, len(todo)) if first.n_units * self.stride >= _THREADED_SUMS else 1
+        lists = [todo[i::cores] for i in range(cores)]
+        pads = [None if raw is None else self.pad(i, max((first.group_n[k] for k in ks), default=0) * bc)
+                for i, ks in enumerate(lists)]  # fmt: skip
+
+        def sums(i: int) -> None:
+            ks, pad = lists[i], pads[i]
             for k in ks:
-                vk, rk = v[self.slices[k]], r[k]
+                rows, rk = self.slices[k], r[k]
+                if raw is None:
+                    vk = v[rows]
+                else:  # the group's rows of the chunk's multipliers, and their sums, from the bytes
+                    vk = pad[: (rows.stop - rows.start) * bc].reshape(-1, bc)
+                    kernels.rademacher_rows(raw, bc, rows.start, vk, w[k])
                 for j, yt in enumerate(self.yts[k]):
                     np.matmul(yt, vk, out=rk[j * width : (j + 1) * width])
 
@@ -440,16 +544,15 @@ class _Stack:
         # thread, so the draws do not depend on the number of cores or on how BLAS would split a product. Small
         # stacks (a subgroup's: a few thousand rows) stay on one thread: starting and waking threads for a few
         # milliseconds of products cost more than they saved
-        cores = min(cores, len(todo)) if first.n_units * self.stride >= _THREADED_SUMS else 1
         with one_blas_thread():
             if cores <= 1:
-                sums(todo)
+                sums(0)
             else:
                 with ThreadPoolExecutor(cores) as pool:
-                    list(pool.map(sums, [todo[i::cores] for i in range(cores)]))
+                    list(pool.map(sums, range(cores)))
         for k, sig in self.keep.items():
             products[sig] = r[k].copy()
-        return r
+        return r if raw is None else (r, w)
 
     def cell_draws(self, i: int, block: slice, r, cum_r, w, cum_w, out: np.ndarray, studentise=None, parts=True):
         """Layout i's draws of the cells ``block`` into ``out``; returns the cohort's and the control set's parts, or

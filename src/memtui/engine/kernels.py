@@ -63,6 +63,9 @@ def _load() -> ctypes.CDLL | None:
             ]
             # fmt: on
             lib.cell_draws.restype = None
+            if hasattr(lib, "rademacher_rows"):  # a library built before it: the numpy code expands them
+                lib.rademacher_rows.argtypes = [_PTR, _I64, _I64, _I64, _PTR, _PTR]
+                lib.rademacher_rows.restype = None
             return lib
     return None
 
@@ -111,6 +114,25 @@ _LIB = _load()
 def available() -> bool:
     """Whether the compiled loop is built and in use (not switched off by ``MEMTUI_KERNELS=numpy``)."""
     return _LIB is not None
+
+
+def expands() -> bool:
+    """Whether the compiled loop expands Rademacher multipliers from raw bytes (``rademacher_rows``)."""
+    return _LIB is not None and hasattr(_LIB, "rademacher_rows")
+
+
+def rademacher_rows(raw: np.ndarray, bc: int, row0: int, out: np.ndarray, wsum: np.ndarray | None = None) -> None:
+    """Rows ``row0 .. row0 + len(out) - 1`` of the (rows x ``bc``) Rademacher multipliers whose bits are ``raw``
+    (uint8; bit j, most significant first, is multiplier j: ``did.multipliers``' values) into ``out`` (float32,
+    contiguous, rows x ``bc``) and, where given, each draw's sum over those rows into ``wsum`` (``bc`` float32)."""
+    n_rows = out.shape[0] if out.ndim == 2 else 0
+    if out.ndim != 2 or out.shape[1] != bc or (wsum is not None and wsum.shape != (bc,)):
+        raise ValueError("compiled loop: multipliers of another shape")
+    if raw.dtype != np.uint8 or raw.size * 8 < (row0 + n_rows) * bc or row0 < 0:
+        raise ValueError("compiled loop: fewer random bits than the rows need")
+    _LIB.rademacher_rows(
+        _ptr(raw, np.uint8), bc, row0, n_rows, _ptr(out, np.float32), _ptr(wsum, np.float32)
+    )  # fmt: skip
 
 
 @dataclass

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from memtui.core.errors import MemtuiError
+from memtui.engine.blas import over_cores
 
 NEVER_INDEX = np.iinfo(np.int64).max  # treatment index of never-treated instances
 
@@ -70,36 +71,72 @@ def treatment_index(treatment: np.ndarray, steps: np.ndarray, never: int) -> np.
 # The outcomes' standard deviation must lie in this range: squares of the values stay normal doubles, and the float32
 # bootstrap draws (about scale / sqrt(n)) stay far from float32's limits (1e-38 .. 3e38).
 SCALES = (1e-30, 1e30)
+_ROWS = 8192  # rows of a block when the kept rows are copied into the layout
 
 
-def _scale(y: np.ndarray, scratch: bool = False) -> float:
-    """Standard deviation of ``y``, exactly 0 for a constant ``y`` (np.std would leave rounding dust), computed on
-    ``y / max|y|`` so that neither huge nor tiny values overflow or underflow when squared. ``scratch``: ``y`` (a
-    contiguous float64 array) may be overwritten, and no array of its size is allocated (two fewer at the paper's
-    size: 12.5 MB each, first touched page by page, a third of a layout's time)."""
-    if not y.size:
+def _scale(y: np.ndarray) -> float:
+    """Standard deviation of the 2-d ``y`` (any strides), exactly 0 for a constant one (np.std would leave rounding
+    dust), computed on ``y / max|y|`` so that neither huge nor tiny values overflow or underflow when squared. It is
+    ``np.std`` of that quotient as a contiguous array, bit for bit (numpy's steps: the mean by one pairwise reduction,
+    the squared deviations, their mean, its root), made piece by piece (``_pairwise``): never a contiguous copy of
+    ``y`` (at 1 M instances a 1.2 GB array, first touched page by page)."""
+    n = y.size
+    if not n:
         return 0.0
     with np.errstate(over="ignore", invalid="ignore"):
         high, low = float(y.max()), float(y.min())
         top = max(high, -low)  # max |y| without an |y| copy (exact: a maximum rounds nothing)
         if top == 0 or not high - low > 0:
             return 0.0
-        if not (scratch and y.dtype == np.float64 and y.flags.c_contiguous):
-            return top * float(np.std(y / top))
-        return top * float(_std_overwriting(np.divide(y, top, out=y)))
+        total = _pairwise(lambda lo, k: np.divide(_piece(y, lo, k), top), 0, n)
+        mean = np.float64(total) / n
+        squares = _pairwise(lambda lo, k: np.square(np.divide(_piece(y, lo, k), top) - mean), 0, n)
+        return top * float(np.sqrt(np.float64(squares) / n))
 
 
-def _std_overwriting(x: np.ndarray) -> np.float64:
-    """``np.std(x)`` of a contiguous float64 array, bit for bit (numpy's own steps: the mean by one reduction, the
-    squared deviations, their mean, its root), with ``x`` itself as the deviations' array."""
-    n = x.size
-    mean = np.add.reduce(x, axis=None, keepdims=True)
-    np.true_divide(mean, n, out=mean, casting="unsafe")
-    np.subtract(x, mean, out=x)
-    np.square(x, out=x)
-    var = np.add.reduce(x, axis=None)
-    var = var.dtype.type(var / n)
-    return var.dtype.type(np.sqrt(var))
+_PIECE = 1 << 16  # elements (512 KB of float64) of a piece of ``_pairwise``'s sum, made at once (in cache); >= 128
+
+
+def _piece(y: np.ndarray, lo: int, n: int) -> np.ndarray:
+    """Elements ``lo .. lo + n - 1`` of ``y`` flattened (row-major, float64), copied from the rows they lie in."""
+    width = y.shape[1]
+    first, last = lo // width, (lo + n - 1) // width + 1
+    flat = np.asarray(y[first:last], dtype=np.float64).reshape(-1)
+    return flat[lo - first * width : lo - first * width + n]
+
+
+def _pairwise(piece, lo: int, n: int) -> float:
+    """``np.add.reduce`` of a contiguous float64 array of ``n`` elements whose elements ``lo .. lo + k - 1``
+    ``piece(lo, k)`` gives, bit for bit, without the array: numpy sums a contiguous array pairwise, splitting it at
+    half its length rounded down to a multiple of 8 down to blocks of 128 (its pairwise_sum), so the sum of a large
+    array is that of its two halves' sums, each numpy's sum of the half (tests/engine/test_kernels.py holds it to
+    np.std). The pieces' sums are independent: a large array's are made on every core, then added in the tree's
+    order."""
+    leaves: list[tuple[int, int]] = []
+
+    def split(lo: int, n: int) -> None:
+        if n <= _PIECE:
+            leaves.append((lo, n))
+            return
+        half = n // 2 - (n // 2) % 8
+        split(lo, half)
+        split(lo + half, n - half)
+
+    def combine(lo: int, n: int) -> float:
+        if n <= _PIECE:
+            return sums[lo]
+        half = n // 2 - (n // 2) % 8
+        return combine(lo, half) + combine(lo + half, n - half)
+
+    split(lo, n)
+    sums: dict[int, float] = {}
+
+    def work(items: list[int]) -> None:
+        for i in items:
+            sums[leaves[i][0]] = float(np.add.reduce(piece(*leaves[i])))
+
+    over_cores(work, list(range(len(leaves))), n)
+    return combine(lo, n)
 
 
 def folded(treatment: np.ndarray, steps: np.ndarray, never: int) -> np.ndarray:
@@ -144,12 +181,15 @@ def build_layout(
     group_n = np.diff(group_start)
 
     yy = np.zeros((len(order), t + 1))
-    kept = np.asarray(y[order], dtype=np.float64)  # a copy of the kept rows: the scale's scratch once in yy
-    yy[:, :t] = kept
-    scale = _checked_scale(kept, scratch=True)
-    del kept
+
+    def fill(starts: list[int]) -> None:  # the kept rows in their order, a block at a time (no copy of them all)
+        for lo in starts:
+            yy[lo : lo + _ROWS, :t] = y[order[lo : lo + _ROWS]]
+
+    over_cores(fill, list(range(0, len(order), _ROWS)), yy.size)  # each row's values copied, on any thread
+    scale = _checked_scale(yy[:, :t])
     level = _centre(yy, group_start, t, estimator)
-    means = np.add.reduceat(yy, group_start[:-1], axis=0) / group_n[:, None]
+    means = _group_sums(yy, group_start) / group_n[:, None]
     group_folded = _group_folded(treatment, steps, never, order, group_start, group_index, t, notes)
 
     cohort_groups = np.flatnonzero(group_index < t)[::-1]
@@ -177,7 +217,8 @@ def _kept_instances(y, tidx, steps, estimator: str, control_group: str, notes: l
     with instances treated after the window folded into one group where they serve as controls; notes what it drops.
     """
     t = y.shape[1]
-    complete = np.isfinite(y).all(axis=1)
+    complete = np.concatenate([np.isfinite(y[lo : lo + _ROWS]).all(axis=1) for lo in range(0, len(y), _ROWS)] or [[]])
+    complete = complete.astype(bool)
     if not complete.all():
         notes.append(
             f"dropped {int((~complete).sum())} instances with missing or infinite values in completed checkpoints"
@@ -217,10 +258,10 @@ def _kept_instances(y, tidx, steps, estimator: str, control_group: str, notes: l
     return keep, tidx
 
 
-def _checked_scale(values: np.ndarray, scratch: bool = False) -> float:
-    """The metric's scale (standard deviation), refused outside SCALES (where squares and float32 draws stay finite).
-    ``scratch``: ``values`` may be overwritten (``_scale``)."""
-    scale = _scale(values, scratch)
+def _checked_scale(values: np.ndarray) -> float:
+    """The metric's scale (standard deviation), refused outside SCALES (where squares and float32 draws stay
+    finite)."""
+    scale = _scale(values)
     if scale and not SCALES[0] <= scale <= SCALES[1]:
         raise MemtuiError(
             f"the metric's values vary on a scale of {scale:.3g} (standard deviation); memtui estimates on scales "
@@ -229,16 +270,44 @@ def _checked_scale(values: np.ndarray, scratch: bool = False) -> float:
     return scale
 
 
+def _group_sums(yy: np.ndarray, group_start: np.ndarray) -> np.ndarray:
+    """``np.add.reduceat(yy, group_start[:-1], axis=0)`` (groups non-empty), bit for bit: each group's rows added one
+    after another, as reduceat adds them, group by group (a group's rows in cache, not the whole array's) on every
+    core for a large layout (numpy releases the GIL)."""
+    out = np.empty((len(group_start) - 1, yy.shape[1]))
+
+    def groups(ks) -> None:
+        for k in ks:
+            np.add.reduceat(yy[group_start[k] : group_start[k + 1]], [0], axis=0, out=out[k : k + 1])
+
+    over_cores(groups, list(range(len(out))), yy.size)
+    return out
+
+
 def _centre(yy: np.ndarray, group_start: np.ndarray, t: int, estimator: str) -> np.ndarray:
     """Centre ``yy`` in place; returns the level the extractable estimator adds back (zero for the others)."""
     # Shift each column by the never-treated mean and, for DiD, each instance by its own mean: the estimates are
     # invariant to both, and the small centred values let the bootstrap run in float32 without losing digits. The
     # extractable estimator (a cohort's mean level) is not invariant to the column shift: it adds ``level`` back.
+    # Row blocks on every core for a large layout: each row's mean is its own reduction, each subtraction elementwise,
+    # so the values are the whole array's; the level is the never-treated rows' column means, taken whole.
+    blocks = list(range(0, len(yy), _ROWS))
     if estimator == "did":
-        yy[:, :t] -= yy[:, :t].mean(axis=1, keepdims=True)
+
+        def own_means(starts: list[int]) -> None:
+            for lo in starts:
+                part = yy[lo : lo + _ROWS, :t]
+                part -= part.mean(axis=1, keepdims=True)
+
+        over_cores(own_means, blocks, yy.size)
     level = np.zeros(t + 1)
     level[:t] = yy[group_start[0] : group_start[1], :t].mean(axis=0)
-    yy[:, :t] -= level[:t]
+
+    def shift(starts: list[int]) -> None:
+        for lo in starts:
+            yy[lo : lo + _ROWS, :t] -= level[:t]
+
+    over_cores(shift, blocks, yy.size)
     if estimator != "extractable":
         level[:] = 0
     return level

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from memtui.engine.blas import one_blas_thread
+from memtui.engine.blas import over_cores
 from memtui.engine.did import CellEstimates
 from memtui.engine.layout import Layout
 
@@ -88,7 +88,7 @@ def analytic_se(
     n_t_all = lay.group_n[g_all].astype(float)
     n_c_all = est.n_control.astype(float)
     upto = int(p_all.max()) if len(p_all) else 0  # control sets are prefixes of at most `upto` groups
-    within = [] if clusters is None else [_runs(clusters[lay.rows(k)]) for k in range(n_groups)]
+    within = None if clusters is None else [_runs(clusters[lay.rows(k)]) for k in range(n_groups)]
     block = max(1, _BLOCK_ELEMENTS // (n_groups * width))
     out = np.empty(len(members))
     for start in range(0, len(members), block):
@@ -124,16 +124,29 @@ def analytic_se(
         # weights: (1/n) sum_k u_k (1{G_i = g_k} - P(G = g_k))
         _add_at(const, (a, g), u / lay.n_units)
         const -= np.bincount(a, weights=u * pg[g], minlength=len(part))[:, None] / lay.n_units
-        total = np.zeros(len(part))
-        with one_blas_thread():  # small products: BLAS's threads spun on a busy machine for the same values
-            for k in range(n_groups):
-                c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
-                if clusters is not None:
-                    order, starts = within[k]
-                    c = np.add.reduceat(c[order], starts, axis=0)
-                total += np.einsum("ij,ij->j", c, c)
-        out[start : start + len(part)] = np.sqrt(total)
+        out[start : start + len(part)] = np.sqrt(_squared_influence(lay, coef, const, within))
     return out
+
+
+def _squared_influence(lay: Layout, coef: np.ndarray, const: np.ndarray, within: list | None) -> np.ndarray:
+    """Per aggregate of a block, the sum over instances (or clusters: ``within``, per group) of its squared influence
+    sum_col coef y + const, group by group (large layouts' groups on every core, BLAS on one thread), the groups'
+    sums added in their order whichever thread made each."""
+    sums = np.empty((lay.n_groups, coef.shape[0]))
+
+    def groups(ks: list[int]) -> None:
+        for k in ks:
+            c = lay.y[lay.rows(k)] @ coef[:, k, :].T + const[:, k]  # (n_k, block)
+            if within is not None:
+                order, starts = within[k]
+                c = np.add.reduceat(c[order], starts, axis=0)
+            sums[k] = np.einsum("ij,ij->j", c, c)
+
+    over_cores(groups, list(range(lay.n_groups)), lay.y.size)
+    total = np.zeros(coef.shape[0])
+    for k in range(lay.n_groups):
+        total += sums[k]
+    return total
 
 
 def _add_at(arr: np.ndarray, index: tuple[np.ndarray, ...], values: np.ndarray) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -85,11 +86,34 @@ def device_for(elements: int) -> str | None:
     """The torch device for a stack of ``elements`` outcomes (rows x columns), or None: the numpy/compiled path."""
     name = setting()
     if name == "cpu":
-        return None
-    if name == "auto":
-        return "cuda" if elements >= AUTO_CUDA_ELEMENTS and _cuda_available() else None
-    check(name)
-    return "cpu" if name == "torch-cpu" else "cuda"
+        device = None
+    elif name == "auto":
+        device = "cuda" if elements >= AUTO_CUDA_ELEMENTS and _cuda_available() else None
+    else:
+        check(name)
+        device = "cpu" if name == "torch-cpu" else "cuda"
+    with _RECORD_LOCK:
+        for used in _recorders:
+            used.add("cpu" if device is None else "torch-cpu" if device == "cpu" else device)
+    return device
+
+
+_recorders: list[set[str]] = []
+_RECORD_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[set[str]]:
+    """The engine devices (``DEVICES`` but auto) that the bootstraps run inside, on any thread, made their group sums
+    on: what a cached estimate says it was computed by (``estimation.cache``). Empty: no bootstrap ran."""
+    used: set[str] = set()
+    with _RECORD_LOCK:
+        _recorders.append(used)
+    try:
+        yield used
+    finally:
+        with _RECORD_LOCK:
+            _recorders.remove(used)
 
 
 class TorchSums:
@@ -108,8 +132,25 @@ class TorchSums:
     def sums(self, v: np.ndarray, bc: int) -> np.ndarray:
         """(G, stride, bc) float32: each group's multiplier-weighted sums of every layout's columns, on the device,
         returned to the host."""
+        vd = self.torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(self.device, non_blocking=True)
+        return self._products(vd, bc).cpu().numpy()
+
+    def rademacher_sums(self, raw: np.ndarray, bc: int) -> tuple[np.ndarray, np.ndarray]:
+        """``sums`` and each group's multiplier sums (G, bc) of the chunk's Rademacher multipliers given by their
+        random bytes (``did.rademacher_bits``): the bytes go to the device (an eighth of a float32 per multiplier) and
+        are expanded there, bit j (most significant first) to multiplier j, 2 * bit - 1, the host's values. The
+        multiplier sums are integers, exact in float32: the host's bit for bit."""
         torch = self.torch
-        vd = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)).to(self.device, non_blocking=True)
+        rows = self.slices[-1].stop if self.slices else 0
+        bits = torch.from_numpy(np.array(raw, dtype=np.uint8)).to(self.device)  # a copy: torch wants it writable
+        shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=self.device)
+        flat = torch.bitwise_and(torch.bitwise_right_shift(bits[:, None], shifts), 1).reshape(-1)[: rows * bc]
+        vd = flat.reshape(rows, bc).to(torch.float32).mul_(2).sub_(1)
+        w = torch.stack([vd[s].sum(dim=0) for s in self.slices]) if self.slices else vd.new_empty((0, bc))
+        return self._products(vd, bc).cpu().numpy(), w.cpu().numpy()
+
+    def _products(self, vd, bc: int):
+        torch = self.torch
         out = torch.empty((len(self.slices), self.width * len(self.ys), bc), dtype=torch.float32, device=self.device)
         # TF32 (10-bit mantissas on Ampere and later, where a user may have switched it on) is not float32 rounding
         tf32 = torch.backends.cuda.matmul.allow_tf32
@@ -121,4 +162,4 @@ class TorchSums:
                     torch.matmul(y[rows].T, vk, out=out[k, j * self.width : (j + 1) * self.width])
         finally:
             torch.backends.cuda.matmul.allow_tf32 = tf32
-        return out.cpu().numpy()
+        return out

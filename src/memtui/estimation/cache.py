@@ -23,6 +23,7 @@ from memtui import __version__
 from memtui.core.errors import MemtuiError
 from memtui.core.files import atomic_write
 from memtui.core.text import clean
+from memtui.engine import torch_bootstrap
 from memtui.estimation.estimate import SCOPES, EstimateResult, Progress, estimate, result_frame
 from memtui.estimation.results import Overall, Pretrend
 from memtui.estimation.settings import Settings
@@ -122,12 +123,14 @@ def _regular_bytes(path: Path) -> bytes:
         os.close(fd)
 
 
-def _read(base: Path, settings: Settings, sign: int) -> EstimateResult:
+def _read(base: Path, settings: Settings, sign: int, device: str = "auto") -> EstimateResult:
     meta = json.loads(_regular_bytes(base.with_suffix(".json")))
     if not isinstance(meta, dict) or any(not isinstance(meta.get(k), t) for k, t in _META.items()):
         raise ValueError("not a cache entry")
     if meta["sign"] != sign or meta.get("settings") != settings.key():  # the key says so too; an entry must agree
         raise ValueError("an entry of other data or settings")
+    if not _made_on(meta.get("engine_device"), device):
+        raise ValueError("an entry another engine device computed")
     if not all(isinstance(n, str) for n in meta["notes"]):
         raise ValueError("notes are not text")
     if not (_numbers(meta["overall"], _OVERALL) and _numbers(meta["pretrend"], _PRETREND)):
@@ -157,23 +160,37 @@ def _read(base: Path, settings: Settings, sign: int) -> EstimateResult:
     )
 
 
-def load(panel: Panel, settings: Settings) -> EstimateResult | None:
-    """The cached estimate, or None: anything unreadable or malformed is a miss (it is recomputed and rewritten)."""
+def _made_on(entry: object, asked: str) -> bool:
+    """Whether an entry whose bootstrap ran on engine device ``entry`` answers a request for ``asked``
+    (``torch_bootstrap.DEVICES``). The devices' numbers agree within float32 rounding, so ``auto`` (the default)
+    takes an entry of any device; a device named (``--engine-device cuda``: a user checking or timing that path)
+    takes only an entry that device computed, or one without a bootstrap ("none"), and recomputes otherwise. An
+    entry from before entries said (no field) is taken by ``auto`` alone."""
+    return asked == "auto" or entry in (asked, "none")
+
+
+def load(panel: Panel, settings: Settings, device: str | None = None) -> EstimateResult | None:
+    """The cached estimate, or None: anything unreadable or malformed is a miss (it is recomputed and rewritten), as
+    is an entry another engine device computed where ``device`` (default: the engine setting,
+    ``torch_bootstrap.setting``) names one (``_made_on``)."""
     if panel.path is None:
         return None
+    device = device or torch_bootstrap.setting()
     try:
-        return _read(cache_dir(panel) / cache_key(panel, settings), settings, panel.sign(settings.metric))
+        return _read(cache_dir(panel) / cache_key(panel, settings), settings, panel.sign(settings.metric), device)
     except MemtuiError:
         raise  # cache_key's "no such metric" / "no values yet": the estimate would say the same
     except Exception:  # noqa: BLE001 - a cache entry is a file anyone may have damaged; any failure is a miss
         return None
 
 
-def store(panel: Panel, result: EstimateResult) -> str | None:
-    """Write the cache entry; returns why it could not be written (None when it was, or there is no panel file)."""
+def store(panel: Panel, result: EstimateResult, device: str | None = None) -> str | None:
+    """Write the cache entry, made by engine device ``device`` ("none": without a bootstrap; None: not said, an entry
+    only ``auto`` reads); returns why it could not be written (None when it was, or there is no panel file)."""
     if panel.path is None:
         return None
     meta = {
+        "engine_device": device,
         "overall": result.overall.as_dict(),
         "pretrend": result.pretrend.as_dict(),
         "crit": result.crit,
@@ -206,8 +223,15 @@ def cached_estimate(panel: Panel, settings: Settings, progress: Progress | None 
     hit = load(panel, settings)
     if hit is not None:
         return hit
-    result = estimate(panel, settings, progress)
-    problem = store(panel, result)
+    with torch_bootstrap.recording() as used:
+        result = estimate(panel, settings, progress)
+    device = "+".join(sorted(used)) or "none"
+    if used - {"cpu"}:  # said in the entry's notes too: a later hit under auto shows which engine computed it
+        result.notes.append(
+            f"bootstrap group sums computed by engine device {device} (torch): the CPU path's numbers within float32 "
+            "rounding"
+        )
+    problem = store(panel, result, device)
     if problem:
         result.notes.append(f"cache not written: {problem}")
     return result

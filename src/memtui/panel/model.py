@@ -80,13 +80,16 @@ class Panel:
         return self.signs.get(metric, registry.sign(metric))
 
     def values(self, metric: str) -> np.ndarray:
-        """The metric's matrix restricted to completed checkpoints (columns where ``done``)."""
+        """The metric's matrix restricted to completed checkpoints (columns where ``done``); read-only (a view of the
+        panel's own where every checkpoint is done: a copy of a 1 M-instance panel was seconds of page faults)."""
         if metric not in self.metrics:
             raise MemtuiError(
                 f"{self._name}: no metric '{metric}' in this panel (it has: {', '.join(self.metrics) or 'none'})."
             )
-        y = self.metrics[metric][:, self.done]
-        if not np.isfinite(y).any():
+        whole = self.metrics[metric]
+        y = whole.view() if self.done.all() and whole.shape[1:] == self.done.shape else whole[:, self.done]
+        y.flags.writeable = False
+        if not any(np.isfinite(y[lo : lo + 4096]).any() for lo in range(0, len(y), 4096)):
             short = self._too_short_for(metric)
             if short:
                 raise MemtuiError(f"{self._name}: metric '{metric}' has no values: {short}.")
