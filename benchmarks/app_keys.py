@@ -79,12 +79,8 @@ async def _until(condition, timeout: float = 60.0) -> None:
 async def _settle(app: MemtuiApp, pilot) -> None:
     """Wait as a user between keys would: for the dialogs' next instances, which an idle app builds ahead
     (``app.spares``; an app without them has nothing to wait for)."""
-    spares = getattr(app, "spares", None)
-    if spares is not None:
-        from memtui.app.main import SPARES_S
-
-        await pilot.pause(SPARES_S + 0.05)
-        await _until(spares.ready)
+    if hasattr(app, "spares_ready"):
+        await _until(app.spares_ready)
 
 
 def panels(workdir: Path) -> list[Path]:

@@ -571,13 +571,39 @@ class MemtuiApp(App):
         scope = self.query_one(EstimatesPane).scope if self.active_pane == "estimates" else "profile"
         return (result, path, scope, Path.cwd()), lambda: ExportDialog(result, path, scope)
 
-    def _keep_spares(self) -> None:
-        """While nothing is computed and no dialog is open, have the dialogs' next instances built."""
-        if self.computing is not None or not isinstance(self.screen, MainScreen):
-            return
-        self.spares.keep("settings", *self._settings_dialog())
+    def _spare_dialogs(self) -> dict[str, tuple[tuple, Callable]]:
+        """The dialogs kept built ahead (``spares``): what each is built from now, and how."""
+        dialogs = {"settings": self._settings_dialog()}
         if self.result is not None:
-            self.spares.keep("export", *self._export_dialog())
+            dialogs["export"] = self._export_dialog()
+        return dialogs
+
+    def _idle_on_panes(self) -> bool:
+        """Nothing computed, and the panes on screen (no dialog open; the app not closing)."""
+        stack = self.screen_stack
+        return self.computing is None and bool(stack) and isinstance(stack[-1], MainScreen)
+
+    def _keep_spares(self) -> None:
+        """While nothing is computed and no dialog is open, have the dialogs' next instances built: one a tick,
+        after the frame pending is drawn (a key's answer, painted first, is never behind a dialog being built)."""
+        if self._idle_on_panes() and not self.spares_ready():
+            self.call_after_refresh(self._build_spare)
+
+    def _build_spare(self) -> None:
+        if not self._idle_on_panes():
+            return
+        self.spares.lay_out()  # those mounted since the last tick
+        for kind, (key, build) in self._spare_dialogs().items():
+            if not self.spares.ready(kind, key):
+                self.spares.keep(kind, key, build)
+                return
+
+    def spares_ready(self) -> bool:
+        """Whether each dialog's next instance is built from the state now, or none is to be built (a dialog is open,
+        an estimate computed): what a benchmark waits for between keys."""
+        if not self._idle_on_panes():
+            return True
+        return all(self.spares.ready(kind, key) for kind, (key, _) in self._spare_dialogs().items())
 
     def action_pane(self, name: str) -> None:
         if name == "compare" and self.suite is None:

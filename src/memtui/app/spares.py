@@ -12,20 +12,41 @@ one always was, so what the user sees and types into is a dialog just built from
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import PurePath
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
+
+from textual import events
+from textual.screen import Screen
 
 if TYPE_CHECKING:
     from textual.app import App
-    from textual.screen import Screen
+    from textual.geometry import Size
 
 
 VALUES = (int, float, str, bytes, tuple, frozenset, PurePath, type(None))
 
 
-class Spare(NamedTuple):
+@dataclass
+class Spare:
     key: tuple  # the arguments it was built from, compared with == (objects by identity: see `same`)
-    screen: Screen
+    screen: SpareScreen
+    laid_out: Size | None = None  # the terminal size it was laid out for, off the screen stack
+
+
+class SpareScreen(Screen):
+    """A dialog that may be built ahead: on the first showing of a spare already styled and laid out, Textual's
+    restyle of the whole screen is skipped where the stylesheet's rules are still those it was styled with (a
+    theme change since makes new rules), and its layout where the terminal's size is the one it was laid out for
+    (Textual lays out again when the size differs)."""
+
+    _styled_with: object = None  # the stylesheet's rules when it was built as a spare
+
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        # dispatched before Screen's own handler (Textual calls each class's, in method resolution order)
+        if self._styled_with is not None and self._styled_with is self.app.stylesheet.rules:
+            event.refresh_styles = False
+        self._styled_with = None
 
 
 def same(a: tuple, b: tuple) -> bool:
@@ -56,7 +77,7 @@ class Spares:
         self._app = app
         self._built: dict[str, Spare] = {}
 
-    def take(self, kind: str, key: tuple, build: Callable[[], Screen]) -> Screen:
+    def take(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> SpareScreen:
         """The dialog to push: the spare built from ``key`` if there is one, else one built now."""
         spare = self._built.pop(kind, None)
         if spare is not None:
@@ -65,7 +86,7 @@ class Spares:
             self._drop(spare)
         return build()
 
-    def keep(self, kind: str, key: tuple, build: Callable[[], Screen]) -> None:
+    def keep(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> None:
         """Have a spare of ``kind`` built from ``key`` ready; a spare built from other arguments is dropped."""
         spare = self._built.get(kind)
         if spare is not None:
@@ -73,12 +94,23 @@ class Spares:
                 return
             self._drop(self._built.pop(kind))
         screen = build()
+        screen._styled_with = self._app.stylesheet.rules
         self._app._register(self._app, screen)  # noqa: SLF001 - what push_screen does first: compose and mount
         self._built[kind] = Spare(key, screen)
 
-    def ready(self) -> bool:
-        """Whether every spare built is mounted (nothing of theirs is left to do while a key waits)."""
-        return all(spare.screen.is_mounted for spare in self._built.values())
+    def lay_out(self) -> None:
+        """Lay the mounted spares out for the terminal's size now (what showing one did first), off the stack: no
+        frame is drawn for a screen that is not the current one."""
+        size = self._app.size
+        for spare in self._built.values():
+            if spare.screen.is_mounted and spare.laid_out != size:
+                spare.screen._refresh_layout(size)  # noqa: SLF001 - Textual's own first step on showing it
+                spare.laid_out = size
+
+    def ready(self, kind: str, key: tuple) -> bool:
+        """Whether a spare of ``kind`` built from ``key`` is mounted (nothing of it is left to do while a key waits)."""
+        spare = self._built.get(kind)
+        return spare is not None and same(spare.key, key) and spare.laid_out == self._app.size
 
     def _drop(self, spare: Spare) -> None:
         if spare.screen.is_running:
