@@ -76,6 +76,13 @@ async def _until(condition, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.001)
 
 
+def _busy(app: MemtuiApp, worker) -> bool:
+    """A worker of the panes shown still running: not the extraction poller (it runs for good), nor one of a dialog
+    built ahead off the screen (the open dialog's tree keeps a loader waiting)."""
+    node_screen = getattr(worker.node, "screen", None) if worker.node is not app else app.screen
+    return worker.is_running and worker.group != "extract-poll" and node_screen is app.screen
+
+
 async def _settle(app: MemtuiApp, pilot) -> None:
     """Wait as a user between keys would: for the dialogs' next instances, which an idle app builds ahead
     (``app.spares``; an app without them has nothing to wait for)."""
@@ -123,7 +130,7 @@ async def one_round(
         await _until(lambda: app.query_one(Heatmap).painted_at is not None)
         await pilot.pause(1.0)  # the panes' own workers (summaries' extras, Compare's suite) settle
         # on a loaded machine they take longer (the extraction poller runs for good)
-        await _until(lambda: not any(w.is_running and w.group != "extract-poll" for w in app.workers))
+        await _until(lambda: not any(_busy(app, w) for w in app.workers))
         await pilot.pause(0.2)  # and their answers are drawn
         await _settle(app, pilot)
         for label, key, pane, what in KEYS:
