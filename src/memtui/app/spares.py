@@ -17,7 +17,6 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from textual import events
-from textual.screen import Screen
 
 if TYPE_CHECKING:
     from textual.app import App
@@ -34,17 +33,19 @@ class Spare:
     laid_out: Size | None = None  # the terminal size it was laid out for, off the screen stack
 
 
-class SpareScreen(Screen):
-    """A dialog that may be built ahead: on the first showing of a spare already styled and laid out, Textual's
-    restyle of the whole screen is skipped where the stylesheet's rules are still those it was styled with (a
+class SpareScreen:
+    """Mixed into a dialog (a Screen) that may be built ahead: on the first showing of a spare already styled and
+    laid out, Textual's restyle of the whole screen is skipped where the stylesheet's rules are still those it was styled with (a
     theme change since makes new rules), and its layout where the terminal's size is the one it was laid out for
-    (Textual lays out again when the size differs)."""
+    (Textual lays out again when the size differs). Not a Screen itself: Textual takes a widget's default CSS from
+    its first widget base class and that class's own first, so a Screen here would hide ModalScreen's (its dimmed,
+    see-through background)."""
 
     _styled_with: object = None  # the stylesheet's rules when it was built as a spare
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         # dispatched before Screen's own handler (Textual calls each class's, in method resolution order)
-        if self._styled_with is not None and self._styled_with is self.app.stylesheet.rules:
+        if self._styled_with is not None and self._styled_with is self.app.stylesheet.rules:  # type: ignore[attr-defined]
             event.refresh_styles = False
         self._styled_with = None
 
@@ -78,10 +79,11 @@ class Spares:
         self._built: dict[str, Spare] = {}
 
     def take(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> SpareScreen:
-        """The dialog to push: the spare built from ``key`` if there is one, else one built now."""
+        """The dialog to push: the spare built from ``key`` if it is ready (mounted and laid out for the terminal's
+        size), else one built now (a spare still being built is dropped)."""
         spare = self._built.pop(kind, None)
         if spare is not None:
-            if same(spare.key, key) and spare.screen.is_running:
+            if same(spare.key, key) and spare.laid_out == self._app.size:  # built, mounted and laid out
                 return spare.screen
             self._drop(spare)
         return build()
