@@ -35,10 +35,10 @@ class Spare:
 
 class SpareScreen:
     """Mixed into a dialog (a Screen) that may be built ahead: on the first showing of a spare already styled and
-    laid out, Textual's restyle of the whole screen is skipped where the stylesheet's rules are still those it was styled with (a
-    theme change since makes new rules), and its layout where the terminal's size is the one it was laid out for
-    (Textual lays out again when the size differs). Not a Screen itself: Textual takes a widget's default CSS from
-    its first widget base class and that class's own first, so a Screen here would hide ModalScreen's (its dimmed,
+    laid out, Textual's restyle of the whole screen is skipped where the stylesheet's rules are still those it was
+    styled with (a theme change since makes new rules), and its layout where the terminal's size is the one it was
+    laid out for (Textual lays out again when the size differs). Not a Screen itself: Textual takes a widget's
+    default CSS along its first widget base class, so a Screen here would hide ModalScreen's (its dimmed,
     see-through background)."""
 
     _styled_with: object = None  # the stylesheet's rules when it was built as a spare
