@@ -61,6 +61,7 @@ async def _dialog_shot(app: MemtuiApp, pilot, key: str, kind: type) -> str:
     await pilot.press(key)
     await pilot.pause()
     assert isinstance(app.screen, kind)
+    assert app.screen.styles.background.a < 1  # ModalScreen's CSS applies: the panes show dimmed behind it
     shot = await _shot(app, pilot)
     await pilot.press("escape")
     await pilot.pause()
