@@ -80,19 +80,21 @@ class Spares:
 
     def take(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> SpareScreen:
         """The dialog to push: the spare built from ``key`` if it is ready (mounted and laid out for the terminal's
-        size), else one built now (a spare still being built is dropped)."""
-        spare = self._built.pop(kind, None)
-        if spare is not None:
-            if same(spare.key, key) and spare.laid_out == self._app.size:  # built, mounted and laid out
-                return spare.screen
-            self._drop(spare)
-        return build()
+        size), else one built now."""
+        spare = self._built.get(kind)
+        if spare is not None and same(spare.key, key) and spare.laid_out == self._app.size:
+            del self._built[kind]
+            return spare.screen
+        if spare is not None and spare.screen.is_mounted:  # built from other arguments: dropped
+            self._drop(self._built.pop(kind))
+        return build()  # (a spare still mounting is left to finish: removing it then broke its own mount handler)
 
     def keep(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> None:
-        """Have a spare of ``kind`` built from ``key`` ready; a spare built from other arguments is dropped."""
+        """Have a spare of ``kind`` built from ``key`` ready; a spare built from other arguments is dropped once it
+        has mounted (the next tick builds the new one)."""
         spare = self._built.get(kind)
         if spare is not None:
-            if same(spare.key, key):
+            if same(spare.key, key) or not spare.screen.is_mounted:
                 return
             self._drop(self._built.pop(kind))
         screen = build()
