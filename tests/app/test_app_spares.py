@@ -13,7 +13,6 @@ from textual.widgets import Input
 
 from memtui.app.dialogs import ExportDialog, SettingsDialog
 from memtui.app.main import MemtuiApp
-from memtui.app.open_dialog import PanelTree
 from memtui.app.restyle import RestyleSelfOnFocus, _focus_ancestor_selectors
 from memtui.app.spares import same
 from memtui.estimation.settings import Settings
@@ -146,34 +145,3 @@ async def test_the_rules_styling_under_a_focused_widget_are_found(panel_path):
         parts = _focus_ancestor_selectors(app.stylesheet)
         assert {part.name for part in parts} >= {"Tabs", "ExtractionPane"}  # Textual's Tabs:focus .underline--bar
         assert _focus_ancestor_selectors(app.stylesheet) is parts  # kept while the rules are the same
-
-
-async def _listed(app: MemtuiApp, pilot) -> set[str]:
-    """The open dialog's tree once its folder is read (by the tree's worker: waited on, not timed)."""
-    tree = app.screen.query_one(PanelTree)
-    for _ in range(1000):
-        await pilot.pause()
-        if tree.root.children:  # the folder is read in one go
-            await pilot.pause()
-            return {str(node.label) for node in tree.root.children}
-    raise AssertionError("the tree never listed its folder")
-
-
-@run_async
-async def test_a_spare_open_dialog_lists_the_folder_as_it_is_when_shown(panel_path):
-    app = MemtuiApp(read_panel(panel_path))
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        await _spares_built(app, pilot)
-        await pilot.press("ctrl+o")
-        assert await _listed(app, pilot) == {"panel.h5"}
-        from_spare = await _shot(app, pilot)
-        await pilot.press("escape")
-        await pilot.press("ctrl+o")
-        await _listed(app, pilot)
-        assert await _shot(app, pilot) == from_spare  # one built on the key
-        await pilot.press("escape")
-        await _spares_built(app, pilot)
-        (panel_path.parent / "other.h5").write_bytes(b"")  # the folder changes after the spare was built
-        await pilot.press("ctrl+o")
-        assert await _listed(app, pilot) == {"panel.h5", "other.h5"}

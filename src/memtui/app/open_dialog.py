@@ -18,7 +18,6 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Footer, Input, Static
 
-from memtui.app.spares import SpareScreen
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
@@ -64,7 +63,7 @@ class OpenField(Input):
     BINDINGS = [Binding("enter", "submit", "Open", tooltip="Open the path in the field")]
 
 
-class OpenPanelDialog(SpareScreen, ModalScreen[Panel | None]):
+class OpenPanelDialog(ModalScreen[Panel | None]):
     """Pick a panel file; dismisses with the panel read, or None."""
 
     BINDINGS = [
