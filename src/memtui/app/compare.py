@@ -33,6 +33,7 @@ from memtui.app.compare_split import group_legend, split_lines
 from memtui.app.fmt import minus, minus_signs, num, short_step
 from memtui.app.legend import legend, pack
 from memtui.app.plots import BandPlot, Series, plot_colours
+from memtui.app.restyle import RestyleSelfOnFocus
 from memtui.app.summaries import final_checkpoint
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean, compact_count
@@ -123,7 +124,7 @@ def wrapped(line: str, width: int) -> str:
 PLOTS = ("instantaneous", "persistent", "residual")
 
 
-class ComparePane(VerticalScroll, can_focus=True):
+class ComparePane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
     """Every model of the suite side by side for the current metric and settings."""
 
     class Ready(Message):

@@ -22,6 +22,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
 from textual.widgets.input import Selection
 
+from memtui.app.spares import SpareScreen
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.estimation.estimate import ESTIMATORS, SCOPES, EstimateResult
@@ -99,7 +100,7 @@ def _row(label: str, widget: Widget) -> Horizontal:
     return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
 
-class ExportDialog(ModalScreen[str | None]):
+class ExportDialog(SpareScreen, ModalScreen[str | None]):
     """Path, scope and significant-only; writes through ``memtui.report.export.export_csv`` like `memtui export`, asking
     first when the file exists."""
 
@@ -172,7 +173,7 @@ class ExportDialog(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class SettingsDialog(ModalScreen[Settings | None]):
+class SettingsDialog(SpareScreen, ModalScreen[Settings | None]):
     """Estimator, band family, alpha, bootstrap draws and the residual checkpoint; validated before closing. With
     ``check_by``, also the split by group: a choice of the specs the panel's covariates offer, which fills the spec
     field (any spec can be typed there: ``length>=300``); after Apply the spec is ``by``."""

@@ -22,6 +22,7 @@ from textual.widgets import Button, Input, Label, ProgressBar, Static
 from textual.worker import get_current_worker
 
 from memtui.app.dialogs import Choice
+from memtui.app.restyle import RestyleSelfOnFocus
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
@@ -161,7 +162,7 @@ def progress_text(progress, steps=None) -> str:
     return "\n".join(lines)
 
 
-class ExtractionPane(VerticalScroll):
+class ExtractionPane(RestyleSelfOnFocus, VerticalScroll):
     """The launch form, the running job's progress, and cancel."""
 
     BINDINGS = [

@@ -23,6 +23,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from textual._context import NoActiveAppError
+from textual.css.model import SelectorType
 from textual.css.styles import Styles
 
 if TYPE_CHECKING:
@@ -110,3 +112,43 @@ def batch_restyles(stylesheet: Stylesheet) -> None:
             update_nodes(nodes, animate=animate)
 
     stylesheet.update_nodes = batched  # type: ignore[method-assign]
+
+
+_FOCUS_STATES = frozenset({"focus", "blur"})
+
+
+def _focus_ancestor_selectors(stylesheet: Stylesheet) -> list:
+    """The selector parts, not last in their selector, that ask whether a node has the focus (``Tabs:focus .x``):
+    the only rules that style a node by whether something above it has the focus. Kept per parse of the rules."""
+    rules = stylesheet.rules
+    memo = getattr(stylesheet, "_memtui_focus_ancestors", None)
+    if memo is not None and memo[0] is rules:
+        return memo[1]
+    parts = [
+        part
+        for rule in rules
+        for selector_set in rule.selector_set
+        for part in selector_set.selectors[:-1]
+        if part.pseudo_classes & _FOCUS_STATES
+    ]
+    stylesheet._memtui_focus_ancestors = (rules, parts)  # type: ignore[attr-defined]
+    return parts
+
+
+class RestyleSelfOnFocus:
+    """For a pane (a container of many widgets) that takes the focus: Textual restyles the widget gaining or losing
+    the focus *and every widget under it* (for rules like ``Tabs:focus .underline--bar``); where no rule styles what
+    is under this widget by its focus, only the widget itself is restyled. Its own colours changing still refresh
+    what is under it (a colour set refreshes the subtree), so the frame drawn is the same. A pane of 50 widgets
+    took 60-100 ms of CPU to gain the focus, and as much again to lose it."""
+
+    def watch_has_focus(self, _has_focus: bool) -> None:
+        try:
+            stylesheet = self.app.stylesheet  # type: ignore[attr-defined]
+        except NoActiveAppError:
+            return
+        parts = _focus_ancestor_selectors(stylesheet)
+        if any(part.type == SelectorType.UNIVERSAL or part._check(self) for part in parts):
+            super().watch_has_focus(_has_focus)  # type: ignore[misc]
+            return
+        stylesheet.update_nodes([self], animate=True)

@@ -19,6 +19,7 @@ from memtui.app.by_view import by_lines, size_label
 from memtui.app.fmt import minus_signs, num, nums, short_step
 from memtui.app.legend import legend
 from memtui.app.plots import BandPlot, Series, plot_colours
+from memtui.app.restyle import RestyleSelfOnFocus
 from memtui.app.summary_lines import calibration_line, estimators_lines, mde_line, means_lines
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
@@ -67,7 +68,7 @@ class _Cancelled(Exception):
     pass
 
 
-class SummariesPane(VerticalScroll, can_focus=True):
+class SummariesPane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
     """Three band plots stacked in a scrolling column, the words on top."""
 
     class Extras(Message):

@@ -1,0 +1,121 @@
+"""Dialogs built before they are asked for, so a key opens one in a frame.
+
+Textual builds a screen when it is pushed: composing, mounting and styling the 30-40 widgets of the settings or
+export dialog was 100-250 ms of CPU before its first frame (laying out and painting it over the dimmed panes is
+about 40 ms more). While the app is idle, :class:`Spares` builds the next instance of each dialog from the
+arguments it would be opened with now, and starts it off the screen stack (mounted, not shown). A key that opens
+the dialog with the same arguments pushes that instance; with other arguments (the settings changed since) it is
+dropped and a new one built at once, as before. Each instance is shown once and removed when it closes, as a new
+one always was, so what the user sees and types into is a dialog just built from the current state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import TYPE_CHECKING
+
+from textual import events
+
+if TYPE_CHECKING:
+    from textual.app import App
+    from textual.geometry import Size
+
+
+VALUES = (int, float, str, bytes, tuple, frozenset, PurePath, type(None))
+
+
+@dataclass
+class Spare:
+    key: tuple  # the arguments it was built from, compared with == (objects by identity: see `same`)
+    screen: SpareScreen
+    laid_out: Size | None = None  # the terminal size it was laid out for, off the screen stack
+
+
+class SpareScreen:
+    """Mixed into a dialog (a Screen) that may be built ahead: on the first showing of a spare already styled and
+    laid out, Textual's restyle of the whole screen is skipped where the stylesheet's rules are still those it was
+    styled with (a theme change since makes new rules), and its layout where the terminal's size is the one it was
+    laid out for (Textual lays out again when the size differs). Not a Screen itself: Textual takes a widget's
+    default CSS along its first widget base class, so a Screen here would hide ModalScreen's (its dimmed,
+    see-through background)."""
+
+    _styled_with: object = None  # the stylesheet's rules when it was built as a spare
+
+    def _on_screen_resume(self, event: events.ScreenResume) -> None:
+        # dispatched before Screen's own handler (Textual calls each class's, in method resolution order)
+        if self._styled_with is not None and self._styled_with is self.app.stylesheet.rules:  # type: ignore[attr-defined]
+            event.refresh_styles = False
+        self._styled_with = None
+
+
+def same(a: tuple, b: tuple) -> bool:
+    """Whether two argument tuples are the same: numbers, strings, tuples and dataclasses of them by value; any other
+    object (an estimate result, a callable) only as itself."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x is y:
+            continue
+        if type(x) is not type(y) or not isinstance(x, VALUES) and not _value(x):
+            return False
+        if x != y:
+            return False
+    return True
+
+
+def _value(x: object) -> bool:
+    """A frozen dataclass (``Settings``) compares by value."""
+    params = getattr(type(x), "__dataclass_params__", None)
+    return params is not None and params.frozen
+
+
+class Spares:
+    """At most one built, unshown instance per kind of dialog, keyed by its arguments."""
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._built: dict[str, Spare] = {}
+
+    def take(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> SpareScreen:
+        """The dialog to push: the spare built from ``key`` if it is ready (mounted and laid out for the terminal's
+        size), else one built now."""
+        spare = self._built.get(kind)
+        if spare is not None and same(spare.key, key) and spare.laid_out == self._app.size:
+            del self._built[kind]
+            return spare.screen
+        if spare is not None and spare.screen.is_mounted:  # built from other arguments: dropped
+            self._drop(self._built.pop(kind))
+        return build()  # (a spare still mounting is left to finish: removing it then broke its own mount handler)
+
+    def keep(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> None:
+        """Have a spare of ``kind`` built from ``key`` ready; a spare built from other arguments is dropped once it
+        has mounted (the next tick builds the new one)."""
+        spare = self._built.get(kind)
+        if spare is not None:
+            if same(spare.key, key) or not spare.screen.is_mounted:
+                return
+            self._drop(self._built.pop(kind))
+        screen = build()
+        screen._styled_with = self._app.stylesheet.rules
+        self._app._register(self._app, screen)  # noqa: SLF001 - what push_screen does first: compose and mount
+        self._built[kind] = Spare(key, screen)
+
+    def lay_out(self) -> None:
+        """Lay the mounted spares out for the terminal's size now (what showing one did first), off the stack: no
+        frame is drawn for a screen that is not the current one."""
+        size = self._app.size
+        for spare in self._built.values():
+            if spare.screen.is_mounted and spare.laid_out != size:
+                spare.screen._refresh_layout(size)  # noqa: SLF001 - Textual's own first step on showing it
+                spare.laid_out = size
+
+    def ready(self, kind: str, key: tuple) -> bool:
+        """Whether a spare of ``kind`` built from ``key`` is mounted (nothing of it is left to do while a key waits)."""
+        spare = self._built.get(kind)
+        return spare is not None and same(spare.key, key) and spare.laid_out == self._app.size
+
+    def _drop(self, spare: Spare) -> None:
+        if spare.screen.is_running:
+            spare.screen.remove()

@@ -1,0 +1,147 @@
+"""Dialogs built ahead (app/spares.py) and panes restyled alone on a focus change (restyle.RestyleSelfOnFocus): the
+user sees what a dialog built when the key is pressed shows, and what Textual's own restyle paints."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+from app_pilot import run_async, settle
+from textual.widgets import Input
+
+from memtui.app.dialogs import ExportDialog, SettingsDialog
+from memtui.app.main import MemtuiApp
+from memtui.app.restyle import RestyleSelfOnFocus, _focus_ancestor_selectors
+from memtui.app.spares import same
+from memtui.estimation.settings import Settings
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.synthetic import Simulation, write_synthetic
+
+SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
+
+
+@pytest.fixture
+def panel_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the theme is remembered: not in the user's
+    monkeypatch.chdir(tmp_path)  # the export dialog names the working folder
+    return write_synthetic(tmp_path / "panel.h5", SIM)
+
+
+def test_same_compares_values_by_value_and_objects_by_identity():
+    a, b = Settings(metric="loglik"), Settings(metric="loglik")
+    thing = object()
+    assert same((a, (1, 2), "x", Path("p"), None, thing), (b, (1, 2), "x", Path("p"), None, thing))
+    assert not same((a,), (dataclasses.replace(a, alpha=0.1),))
+    assert not same((object(),), (object(),))  # a result equal in value but another object: built again
+    assert not same((1, 2), (1,))
+    assert not same((1,), (1.0,))  # another type: built again
+
+
+async def _spares_built(app: MemtuiApp, pilot) -> None:
+    """Build every spare now (the app does it on a timer while idle), waiting on their mounting, not a clock."""
+    for _ in range(200):
+        if app.spares_ready():
+            return
+        app._build_spare()
+        await pilot.pause()
+    raise AssertionError("the spares were never built")
+
+
+async def _shot(app: MemtuiApp, pilot) -> str:
+    for field in app.screen.query(Input):
+        field.cursor_blink = False  # the cursor shown, whatever the phase of its blink (a clock's, not the dialog's)
+    await pilot.pause()
+    return app.export_screenshot()
+
+
+async def _dialog_shot(app: MemtuiApp, pilot, key: str, kind: type) -> str:
+    await pilot.press(key)
+    await pilot.pause()
+    assert isinstance(app.screen, kind)
+    assert app.screen.styles.background.a < 1  # ModalScreen's CSS applies: the panes show dimmed behind it
+    shot = await _shot(app, pilot)
+    await pilot.press("escape")
+    await pilot.pause()
+    return shot
+
+
+@run_async
+async def test_a_spare_dialog_paints_what_a_dialog_built_on_the_key_paints(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _spares_built(app, pilot)
+        spare = app.spares._built["settings"].screen
+        from_spare = await _dialog_shot(app, pilot, "o", SettingsDialog)
+        assert spare not in app.spares._built.values() and not spare.is_running  # shown once, removed on closing
+        fresh = await _dialog_shot(app, pilot, "o", SettingsDialog)  # no spare yet: built on the key, as before
+        assert from_spare == fresh
+        await _spares_built(app, pilot)
+        from_spare = await _dialog_shot(app, pilot, "e", ExportDialog)
+        fresh = await _dialog_shot(app, pilot, "e", ExportDialog)
+        assert from_spare == fresh
+
+
+@run_async
+async def test_a_spare_follows_the_settings_and_the_theme_changed_after_it_was_built(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _spares_built(app, pilot)
+        await pilot.press("d")  # another estimator: the spare built before is not the dialog for these settings
+        await settle(pilot)
+        app.theme = "textual-light" if app.theme != "textual-light" else "nord"
+        await pilot.pause()
+        await pilot.press("o")
+        await pilot.pause()
+        assert app.screen.settings == app.settings
+        shown = app.export_screenshot()
+        await pilot.press("escape")
+        await _spares_built(app, pilot)  # built for these settings, under the old theme
+        app.theme = "nord" if app.theme != "nord" else "textual-dark"
+        await pilot.pause()
+        from_spare = await _dialog_shot(app, pilot, "o", SettingsDialog)
+        fresh = await _dialog_shot(app, pilot, "o", SettingsDialog)
+        assert from_spare == fresh  # restyled for the theme shown, not the one it was built under
+        assert from_spare != shown
+
+
+class FocusStyled(MemtuiApp):
+    """A rule that styles the fields under the Extraction pane by the pane's focus: restyling the pane alone would
+    leave them as they were."""
+
+    CSS_PATH = str(Path(sys.modules[MemtuiApp.__module__].__file__).with_name(MemtuiApp.CSS_PATH))
+    CSS = "ExtractionPane:focus Input { background: red; }"
+
+
+async def _pane_shots(app: MemtuiApp) -> list[str]:
+    shots = []
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        for key in ("4", "2", "4", "1", "2"):
+            await pilot.press(key)
+            await settle(pilot)
+            shots.append(app.export_screenshot())
+    return shots
+
+
+@run_async
+@pytest.mark.parametrize("kind", [MemtuiApp, FocusStyled])
+async def test_a_pane_restyled_on_focus_paints_what_textuals_restyle_paints(panel_path, monkeypatch, kind):
+    ours = await _pane_shots(kind(read_panel(panel_path)))
+    monkeypatch.delattr(RestyleSelfOnFocus, "watch_has_focus")  # Textual's own: the pane and all under it
+    theirs = await _pane_shots(kind(read_panel(panel_path)))
+    assert len(set(ours)) >= 3
+    assert ours == theirs
+
+
+@run_async
+async def test_the_rules_styling_under_a_focused_widget_are_found(panel_path):
+    app = FocusStyled(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        parts = _focus_ancestor_selectors(app.stylesheet)
+        assert {part.name for part in parts} >= {"Tabs", "ExtractionPane"}  # Textual's Tabs:focus .underline--bar
+        assert _focus_ancestor_selectors(app.stylesheet) is parts  # kept while the rules are the same
