@@ -35,7 +35,7 @@ from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
 from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateReady, PanelReloaded
 from memtui.app.notices import fit_paths, toast_text_width
-from memtui.app.prefetch import Prefetch, default_settings, metric_order
+from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_default_band
 from memtui.app.profile import ProfilePane
 from memtui.app.restyle import batch_restyles, cache_parses
 from memtui.app.spares import Spares
@@ -45,7 +45,7 @@ from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.estimation.estimate import ESTIMATORS, EstimateResult
 from memtui.estimation.group_spec import resolve
-from memtui.estimation.settings import Settings
+from memtui.estimation.settings import DEFAULT_BAND, Settings
 from memtui.estimation.subgroups import ByResult
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import METRIC_LABEL, Panel
@@ -164,6 +164,9 @@ class MemtuiApp(App):
         self.suite = suite if len(self.models) > 1 else None
         self.metrics = metric_order(panel)
         self.settings = settings or default_settings(panel)
+        # no band was asked for: the band follows the CLI's default for the panel and settings shown (prefetch's
+        # with_default_band) until one is chosen in the settings dialog
+        self._band_by_default = settings is None
         # the background estimates (the whole panel's, the split's): their results, workers and progress
         self.estimates = EstimateController(self, prefetch, on_computing=self._computing_changed)
         self.splits = SplitController(self)
@@ -513,7 +516,13 @@ class MemtuiApp(App):
     # ---- settings changes ---------------------------------------------------------------------------------------
 
     def change_settings(self, **changes) -> None:
-        settings = dataclasses.replace(self.settings, **changes)
+        band = changes.pop("band", self.settings.band)
+        if band != self.settings.band:  # a band chosen: it stays whatever else changes
+            self._band_by_default = False
+        if self._band_by_default:  # the CLI's default under the new settings (from one every setting allows)
+            settings = with_default_band(self.panel, dataclasses.replace(self.settings, band=DEFAULT_BAND, **changes))
+        else:
+            settings = dataclasses.replace(self.settings, band=band, **changes)
         if settings != self.settings:
             self.settings = settings
             self.request_estimate()
@@ -735,7 +744,12 @@ class MemtuiApp(App):
         self.query_one(ExtractionPane).describe_panel(panel)
         if self.settings.metric not in self.metrics:
             self.settings = dataclasses.replace(self.settings, metric=self.metrics[0])
+        self.settings = self._default_band(self.settings)
         self.request_estimate()
+
+    def _default_band(self, settings: Settings) -> Settings:
+        """``settings`` with the panel's default band where none was chosen (the CLI's rule), else as they are."""
+        return with_default_band(self.panel, settings) if self._band_by_default else settings
 
     # ---- quitting -----------------------------------------------------------------------------------------------
 

@@ -20,7 +20,28 @@ def metric_order(panel: Panel) -> list[str]:
 
 
 def default_settings(panel: Panel) -> Settings:
-    return Settings(metric=panel.default_metric)  # the one rule, as the CLI's
+    """The CLI's defaults for ``panel``: its default metric, and the band ``memtui estimate`` runs without --band."""
+    settings = Settings(metric=panel.default_metric)
+    return with_default_band(panel, settings)
+
+
+def with_default_band(panel: Panel, settings: Settings) -> Settings:
+    """``settings`` with the band the CLI would choose for ``panel`` under them (``estimation.settings.default_band``:
+    the permutation band where the panel's order is a uniform shuffle with controls drawn from it and the settings
+    allow it, else the calibrated band), so the workbench and ``memtui estimate`` agree when no band was asked for."""
+    from dataclasses import replace
+
+    from memtui.estimation.settings import default_band
+
+    band, _why = default_band(
+        panel,
+        draws=settings.draws,
+        control_group=settings.control_group,
+        covariates=settings.covariates,
+        cluster=settings.cluster,
+        engine=settings.engine,
+    )
+    return settings if band == settings.band else replace(settings, band=band)
 
 
 class Prefetch:
