@@ -64,6 +64,11 @@ async def test_a_theme_seen_before_reuses_the_rules_a_fresh_parse_gives(panel_pa
     app = MemtuiApp(read_panel(panel_path))
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
+        for _ in range(200):  # the dialogs built ahead while idle (app/spares.py) add their CSS sources once: after
+            if app.spares_ready():  # that, a theme seen before has the same variables and sources
+                break
+            await pilot.pause(0.05)
+        assert app.spares_ready()
         sheet = app.stylesheet
         parsed = []
         for theme in THEMES[:3]:

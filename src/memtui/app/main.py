@@ -592,7 +592,9 @@ class MemtuiApp(App):
     def _idle_on_panes(self) -> bool:
         """Nothing computed, and the panes on screen (no dialog open; the app not closing)."""
         stack = self.screen_stack
-        return self.computing is None and bool(stack) and isinstance(stack[-1], MainScreen)
+        if self.computing is not None or not stack or not isinstance(stack[-1], MainScreen):
+            return False
+        return bool(stack[-1].query(TabbedContent))  # the panes are gone while the app shuts down
 
     def _keep_spares(self) -> None:
         """While nothing is computed and no dialog is open, have the dialogs' next instances built: one a tick,
