@@ -22,9 +22,11 @@ test: $(STAMP)
 	$(VENV)/bin/pytest $(PYTEST_WORKERS)
 
 # the numerics tests under a second OpenBLAS kernel: another than the one this machine uses (OPENBLAS_CORETYPE, or
-# what OpenBLAS picks by itself), among those the CPU can run
+# what OpenBLAS picks by itself), among those the CPU can run; the long simulations (a level or coverage over many
+# panels, which a last-bit change cannot move) and the benchmark scripts' tests run once, in `make test`
 test-blas: $(STAMP)
-	OPENBLAS_CORETYPE=$$(sh tests/second_blas_core.sh) $(VENV)/bin/pytest $(PYTEST_WORKERS) tests/engine tests/estimation tests/panel
+	OPENBLAS_CORETYPE=$$(sh tests/second_blas_core.sh) $(VENV)/bin/pytest $(PYTEST_WORKERS) -m "not simulation" \
+		tests/engine tests/estimation tests/panel
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -21,6 +21,10 @@ def _megatron_or_skip() -> None:
         pytest.importorskip("megatron.core.datasets.helpers_cpp", reason="megatron-core's C++ helpers are not built")
 
 
+# the module's tests share one trained suite: in one xdist worker, or each worker would train it again (~30 s)
+pytestmark = pytest.mark.xdist_group("demo-seeds")
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     _megatron_or_skip()

@@ -1,13 +1,13 @@
 """The shipped sample with per-token scores (`memtui sample tiny-gptneox-tokens`, demo/token_sample.py): what the
-file holds, that `--sample` knows it, that the verb refuses a bad output before training, and (slow) that a fresh run
-makes the same panel."""
+file holds, that `--sample` knows it, that the verb refuses a bad output before training; that a fresh run makes the
+same panel is checked by tests/demo/test_demo.py's small-demo test (one training of the model for both)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from memtui.demo.token_sample import NAME, make_token_sample
+from memtui.demo.token_sample import NAME
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.samples import SAMPLES, sample_path
 from memtui.panel.token_scores import read_layout, read_token_scores
@@ -57,11 +57,11 @@ def test_the_verb_refuses_a_bad_output_before_training(cli, tmp_path, make, says
         assert out.read_bytes() == b"keep"
 
 
-@pytest.mark.slow
-def test_a_fresh_run_makes_the_same_panel(tmp_path):
-    """Same instances, checkpoints, tokens and per-token layout; the values as the shipped ones where this machine's
-    BLAS is the one that made them, and close elsewhere (training on another BLAS changes their last bits)."""
-    made = read_panel(make_token_sample(tmp_path / "fresh.h5", log=lambda m: None))
+def check_a_fresh_run_makes_the_shipped_token_sample(made) -> None:
+    """A fresh `make_token_sample` run (made by tests/demo/test_demo.py's small-demo test, which trains the same model:
+    one training for both): same instances, checkpoints, tokens and per-token layout; the values as the shipped ones
+    where this machine's BLAS is the one that made them, and close elsewhere (training on another BLAS changes their
+    last bits)."""
     shipped = read_panel(SAMPLE)
     assert np.array_equal(made.ids, shipped.ids) and np.array_equal(made.treatment, shipped.treatment)
     assert np.array_equal(made.steps, shipped.steps) and made.done.all()

@@ -49,6 +49,7 @@ def test_every_metric_reports_positive_memorisation(metric):
     assert res.overall["estimate"] > 0 and res.overall["significant"]
 
 
+@pytest.mark.simulation
 def test_simultaneous_band_covers_the_true_profile_about_95_percent():
     # cohorts of 40: with a dozen instances the influence-function variance (divided by n) runs low, bands under-cover
     sim = Simulation(n_cohorts=4, per_cohort=40, n_never=80, n_checkpoints=6)

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.simulation
 def test_the_quick_run_prints_and_writes_every_figure(tmp_path):
     out = tmp_path / "scale.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
@@ -32,6 +35,7 @@ def test_the_quick_run_prints_and_writes_every_figure(tmp_path):
     assert run.stdout.count("instances") == len(devices)
 
 
+@pytest.mark.simulation
 def test_the_baseline_run_times_both_codes_and_compares_them(tmp_path):
     out = tmp_path / "scale.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

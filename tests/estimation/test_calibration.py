@@ -98,6 +98,7 @@ def test_null_model_reproduces_each_groups_covariance():
         assert np.abs(means).max() < 4 * math.sqrt(target.diagonal().max() * t / lay.group_n.min() / 60)
 
 
+@pytest.mark.simulation
 def test_calibrated_band_holds_its_level_on_a_matched_simulation():
     """A white-noise panel at 30 per cohort: the calibrated post band's family-wise error is within Monte-Carlo error
     of 5 % (the study measured 6.3 +- 0.8 % at 20 x 21), the classic band's is far above it."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from memtui.estimation import calibration as cb
 from memtui.estimation.estimate import estimate
@@ -34,6 +35,7 @@ def skewed_null_panel(seed: int) -> Panel:
                  metrics={"loglik": y}, signs={"loglik": 1})  # fmt: skip
 
 
+@pytest.mark.simulation
 def test_calibrates_pretrend_rejection_is_the_estimates_on_skewed_noise():
     settings = Settings(draws=DRAWS, seed=7)
     truth = np.mean([estimate(skewed_null_panel(10_000 + i), settings).pretrend.p_value < 0.05 for i in range(PANELS)])

@@ -45,6 +45,7 @@ def test_simulated_profiles_have_the_stated_correlation():
         assert np.std(truth[0][post]) == pytest.approx(1.0)
 
 
+@pytest.mark.simulation
 def test_corrected_interval_covers_the_true_correlation_where_the_raw_one_does_not():
     """60 seeded suites at true correlation 0.9, noise 0.4 of the profiles' sd, half with uncorrelated noise across
     models and half with noise correlated 0.6: the raw interval (about E[r], attenuated) misses the truth in most,
@@ -225,6 +226,7 @@ def _accepted_by_grid(a: np.ndarray, pivot: np.ndarray, alpha: float = 0.05) -> 
     return grid, np.array(sd_ok), np.array(pct_ok)
 
 
+@pytest.mark.simulation
 def test_corrected_interval_is_the_union_of_the_two_tests_on_the_covariance_scale():
     """The closed form (Fieller's quadratic) and the bisected percentile test against a grid search of the same
     tests, on an interior pair with symmetric errors, a pair near +1 with skewed errors whose diagonal moves with its
@@ -277,6 +279,7 @@ def test_corrected_interval_says_not_determined_or_the_bound():
     assert _corrected_interval(below, _pivot(below, rng.normal(0, 0.01, (4000, 3))), 0.05) == (-1.0, -1.0)
 
 
+@pytest.mark.simulation
 def test_corrected_interval_holds_its_level_near_one():
     """Near the bound (true rho 0.95 and 0.99, 60 instances a cohort, 300 controls, 8 checkpoints, noise 0.3 of the
     profiles' sd correlated 0.5 between the models: the design on which the interval before the covariance-scale test

@@ -228,6 +228,7 @@ def test_compare_clusters_the_ease_band_as_it_clusters_the_estimators():
 SHOCK = 25.0  # sd of each cluster's shared shock at each checkpoint (the instances' own noise: 8)
 
 
+@pytest.mark.simulation
 def test_clustered_calibrated_ease_holds_its_level_under_shared_cluster_shocks():
     """Null panels whose clusters (four instances of a cohort) share a shock at every checkpoint: the ease band
     clustered by them holds its family-wise error; the instance-level calibrated band over-rejects."""

@@ -367,6 +367,7 @@ def white_panel(cohorts, per_cohort, n_never, checkpoints, effect, seed) -> Pane
     ],
     ids=["white-noise", "random-walk"],
 )
+@pytest.mark.simulation
 def test_planned_size_detects_the_effect_with_the_planned_power(make, true_variance, cohorts, checkpoints, effect,
                                                                  target):  # fmt: skip
     """Panels of the planned size with a true instantaneous effect D: the share of c = g cells whose simultaneous band

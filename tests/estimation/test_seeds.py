@@ -128,6 +128,7 @@ def _simulation(reps: int, design: SeedSimulation, shared: bool = True) -> dict[
     return {k: np.array(v) for k, v in out.items()}
 
 
+@pytest.mark.simulation
 def test_simulation_with_a_known_truth():
     """40 simulated suites (~8 s; benchmarks/seeds.py prints the full table): the joint draws' standard error of the
     overall average matches its spread over replications, the independent-seeds one falls short; the pooled band
