@@ -24,9 +24,10 @@ test: $(STAMP)
 # the numerics tests under a second OpenBLAS kernel: another than the one this machine uses (OPENBLAS_CORETYPE, or
 # what OpenBLAS picks by itself), among those the CPU can run; the long simulations (a level or coverage over many
 # panels, which a last-bit change cannot move) and the benchmark scripts' tests run once, in `make test`
+BLAS_TESTS ?= tests/engine tests/estimation tests/panel
 test-blas: $(STAMP)
 	OPENBLAS_CORETYPE=$$(sh tests/second_blas_core.sh) $(VENV)/bin/pytest $(PYTEST_WORKERS) -m "not simulation" \
-		tests/engine tests/estimation tests/panel
+		$(BLAS_TESTS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
