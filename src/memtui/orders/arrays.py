@@ -129,3 +129,22 @@ def pad_rows(values: np.ndarray, n: int) -> np.ndarray:
     """``values`` followed by ``n`` rows of "unknown": -1, or empty text."""
     fill = "" if values.dtype.kind in "USO" else -1
     return np.concatenate([values, np.full((n, *values.shape[1:]), fill, dtype=values.dtype)])
+
+
+class ConcatenatedRows:
+    """Rows numbered across files laid end to end (Pico's parquet shards, a Levanter mixture's caches): ``starts`` is
+    each file's first row number, then the total, set by the subclass."""
+
+    starts: np.ndarray
+
+    @property
+    def n_instances(self) -> int:
+        return int(self.starts[-1])
+
+    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each row number's file and its row within that file."""
+        index = np.asarray(index, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= self.n_instances):
+            raise MemtuiError(f"row numbers must lie in 0 .. {self.n_instances - 1}.")
+        f = np.searchsorted(self.starts, index, side="right") - 1
+        return f, index - self.starts[f]

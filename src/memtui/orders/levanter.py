@@ -47,6 +47,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.orders.arrays import ConcatenatedRows
 from memtui.orders.levanter_mixture import Mixture
 from memtui.orders.levanter_perm import Shuffle
 from memtui.orders.levanter_prng import prng_key, split
@@ -54,7 +55,7 @@ from memtui.orders.levanter_prng import prng_key, split
 _READS = 1024  # rows read at once
 
 
-class LevanterCaches:
+class LevanterCaches(ConcatenatedRows):
     """The caches' rows numbered cache after cache (a sampling ``Stage``'s files)."""
 
     ignored_tokens = 0
@@ -92,17 +93,6 @@ class LevanterCaches:
         if not np.issubdtype(np.dtype(data.dtype.numpy_dtype), np.integer):
             raise MemtuiError(f"{clean(path, 200)}: input_ids/data holds {clean(data.dtype, 20)}, not token ids.")
         return data, size
-
-    @property
-    def n_instances(self) -> int:
-        return int(self.starts[-1])
-
-    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        index = np.asarray(index, dtype=np.int64)
-        if index.size and (index.min() < 0 or index.max() >= self.n_instances):
-            raise MemtuiError(f"row numbers must lie in 0 .. {self.n_instances - 1}.")
-        f = np.searchsorted(self.starts, index, side="right") - 1
-        return f, index - self.starts[f]
 
     def read(self, index: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """The rows' tokens, (len(index), seq_len) int64: tensorstore's reads issued a chunk at a time, in parallel."""

@@ -39,6 +39,7 @@ import numpy as np
 
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
+from memtui.orders.arrays import ConcatenatedRows
 
 BATCH = 1024  # data.dataloader.batch_size (src/config/_constants.py BATCH_SIZE)
 ROW_TOKENS = 2049  # MAX_SEQ_LEN + 1
@@ -93,7 +94,7 @@ def find_shards(root: str) -> list[str]:
     return [str(found[k]) for k in range(count)]
 
 
-class DolmaRows:
+class DolmaRows(ConcatenatedRows):
     """The shards' rows numbered in training order, read by row (what a sampling ``Stage`` reads as its files)."""
 
     labels: tuple[str, ...] = ()
@@ -113,17 +114,6 @@ class DolmaRows:
         self.starts = np.concatenate([[0], np.cumsum(counts)])
         if self.n_instances < 1:
             raise MemtuiError(f"{clean(shards[0], 200)}: holds no rows.")
-
-    @property
-    def n_instances(self) -> int:
-        return int(self.starts[-1])
-
-    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        index = np.asarray(index, dtype=np.int64)
-        if index.size and (index.min() < 0 or index.max() >= self.n_instances):
-            raise MemtuiError(f"row numbers must lie in 0 .. {self.n_instances - 1}.")
-        f = np.searchsorted(self.starts, index, side="right") - 1
-        return f, index - self.starts[f]
 
     def _open(self, shard: int):
         if shard not in self._files:
