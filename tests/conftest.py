@@ -26,6 +26,17 @@ def _own_config(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
 
 
+@pytest.fixture(autouse=True)
+def _no_spare_dialogs(request, monkeypatch):
+    """The workbench builds its dialogs ahead while idle (app/spares.py), ~150 ms of CPU a build: only the tests
+    marked ``spares`` (those of the spares, and of what they change) have it on; the rest test other things and
+    would pay for it in every test of half a second or more."""
+    if request.node.get_closest_marker("spares") is None:
+        from memtui.app.main import MemtuiApp
+
+        monkeypatch.setattr(MemtuiApp, "spares_every_s", None)
+
+
 _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR2)
 
 

@@ -58,6 +58,7 @@ def described(rule) -> tuple:
     return rule.selectors, rule.is_default_rules, rule.tie_breaker, rules
 
 
+@pytest.mark.spares  # the spare dialogs' CSS sources are part of what a theme parses
 @run_async
 async def test_a_theme_seen_before_reuses_the_rules_a_fresh_parse_gives(panel_path, tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))

@@ -33,7 +33,7 @@ from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import POLL_S, ExtractionPane, job_indicator
 from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
-from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateReady, PanelReloaded
+from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateReady, PanelReloaded, while_running
 from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_default_band
 from memtui.app.profile import ProfilePane
@@ -144,6 +144,9 @@ class MemtuiApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "memtui"
     ENABLE_COMMAND_PALETTE = True
+    # how often an idle app builds the dialogs' next instances (spares.py); None: never. The tests of other things
+    # turn it off (tests/conftest.py): ~150 ms of CPU per build in every test that runs half a second
+    spares_every_s: float | None = SPARES_S
 
     def __init__(
         self,
@@ -234,7 +237,8 @@ class MemtuiApp(App):
         self.query_one("#job", Static).display = False
         self._focus_pane(self._opening_pane())
         self.request_estimate()
-        self.set_interval(SPARES_S, self._keep_spares)
+        if self.spares_every_s:
+            self.set_interval(self.spares_every_s, self._keep_spares)
 
     # ---- preferences --------------------------------------------------------------------------------------------
 
@@ -326,17 +330,20 @@ class MemtuiApp(App):
         else:
             self._set_result(*known)
 
+    @while_running
     def on_estimate_progress(self, event: EstimateProgress) -> None:
         if self.estimates.progress(event.settings, event.stage):
             self._show_busy(event.fraction, event.stage)
 
     @on(EstimateReady)
+    @while_running
     def _estimate_ready(self, event: EstimateReady) -> None:
         if self.estimates.ready(event, self.settings):
             self._hide_busy()
             self._set_result(event.result, event.error)
 
     @on(Worker.StateChanged)
+    @while_running
     def _worker_failed(self, event: Worker.StateChanged) -> None:
         """A bug in estimation, not a bad panel (those arrive as EstimateReady): say so instead of crashing."""
         message = self.estimates.failed(event)
@@ -476,11 +483,13 @@ class MemtuiApp(App):
         elif started:
             self._show_by_busy(0.0, "starting")
 
+    @while_running
     def on_by_progress(self, event: ByProgress) -> None:
         if self.splits.progress(event.key, event.stage):
             self._show_by_busy(event.fraction, event.stage)
 
     @on(ByReady)
+    @while_running
     def _by_ready(self, event: ByReady) -> None:
         if not self.splits.ready(event):
             return
@@ -596,12 +605,14 @@ class MemtuiApp(App):
             return False
         return bool(stack[-1].query(TabbedContent))  # the panes are gone while the app shuts down
 
+    @while_running
     def _keep_spares(self) -> None:
         """While nothing is computed and no dialog is open, have the dialogs' next instances built: one a tick,
         after the frame pending is drawn (a key's answer, painted first, is never behind a dialog being built)."""
         if self._idle_on_panes() and not self.spares_ready():
             self.call_after_refresh(self._build_spare)
 
+    @while_running
     def _build_spare(self) -> None:
         if not self._idle_on_panes():
             return
@@ -689,6 +700,7 @@ class MemtuiApp(App):
         self._reload(self.panel.path)
 
     @on(ExtractionPane.CheckpointsChanged)
+    @while_running
     def _checkpoints_changed(self) -> None:
         self._reload(self.panel.path)
 
@@ -704,6 +716,7 @@ class MemtuiApp(App):
         else:
             self.post_message(PanelReloaded(panel, unchanged=old.path == panel.path and same_data(old, panel)))
 
+    @while_running
     def on_panel_reloaded(self, event: PanelReloaded) -> None:
         asked, self._reload_asked = self._reload_asked, False
         if event.panel is None:
@@ -849,6 +862,7 @@ class MemtuiApp(App):
     # ---- the running extraction, on every pane ------------------------------------------------------------------
 
     @on(ExtractionPane.Status)
+    @while_running
     def _job_status(self, event: ExtractionPane.Status) -> None:
         """Handled after the pane's own handler (the message bubbles up to here), so its progress is current."""
         done = event.done if event.done is not None else self.panel.done

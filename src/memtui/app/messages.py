@@ -10,8 +10,10 @@ Widgets' own events stay nested in the widget (``EstimatesTable.Open``, ``Extrac
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from textual.message import Message
 
@@ -20,6 +22,22 @@ if TYPE_CHECKING:
     from memtui.estimation.settings import Settings
     from memtui.estimation.subgroups import ByResult
     from memtui.panel.model import Panel
+
+H = TypeVar("H", bound=Callable[..., None])
+
+
+def while_running(handler: H) -> H:
+    """Drop a worker's answer (or a timer's tick) handled after the app began to shut down. A message queued before
+    shutdown is still dispatched while Textual removes the screens' widgets, so a handler that looks up a pane met
+    NoMatches there (seen in CI as two failed tests, and by a user quitting mid-estimate); Textual clears
+    ``is_running`` before it removes anything."""
+
+    @functools.wraps(handler)
+    def guarded(self, *args, **kwargs) -> None:
+        if self.is_running:
+            handler(self, *args, **kwargs)
+
+    return guarded  # type: ignore[return-value]
 
 
 @dataclass
