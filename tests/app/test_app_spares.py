@@ -24,6 +24,7 @@ SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1
 
 pytestmark = pytest.mark.spares  # the spares are what these test
 
+
 @pytest.fixture
 def panel_path(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the theme is remembered: not in the user's
