@@ -43,6 +43,7 @@ def test_sigkill_then_resume_completes_the_per_token_scores(tmp_path, tiny_check
     assert np.all(read_panel(panel).done <= layout.done)  # a column's per-token scores commit just before its metrics
     partial_scores = read_token_scores(panel, layout.ids)
     assert all(np.isnan(v[~layout.done]).all() for v in partial_scores.values())  # nothing half-written shows
+    monkeypatch.delenv("MEMTUI_EXTRACT_BATCH_DELAY")  # no kill is aimed at the resumed run: full speed
     (pid,) = jobs.launch(panel, model=str(tiny_checkpoints), batch_size=4)  # resumed without the option
 
     def ended() -> dict | None:
