@@ -70,7 +70,6 @@ def add_arguments(p) -> None:
     split.add_argument(
         "--by",
         metavar="SPEC",
-        default="",
         help="split into groups, as estimate --by: NAME (a covariate's levels), NAME>=VALUE (a comparison), "
         "NAME:quartiles (or :deciles, :K, :bins=a,b,c); each row shows its group, each group's instances are scored "
         "against the group's own never-trained instances (so a cohort's mean score is the group's tau)",
@@ -78,7 +77,6 @@ def add_arguments(p) -> None:
     split.add_argument(
         "--group",
         metavar="NAME",
-        default="",
         help="only this group of --by, named as the listing and estimate --by name it (kind=prose, x<0.5, "
         "'not x>=3', 'x in [1, 2)')",
     )
@@ -102,13 +100,16 @@ def run(args) -> int:
 
     if args.cell is not None and args.final_step is not None:
         raise MemtuiError("--cell names its checkpoint; --final-step goes with --cohort or the whole panel.")
-    for given, option in ((args.group, "--group NAME"), (args.shared_controls, "--shared-controls")):
-        if given and not args.by:
-            raise MemtuiError(f"{option} goes with --by SPEC (the split into groups); add one, e.g. --by kind.")
+    _check_split(args)
     panel = read_panel(panel_path(args))
     _check_output(args.output, panel.path)
     metric = args.metric if args.metric is not None else panel.default_metric
-    split = {"where": args.where, "by": args.by, "group": args.group, "shared_controls": args.shared_controls}
+    split = {
+        "where": args.where,
+        "by": args.by or "",
+        "group": args.group or "",
+        "shared_controls": args.shared_controls,
+    }
     if args.cell is not None:
         selection = Selection(cohort=args.cell[0], checkpoint=args.cell[1], **split)
     else:
@@ -129,6 +130,18 @@ def run(args) -> int:
     if args.output is not None:
         print(f"wrote {len(found)} instances to {clean(args.output)}")
     return 0
+
+
+def _check_split(args) -> None:
+    """``--by`` and ``--group`` given empty, and ``--group`` or ``--shared-controls`` without ``--by``: refused, never
+    read as "no split"."""
+    empty = {"--by": (args.by, "a spec such as kind or x:quartiles"), "--group": (args.group, "a group's name")}
+    for option, (value, what) in empty.items():
+        if value is not None and not value.strip():
+            raise MemtuiError(f"{option} is empty; give {what}.")
+    for given, option in ((args.group, "--group NAME"), (args.shared_controls, "--shared-controls")):
+        if given and not args.by:
+            raise MemtuiError(f"{option} goes with --by SPEC (the split into groups); add one, e.g. --by kind.")
 
 
 def _check_output(output: Path | None, panel: Path) -> None:
