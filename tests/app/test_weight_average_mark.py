@@ -41,3 +41,18 @@ async def test_no_mark_without_an_average(tmp_path):
         header = "".join(seg.text for seg in app.query_one(Heatmap)._header_strip())
         assert AVERAGE_MARK not in header
         assert "weight average" not in str(app.query_one("#legend").render())
+
+
+@run_async
+async def test_the_mark_stored_in_the_panel_is_shown_without_a_telling_name(tmp_path):
+    """`checkpoints/average` (written by extraction; panel-format.md, *Weight averages*) marks a checkpoint whose
+    revision name says nothing, in a panel with no work folder beside it."""
+    path = write_synthetic(tmp_path / "p.h5", SIM)
+    with h5py.File(path, "r+") as f:
+        f["checkpoints/average"][1] = b"soup"
+    app = MemtuiApp(read_panel(path))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await settle(pilot)
+        labels = "".join(seg.text for seg in app.query_one(Heatmap)._header_strip()).split()
+        assert [label.endswith(AVERAGE_MARK) for label in labels] == [False, True] + [False] * (len(labels) - 2)
+        assert f"{AVERAGE_MARK} weight average" in str(app.query_one("#legend").render())

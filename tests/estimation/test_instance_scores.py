@@ -241,3 +241,75 @@ def test_a_group_without_never_trained_instances_is_refused(_simulated):
     panel = dataclasses.replace(panel, covariates={"kind": kind})
     with pytest.raises(MemtuiError, match="no never-trained instance of group kind=treated"):
         instance_scores(panel, "loglik", Selection(by="kind", group="kind=treated"))
+
+
+@pytest.mark.parametrize("spec", ["kind", "x:tertiles", "x>=20"])
+def test_a_split_without_a_group_ranks_every_groups_own_scores_together(spec, _simulated):
+    """`--by` alone: each group scored as its own `--group` scores it (against its own controls), ranked together,
+    each row carrying its group and the controls it was ranked among."""
+    panel = _with_groups(_simulated())
+    every = instance_scores(panel, "loglik", Selection(by=spec))
+    names = [g for g, _, _ in every.groups]
+    assert len(names) >= 2 and every.by == spec and not every.shared_controls
+    assert list(every.score) == sorted(every.score, reverse=True)
+    assert sum(n for _, n, _ in every.groups) == len(every) and every.n_controls == sum(c for _, _, c in every.groups)
+    for name in names:
+        one = instance_scores(panel, "loglik", Selection(by=spec, group=name))
+        mine = every.group == name
+        assert set(every.rows[mine]) == set(one.rows) and set(one.group) == {name}
+        by_row = dict(zip(one.rows.tolist(), one.score.tolist(), strict=True))
+        assert every.score[mine] == pytest.approx([by_row[r] for r in every.rows[mine]], rel=1e-12)
+        assert (every.controls[mine] == one.n_controls).all()
+    top = every.top(5)
+    assert list(top.group) == list(every.group[:5]) and list(top.controls) == list(every.controls[:5])
+    assert top.groups == every.groups
+
+
+def test_shared_controls_score_each_group_against_every_never_trained_instance(_simulated):
+    """With shared controls a group's scores are the whole panel's scores of its instances (the same controls), and
+    a cohort's mean is the group's tau from `estimate --by --shared-controls`."""
+    from memtui.estimation.subgroups import estimate_by
+
+    panel = _with_groups(_simulated())
+    whole = instance_scores(panel, "loglik")
+    shared = instance_scores(panel, "loglik", Selection(by="kind", shared_controls=True))
+    assert shared.shared_controls and shared.n_controls == whole.n_controls
+    assert (shared.controls == whole.n_controls).all()
+    assert sorted(shared.rows) == sorted(whole.rows)
+    mine = dict(zip(shared.rows, shared.score, strict=True))
+    assert mine == pytest.approx(dict(zip(whole.rows, whole.score, strict=True)))
+    by = estimate_by(panel, Settings(metric="loglik", draws=0), "kind", shared_controls=True)
+    row = by.groups["kind=a"].cells.filter(~by.groups["kind=a"].cells["pre_treatment"]).row(0, named=True)
+    sel = Selection(cohort=row["cohort"], checkpoint=row["checkpoint"], by="kind", group="kind=a", shared_controls=True)
+    s = instance_scores(panel, "loglik", sel)
+    assert (len(s), s.n_controls) == (row["n_treated"], row["n_control"])
+    assert s.score.mean() == pytest.approx(row["estimate"], rel=1e-10, abs=1e-10 * panel_scale(panel, "loglik"))
+
+
+def test_a_group_with_nothing_to_score_is_left_out_with_a_note(_simulated):
+    panel = _simulated()
+    kind = np.where(panel.never_treated, "control", "treated").astype(object)
+    kind[0] = "control"  # the "treated" group has no never-trained instance of its own; "control" has one trained
+    panel = dataclasses.replace(panel, covariates={"kind": kind})
+    s = instance_scores(panel, "loglik", Selection(by="kind"))
+    assert set(s.group) == {"kind=control"} and [g for g, _, _ in s.groups] == ["kind=control"]
+    assert any(n.startswith("group kind=treated left out: ") and "no never-trained" in n for n in s.notes)
+    with pytest.raises(MemtuiError, match="no group has an instance to score; group kind=control left out: ") as err:
+        instance_scores(panel, "loglik", Selection(by="kind", cohort=int(panel.done_steps[-1]) + 10**6))
+    assert "\n" not in str(err.value)
+
+
+def test_instances_with_no_value_belong_to_no_group_and_a_note_says_so(_simulated):
+    panel = _with_groups(_simulated())
+    x = panel.covariates["x"].copy()
+    trained = np.flatnonzero(~panel.never_treated)[:3]
+    x[trained] = np.nan
+    panel = dataclasses.replace(panel, covariates={"x": x})
+    s = instance_scores(panel, "loglik", Selection(by="x:tertiles"))
+    assert not set(trained) & set(s.rows.tolist())
+    assert "3 trained instances with no value of x belong to no group" in s.notes
+
+
+def test_shared_controls_without_a_split_are_refused(_simulated):
+    with pytest.raises(MemtuiError, match="shared controls go with a split"):
+        instance_scores(_simulated(), "loglik", Selection(shared_controls=True))

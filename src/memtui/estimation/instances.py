@@ -23,7 +23,7 @@ not an estimate of anything about a population, and thousands of them are ranked
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -40,13 +40,16 @@ class Selection:
 
     ``by`` and ``group``: one group of a ``--by`` spec (``estimation.group_spec``), as `memtui estimate --by` and the
     workbench's split (``b``) make it: the group's trained instances scored against the group's **own** never-trained
-    instances, so the mean score over a cohort is that group's τ(g, c) (its heatmap cell)."""
+    instances, so the mean score over a cohort is that group's τ(g, c) (its heatmap cell). ``by`` without ``group``:
+    every group, each scored so, ranked together. ``shared_controls``: every never-trained instance is each group's
+    control, as ``estimate --by --shared-controls`` (the design for doses, where controls have no dose)."""
 
     cohort: int | None = None
     checkpoint: int | None = None
     where: str = ""
     by: str = ""
     group: str = ""
+    shared_controls: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,36 +71,53 @@ class InstanceScores:
     score: np.ndarray
     control_rank: np.ndarray  # never-trained instances scoring at least as high over the same checkpoints
     p_value: np.ndarray
-    n_controls: int
+    n_controls: int  # the never-trained instances the scores were set against (every group's, with --by)
     notes: tuple[str, ...] = ()
+    group: np.ndarray | None = None  # per instance: its group's name ("" without a split)
+    controls: np.ndarray | None = None  # per instance: the never-trained instances it was ranked among
+    by: str = ""  # the split's spec ("" without one)
+    groups: tuple[tuple[str, int, int], ...] = ()  # every group scored: (name, instances scored, never-trained ones)
+    shared_controls: bool = False  # every group scored against all the never-trained instances
+
+    def __post_init__(self) -> None:
+        if self.group is None:
+            object.__setattr__(self, "group", np.full(len(self.rows), "", dtype=object))
+        if self.controls is None:
+            object.__setattr__(self, "controls", np.full(len(self.rows), self.n_controls, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def top(self, n: int) -> InstanceScores:
         keep = slice(0, max(0, n))
-        return InstanceScores(
-            self.metric, self.sign, *(a[keep] for a in self._arrays()), n_controls=self.n_controls, notes=self.notes
-        )
+        return replace(self, **{f.name: getattr(self, f.name)[keep] for f in fields(self) if f.name in _PER_INSTANCE})
 
-    def _arrays(self):
-        return (
-            self.rows,
-            self.ids,
-            self.cohort,
-            self.checkpoint,
-            self.base,
-            self.score,
-            self.control_rank,
-            self.p_value,
-        )
+
+_PER_INSTANCE = {"rows", "ids", "cohort", "checkpoint", "base", "score", "control_rank", "p_value", "group", "controls"}
 
 
 _WHERE = re.compile(r"^\s*([^\s<>=!:]+)\s*(>=|<=|==|!=|>|<)\s*(\S+)\s*$")
 
 
 def instance_scores(panel: Panel, metric: str, selection: Selection = Selection()) -> InstanceScores:
-    """The selected instances' individual scores (module docstring), ranked best first."""
+    """The selected instances' individual scores (module docstring), ranked best first; with a split (``by``) and no
+    ``group``, every group's, each against its own never-trained instances (``every_group``)."""
+    if selection.by and not selection.group:
+        return every_group(panel, metric, selection)
+    scores = _scores(panel, metric, selection)
+    if not selection.by:
+        return scores
+    name = selection.group
+    return replace(
+        scores,
+        group=np.full(len(scores), name, dtype=object),
+        by=selection.by,
+        groups=((name, len(scores), scores.n_controls),),
+        shared_controls=selection.shared_controls,
+    )
+
+
+def _scores(panel: Panel, metric: str, selection: Selection) -> InstanceScores:
     steps = panel.done_steps
     y = panel.values(metric)  # completed checkpoints only: refuses a metric with no values
     if len(steps) < 2:
@@ -105,7 +125,7 @@ def instance_scores(panel: Panel, metric: str, selection: Selection = Selection(
             f"{panel._name}: only {len(steps)} completed checkpoint(s); an instance's change needs two, extract more."
         )
     tidx = treatment_index(panel.treatment, steps, NEVER)
-    members = group_members(panel, selection.by, selection.group)
+    members = group_members(panel, selection.by, selection.group, selection.shared_controls)
     complete = np.isfinite(y).all(axis=1) & members
     notes = []
     if not complete[members].all():
@@ -175,20 +195,67 @@ def _selected(panel: Panel, sel: Selection, steps, tidx, treated) -> tuple[np.nd
     return chosen, column
 
 
-def group_members(panel: Panel, by: str, group: str) -> np.ndarray:
+def every_group(panel: Panel, metric: str, selection: Selection) -> InstanceScores:
+    """Every group of the split ``selection.by``, each scored as :func:`instance_scores` scores one group (against
+    the group's own never-trained instances, or every one with ``shared_controls``), ranked together best first. A
+    group with nothing to score here (no instance of the cohort, no never-trained instance of its own) is left out
+    with a note; where no group has any, the error gives the first group's reason."""
+    groups = _split(panel, selection.by, selection.shared_controls)
+    parts, notes = [], []
+    for name in dict.fromkeys(groups.names):  # a name twice (levels alike in their first 40 characters): refused below
+        try:
+            parts.append(instance_scores(panel, metric, replace(selection, group=name)))
+        except MemtuiError as exc:
+            notes.append(f"group {clean(name, 60)} left out: {clean(str(exc), 200)}")
+    if not parts:
+        raise MemtuiError(f"--by '{clean(selection.by, 60)}': no group has an instance to score; {notes[0]}")
+    unknown = int(((groups.labels < 0) & ~panel.never_treated).sum())
+    if unknown:
+        notes.append(f"{unknown} trained instances with no value of {clean(groups.covariate, 40)} belong to no group")
+    merged = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _PER_INSTANCE}
+    order = np.lexsort((merged["ids"], -merged["score"]))  # best first; ties by id, as one group's listing
+    n_controls = parts[0].n_controls if selection.shared_controls else sum(p.n_controls for p in parts)
+    return InstanceScores(
+        metric=metric,
+        sign=parts[0].sign,
+        **{f: a[order] for f, a in merged.items()},
+        n_controls=n_controls,
+        notes=tuple(f"group {clean(p.groups[0][0], 60)}: {n}" for p in parts for n in p.notes) + tuple(notes),
+        by=selection.by,
+        groups=tuple(g for p in parts for g in p.groups),
+        shared_controls=selection.shared_controls,
+    )
+
+
+def _split(panel: Panel, by: str, shared_controls: bool):
+    """The groups of ``by`` on the panel (``group_spec.resolve``); with shared controls, equal-count bins are cut
+    among the trained instances, as ``estimate --by --shared-controls`` cuts them."""
+    from memtui.estimation.group_spec import resolve
+
+    return resolve(panel, by, among=~panel.never_treated if shared_controls else None)
+
+
+def group_members(panel: Panel, by: str, group: str, shared_controls: bool = False) -> np.ndarray:
     """The instances of group ``group`` of the ``--by`` spec ``by`` (every instance without a spec): its treated
-    instances and its own never-trained ones, as ``estimation.subgroups`` splits the panel."""
+    instances and its own never-trained ones (with ``shared_controls``: every never-trained one), as
+    ``estimation.subgroups`` splits the panel."""
     if not by:
         if group:
             raise MemtuiError(f"group '{clean(group, 60)}' needs the split (a --by spec) it belongs to.")
+        if shared_controls:
+            raise MemtuiError("shared controls go with a split (a --by spec): every group keeps all the controls.")
         return np.ones(panel.n_instances, bool)
-    from memtui.estimation.group_spec import resolve
-
-    groups = resolve(panel, by)
+    groups = _split(panel, by, shared_controls)
     if group not in groups.names:
         shown = ", ".join(clean(n, 40) for n in groups.names[:8]) + (" ..." if len(groups.names) > 8 else "")
         raise MemtuiError(f"--by '{clean(by, 60)}' has no group '{clean(group, 60)}'; its groups are {shown}.")
-    return groups.labels == groups.names.index(group)
+    if groups.names.count(group) > 1:
+        raise MemtuiError(
+            f"--by '{clean(by, 60)}' names two groups '{clean(group, 60)}' (levels alike in their first 40 "
+            "characters); split by a comparison (NAME==VALUE) instead."
+        )
+    mine = groups.labels == groups.names.index(group)
+    return (mine & ~panel.never_treated) | panel.never_treated if shared_controls else mine
 
 
 def _column(steps: np.ndarray, checkpoint: int | None) -> int:
@@ -284,7 +351,11 @@ def instance_path(
     a = int(tidx[row])
     if a == NEVER_INDEX or a < 1 or a >= len(steps):
         raise MemtuiError(f"instance {int(panel.ids[row])} has no cohort with a checkpoint before it to score from.")
-    controls = (tidx == NEVER_INDEX) & np.isfinite(y).all(axis=1) & group_members(panel, selection.by, selection.group)
+    controls = (
+        (tidx == NEVER_INDEX)
+        & np.isfinite(y).all(axis=1)
+        & group_members(panel, selection.by, selection.group, selection.shared_controls)
+    )
     sign = panel.sign(metric)
     d = y[controls] - y[controls, a - 1][:, None]  # controls x checkpoints: each one's change since the base
     mean = d.mean(axis=0)

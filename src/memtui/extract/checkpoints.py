@@ -321,8 +321,10 @@ def read_checkpoint_notes(panel: str | os.PathLike) -> dict:
 
 
 def panel_averages(panel) -> dict[int, str]:
-    """step -> kind for the panel's checkpoints that are weight averages: from each scored checkpoint's recorded
-    revision (the family's naming), and from what the last extraction recorded (a manifest's flags)."""
+    """step -> kind for the panel's checkpoints that are weight averages: the mark each scored checkpoint's commit
+    stored in the panel (``checkpoints/average``, which travels with the file), and for panels made before it, or
+    columns committed without it, each scored checkpoint's recorded revision (the family's naming) and what the last
+    extraction recorded beside the panel (a manifest's flags)."""
     out = {}
     for step, revision, done in zip(panel.steps, panel.revisions, panel.done, strict=False):
         kind = weight_average(str(revision)) if done else ""
@@ -331,6 +333,10 @@ def panel_averages(panel) -> dict[int, str]:
     path = getattr(panel, "path", None)
     if path:
         out.update({s: k for s, k in read_checkpoint_notes(path).get("averages", {}).items() if s in set(panel.steps)})
+    stored = getattr(panel, "averages", None) or []
+    out.update(
+        {int(s): k.strip() for s, k, done in zip(panel.steps, stored, panel.done, strict=False) if done and k.strip()}
+    )
     return out
 
 

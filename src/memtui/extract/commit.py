@@ -336,6 +336,7 @@ def _write_metrics(writer: PanelWriter, index: int, cols: dict[str, np.ndarray],
         model=meta.get("model", ""),
         parameters=int(meta.get("parameters", 0)),
         config=meta.get("config", ""),
+        average=meta.get("average", ""),  # the weight-average mark, kept in the panel (parts of older runs: none)
     )
 
 

@@ -619,7 +619,8 @@ class _Pass:
     def _write(self, unit: Unit, cols: dict[str, np.ndarray], loaded: Loaded, per_token, tokens_only: bool) -> None:
         meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": self.source.model,
                 "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id,
-                "tokens_only": tokens_only}  # fmt: skip
+                "tokens_only": tokens_only,
+                "average": self.source.averages([unit.step]).get(unit.step, "")}  # fmt: skip
         tokens = (self.scorer.unit_token_rows(unit), per_token) if self.layout is not None else None
         self.ctx.work.check()  # never write through a folder swapped for a link mid-run
         try:

@@ -242,6 +242,9 @@ def _write_provenance(inst: h5py.Group, provenance: dict[str, np.ndarray], attrs
         _put(prov, key, arr)
 
 
+AVERAGE_BYTES = 40  # a weight average's kind is a short name (ema, soup, merged; orders/manifests.py: 40 at most)
+
+
 def _write_checkpoints(f: h5py.File, steps: np.ndarray, done: np.ndarray, revisions: list[str]) -> None:
     t = len(steps)
     ck = f.create_group("checkpoints")
@@ -253,6 +256,7 @@ def _write_checkpoints(f: h5py.File, steps: np.ndarray, done: np.ndarray, revisi
     _put(ck, "model", np.zeros(t, dtype="S256"))
     _put(ck, "parameters", np.zeros(t, dtype=np.int64))  # 0: not recorded
     _put(ck, "config", np.zeros(t, dtype="S256"))
+    _put(ck, "average", np.zeros(t, dtype=f"S{AVERAGE_BYTES}"))  # "": one model's training state (or not recorded)
     _put(ck, "finished_at", np.zeros(t, dtype=np.float64))
 
 
@@ -599,6 +603,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
     models = _dataset(f, path, "checkpoints/model", "SO", (t,), optional=True)
     parameters = _dataset(f, path, "checkpoints/parameters", "iu", (t,), optional=True)
     configs = _dataset(f, path, "checkpoints/config", "SO", (t,), optional=True)
+    averages = _dataset(f, path, "checkpoints/average", "SO", (t,), optional=True)  # panels before it: none recorded
     truth = None
     if "truth" in f and isinstance(f.get("truth", getlink=True), h5py.HardLink) and isinstance(f["truth"], h5py.Group):
         truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
@@ -621,6 +626,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
         models=models,
         parameters=parameters.astype(np.int64) if parameters is not None else None,
         configs=_strings(configs, path, "checkpoints/config") if configs is not None else [],
+        averages=_strings(averages, path, "checkpoints/average") if averages is not None else [],
         signs=signs,
         attrs=attrs,
         truth=truth,
@@ -792,7 +798,11 @@ class PanelWriter:
         model: str = "",
         parameters: int = 0,
         config: str = "",
+        average: str = "",
     ) -> None:
+        """Commit checkpoint ``index``'s columns and provenance, then its done flag. ``average``: the kind of weight
+        average its model is (ema, soup, ...; "" for one model's training state), kept in ``checkpoints/average``
+        so the mark travels with the panel (panels made before it keep it only in ``PANEL.work/checkpoints.json``)."""
         f = self._f
         n = self.panel.n_instances
         for name, col in columns.items():
@@ -807,6 +817,8 @@ class PanelWriter:
         if "checkpoints/parameters" in f:
             f["checkpoints/parameters"][index] = int(parameters)
             f["checkpoints/config"][index] = config.encode()[:256]
+        if "checkpoints/average" in f:
+            f["checkpoints/average"][index] = average.encode()[:AVERAGE_BYTES]
         f["checkpoints/finished_at"][index] = time.time()
         f.flush()
         f["checkpoints/done"][index] = 1

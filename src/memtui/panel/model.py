@@ -41,6 +41,7 @@ class Panel:
     models: list[str] = field(default_factory=list)  # the model that scored each checkpoint ("" where none yet)
     parameters: np.ndarray | None = None  # its parameter count per checkpoint (0: not recorded)
     configs: list[str] = field(default_factory=list)  # its architecture and shape in one line per checkpoint
+    averages: list[str] = field(default_factory=list)  # per checkpoint: the kind of weight average it is ("": none)
     signs: dict[str, int] = field(default_factory=dict)
     attrs: dict[str, str] = field(default_factory=dict)
     truth: dict[str, np.ndarray] | None = None  # simulated panels: cohorts, steps and the true tau per metric

@@ -41,6 +41,8 @@ class InstanceRow:
     covariates: dict[str, object] = field(default_factory=dict)
     tokens: tuple[int, ...] = ()  # the instance's token ids (its row up to its length); empty without tokens
     text: str = ""  # its decoded text, safe to show (``tokenizer.shown``): no control character
+    group: str = ""  # its group of a split (``--by``), safe to show; "" without one
+    n_controls: int = 0  # the never-trained instances its p_ctrl ranks it among (its group's, with a split)
 
 
 def shown(text: str, limit: int | None = None) -> str:
@@ -82,6 +84,8 @@ def rows(panel: Panel, scores: InstanceScores, decoder: Decoder | None, tokens=N
                 covariates={clean(n, 60): covariate_value(v, r) for n, v in panel.covariates.items()},
                 tokens=ids,
                 text=text,
+                group=clean(scores.group[k], 80),
+                n_controls=int(scores.controls[k]),
             )
         )
     return out
@@ -104,7 +108,8 @@ def read_rows(panel: Panel, scores: InstanceScores, decoder: Decoder | None) -> 
 def frame(found: list[InstanceRow], scores: InstanceScores) -> pl.DataFrame:
     """The rows as a table (``-o CSV``): one column per field and per covariate; the text decoded and made safe."""
     names = list(found[0].covariates) if found else []
-    columns: dict[str, list] = {
+    columns: dict[str, list] = {"group": [r.group for r in found]} if scores.by else {}  # first, as export --by
+    columns |= {
         "rank": [r.rank for r in found],
         "id": [r.id for r in found],
         "metric": [scores.metric] * len(found),
@@ -113,7 +118,7 @@ def frame(found: list[InstanceRow], scores: InstanceScores) -> pl.DataFrame:
         "checkpoint": [r.checkpoint for r in found],
         "score": [r.score for r in found],
         "control_rank": [r.control_rank for r in found],
-        "n_controls": [scores.n_controls] * len(found),
+        "n_controls": [r.n_controls for r in found],
         "p_ctrl": [r.p_value for r in found],
     }
     for name in names:
@@ -132,8 +137,10 @@ def as_json(found: list[InstanceRow], scores: InstanceScores, decoder: Decoder |
         "tokenizer": decoder.description if decoder is not None else "no token ids in the panel",
         "p_ctrl": DESCRIPTIVE,
         "notes": list(scores.notes),
+        **(_split_json(scores) if scores.by else {}),
         "instances": [
             {
+                **({"group": r.group, "n_controls": r.n_controls} if scores.by else {}),
                 "rank": r.rank,
                 "id": r.id,
                 "cohort": r.cohort,
@@ -148,4 +155,13 @@ def as_json(found: list[InstanceRow], scores: InstanceScores, decoder: Decoder |
             }
             for r in found
         ],
+    }
+
+
+def _split_json(scores: InstanceScores) -> dict:
+    """What ``--json`` says of a split: its spec and every group scored, with how many instances and controls."""
+    return {
+        "by": clean(scores.by, 200),
+        "shared_controls": scores.shared_controls,
+        "groups": [{"group": clean(g, 80), "n_scored": n, "n_controls": c} for g, n, c in scores.groups],
     }
