@@ -51,7 +51,7 @@ from memtui.orders.arrays import ConcatenatedRows
 from memtui.orders.levanter_mixture import Mixture
 from memtui.orders.levanter_perm import Shuffle
 from memtui.orders.levanter_prng import prng_key, split
-from memtui.orders.levanter_schedule import BatchSchedule, stage_offsets
+from memtui.orders.levanter_schedule import MAX_START, BatchSchedule, stage_offsets
 
 _READS = 1024  # rows read at once
 
@@ -271,6 +271,8 @@ def open_run(config: LevanterConfig, train_steps: int | None) -> LevanterRun:
         raise MemtuiError("a single-dataset config has no train_weights: drop --train-weights.")
     if train_steps is None and config.mixture:
         raise MemtuiError("a mixture never runs out: give the run's last step (--train-steps).")
+    if train_steps is not None and not 1 <= train_steps <= MAX_START:
+        raise MemtuiError(f"--train-steps must be a whole number from 1 to {MAX_START}, not {train_steps}.")
     skipped = [s.name for s in config.sources if not config.keyed(s)]
     if skipped:  # as Levanter: a dataset of weight 0 in every stage is not loaded for training, nor keyed
         config = replace(config, sources=[s for s in config.sources if config.keyed(s)])
