@@ -3,9 +3,11 @@
 Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332c2c0b2d2001bfb2d2241c (2025-09-26):
 
 - ``src/levanter/main/train_lm.py``: ``data_key = split(PRNGKey(trainer.seed), 4)[0]``, or ``PRNGKey(data_seed)``
-  when the config sets ``data_seed``; ``config.data.train_set(..., key=data_key)``; the loader reads global indices
-  ``[s·B, (s+1)·B)`` at (0-based) step s (``data/loader.py``, ``schedule.py`` ``global_data_offset_by_step``): in
-  memtui's convention (a panel step counts updates) position i is trained at step ⌊i / B⌋ + 1. The checkpoints and
+  when the config sets ``data_seed``; ``config.data.train_set(Pos, trainer.batch_schedule, key=data_key)``; the loader
+  reads global indices ``[offset(s), offset(s) + B(s))`` at (0-based) step s (``data/loader.py``, ``schedule.py``
+  ``BatchSchedule.global_data_offset_by_step``: ``s·B`` for one batch size, the segments' sums for a schedule,
+  memtui.orders.levanter_schedule): in memtui's convention (a panel step counts updates) position i is trained at
+  step ``find_step_containing_offset(i) + 1`` (⌊i / B⌋ + 1 for one batch size). The checkpoints and
   HF exports are named ``step-{info.step}`` (``checkpoint.py``, ``compat/hf_checkpoints.py``) with ``StepInfo.step =
   state.step − 1`` (``callbacks/_core.py``): ``step-N`` holds N + 1 updates, memtui's step N + 1.
 - ``src/levanter/data/text.py``: ``TokenSeqDataset`` row i is tokens ``[i·L, (i+1)·L)`` of the cache's
@@ -15,7 +17,9 @@ Transcribed from github.com/stanford-crfm/levanter at commit 9263f81e8b453241332
   ``mix_key, shuffle_key = split(data_key)``; each dataset of positive weight (``build_caches("train")`` skips the
   others), in the config's order, shuffled with the next key of ``key_iterator(shuffle_key)`` (``key, sub =
   split(key)``, yield sub); then ``MixtureDataset(key=mix_key, block_size=mixture_block_size)``
-  (memtui.orders.levanter_mixture). A dataset's cache is ``{cache_dir}/train``.
+  (memtui.orders.levanter_mixture). ``train_weights`` as a list of stages ``(step, weights)``: each step turned into
+  a sequence index by ``rescale_mixture_schedule_for_batch_schedule`` (the batch schedule's offset), a dataset loaded
+  and keyed when some stage weights it above 0. A dataset's cache is ``{cache_dir}/train``.
 - ``src/levanter/data/_prp.py``, ``permutation.py``: memtui.orders.levanter_perm; jax's PRNG: levanter_prng.
 - ``src/levanter/store/jagged_array.py``: a cache's ``input_ids`` is a tensorstore zarr3 pair, ``offsets`` (its
   element 0 the number of documents n, element n the number of tokens) and ``data`` (the tokens); read with
@@ -28,9 +32,12 @@ feistel", when the linear map became ``a * x.astype(uint64)`` and so float64 und
 too. Earlier Levanter drew ``a`` and ``b`` with jax itself: not rebuilt. Weight-0 datasets are skipped by
 ``build_caches("train")`` since d9a0d57c (2025-01-28).
 
-What memtui does not rebuild, and refuses or says: weight schedules (``train_weights`` as a list of stages), batch
-schedules (one batch size), ``epochs``, simulated-epoch and ``max_train_batches`` slicing, and the newer Marin
-``LmDataConfig`` options (``shuffle_per_epoch``, ``shuffle_before_trainval_split``) written after this commit.
+Weight stages (``--train-weights``) and batch schedules (``--batch-schedule``) are rebuilt, in the YAML forms
+Levanter's config takes (memtui.orders.levanter_schedule). What memtui does not rebuild, and refuses or cannot
+express: ``epochs``, simulated-epoch (``target_budget``/``experiment_budget``), ``max_train_batches`` and
+``num_validation_sequences`` slicing, stop strategies other than ``restart`` (Levanter supports only it), and the
+newer Marin ``LmDataConfig`` options (``shuffle_per_epoch``, ``shuffle_before_trainval_split``) written after this
+commit.
 
 **Repeats.** A mixture restarts a dataset it has used up (index k reads row ``shuffle(k mod n)``), and a linear
 permutation evaluated in float64 (NumPy 2, more than ~10**8 rows) can map two indices to one row: an instance is

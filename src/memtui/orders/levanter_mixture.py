@@ -156,9 +156,3 @@ class Mixture:
                 if cut and first < 0:
                     first = min(cut)
         return first, count
-
-    def position(self, d: int, k: int) -> int:
-        """The position holding dataset d's index k (k of the first stage; one stage: any k)."""
-        if int(self.stage_counts[0][d]) == 0:
-            raise MemtuiError("that dataset has no place in a block (its weight rounds to 0 at this block size).")
-        return self._position(0, d, k)
