@@ -133,7 +133,9 @@ def test_stage_counts_match_levanter():
                             range(n_sets)}) for s in starts]  # fmt: skip
         for _, w in stages:
             w["d0"] += 0.25  # no stage sums to 0
-        ref = MixtureDataset({f"d{i}": ListAsyncDataset([0]) for i in range(n_sets)}, stages, block, key=0)
+        ref = MixtureDataset(
+            {f"d{i}": ListAsyncDataset([0], is_complete=True) for i in range(n_sets)}, stages, block, key=0
+        )
         keyed = list(ref.dataset_index)
         mix = Mixture([(s, [w.get(n, 0.0) for n in keyed], sum(w.values())) for s, w in stages], block, None, "legacy")
         for s in range(len(stages)):
