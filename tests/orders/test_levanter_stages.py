@@ -300,3 +300,18 @@ def test_refusals(tmp_path, capsys, caches, extra, message):
     assert code == 2, err
     assert message in err and err.count("\n") == 1 and err.startswith("memtui: ")
     assert not out.exists()
+
+
+def test_notes_say_stages_schedule_and_unplaced_sets(caches):
+    """The run's notes name the stages, the schedule, and a set a stage weighs but gives no place (Levanter warns)."""
+    names = list(CLI_LENGTHS)
+    config = LevanterConfig(
+        sources=[Source(n, caches[n]) for n in names], seq_len=SEQ, batch=8, shuffle=True, block_size=16,
+        mixture=True, weight_stages=parse_train_weights("[[0, {web: 1}], [2, {web: 1, math: 0.01}]]", names),
+        batch_schedule=parse_batch_schedule("[{start: 0, value: 8}, {start: 2, value: 16}]"),
+    )  # fmt: skip
+    run = open_run(config, 10)
+    text = " | ".join(run.notes)
+    assert "batch sizes 8 from step 1, 16 from step 3" in text and "2 weight stages, from steps 1, 3" in text
+    assert "weight stage 2: no place in a block of 16 for math" in text and "weight 0, not read: code" in text
+    assert run.order.total == 16 + 8 * 16 and run.train_steps == 10

@@ -300,7 +300,23 @@ def open_run(config: LevanterConfig, train_steps: int | None) -> LevanterRun:
                      f"{', '.join(str(st + 1) for st, _ in config.weight_stages)}"[:500])  # fmt: skip
     if any(not s.exact for s in order.shuffles):
         notes.append("linear permutation in float64 (NumPy 2) is inexact here: some rows repeat, others never come")
+    notes += _unplaced(config, order)
     return LevanterRun(files, order, config.batch, steps, notes + config.notes, config.batch_schedule)
+
+
+def _unplaced(config: LevanterConfig, order: LevanterOrder) -> list[str]:
+    """Datasets a stage weighs above 0 that get no place in its blocks (Levanter warns "Recommend increasing block
+    size"): that stage never serves them."""
+    if order.mixture is None:
+        return []
+    names = [config.sources[i].name for i in order.weighted]
+    out = []
+    stages = zip(config.mixture_stages(names), order.mixture.stage_counts, strict=True)
+    for s, ((_, weights, _), counts) in enumerate(stages):
+        lost = [n for n, w, c in zip(names, weights, counts.tolist(), strict=True) if w > 0 and c == 0]
+        if lost:
+            out.append(f"weight stage {s + 1}: no place in a block of {config.block_size} for {', '.join(lost)}"[:500])
+    return out
 
 
 def _treated_positions(rng, batches: BatchSchedule, cohorts, k: int, m: int) -> np.ndarray:
