@@ -315,3 +315,18 @@ def test_notes_say_stages_schedule_and_unplaced_sets(caches):
     assert "batch sizes 8 from step 1, 16 from step 3" in text and "2 weight stages, from steps 1, 3" in text
     assert "weight stage 2: no place in a block of 16 for math" in text and "weight 0, not read: code" in text
     assert run.order.total == 16 + 8 * 16 and run.train_steps == 10
+
+
+@pytest.mark.parametrize("option", ["--train-weights", "--batch-schedule"])
+def test_alias_bomb_refused_quickly(option):
+    """A value that YAML aliases expand to 10**9 entries: refused by its kind, never printed or walked."""
+    bomb = "[&a [0, 0, 0, 0, 0, 0, 0, 0, 0, 0]"
+    for i in range(1, 9):
+        bomb += f", &{chr(97 + i)} [{', '.join(['*' + chr(96 + i)] * 10)}]"
+    bomb += "]"
+    with pytest.raises(MemtuiError) as err:
+        if option == "--train-weights":
+            parse_train_weights(f"[[0, {{web: {bomb}}}]]", ["web"])
+        else:
+            parse_batch_schedule(f"[{{start: 0, value: {bomb}}}]")
+    assert "not a list" in str(err.value) and len(str(err.value)) < 200

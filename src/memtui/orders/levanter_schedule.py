@@ -46,9 +46,17 @@ def read_yaml_value(text: str, option: str):
         raise MemtuiError(f"{option}: not YAML: {clean(str(exc).splitlines()[0] if str(exc) else exc, 120)}") from None
 
 
+def _shown(value) -> str:
+    """A value for a message: a scalar as written, a list or mapping by its kind (str() of a YAML alias bomb would
+    expand it)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return clean(value, 40)
+    return f"a {'list' if isinstance(value, list) else 'mapping' if isinstance(value, dict) else 'value'}"
+
+
 def _whole(value, option: str, what: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise MemtuiError(f"{option}: {what} must be a whole number from {lo} to {hi}, not {clean(value, 40)}.")
+        raise MemtuiError(f"{option}: {what} must be a whole number from {lo} to {hi}, not {_shown(value)}.")
     return value
 
 
@@ -111,7 +119,7 @@ def parse_batch_schedule(text: str, option: str = "--batch-schedule") -> BatchSc
     segments = []
     for item in value:
         if not isinstance(item, dict) or set(item) != {"start", "value"}:
-            raise MemtuiError(f"{option}: each entry is {{start: STEP, value: BATCH}}, not {clean(item, 60)}.")
+            raise MemtuiError(f"{option}: each entry is {{start: STEP, value: BATCH}}, not {_shown(item)}.")
         start = _whole(item["start"], option, "start", 0, MAX_START)
         segments.append((start, _whole(item["value"], option, "value (a batch size)", 1, MAX_BATCH)))
     if segments[0][0] != 0:
@@ -127,13 +135,13 @@ def parse_batch_schedule(text: str, option: str = "--batch-schedule") -> BatchSc
 
 def _stage_weights(raw, option: str, names: list[str]) -> dict[str, float]:
     if not isinstance(raw, dict) or not raw:
-        raise MemtuiError(f"{option}: a stage's weights are a mapping {{NAME: W, …}}, not {clean(raw, 60)}.")
+        raise MemtuiError(f"{option}: a stage's weights are a mapping {{NAME: W, …}}, not {_shown(raw)}.")
     out: dict[str, float] = {}
     for name, w in raw.items():
         if name not in names:
             raise MemtuiError(f"{option} names '{clean(name, 60)}', which no --caches entry names.")
         if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
-            raise MemtuiError(f"{option}: the weight of '{clean(name, 60)}' must be a number >= 0, not {clean(w, 40)}.")
+            raise MemtuiError(f"{option}: the weight of '{clean(name, 60)}' must be a number >= 0, not {_shown(w)}.")
         out[name] = float(w)
     if not sum(out.values()) > 0:
         raise MemtuiError(f"{option}: a stage's weights sum to 0 (Levanter refuses it); give a positive weight.")
@@ -151,7 +159,7 @@ def parse_train_weights(text: str, names: list[str], option: str = "--train-weig
     stages = []
     for item in value:
         if not isinstance(item, list) or len(item) != 2:
-            raise MemtuiError(f"{option}: each stage is [STEP, {{NAME: W, …}}], not {clean(item, 60)}.")
+            raise MemtuiError(f"{option}: each stage is [STEP, {{NAME: W, …}}], not {_shown(item)}.")
         step = _whole(item[0], option, "a stage's step", 0, MAX_START)
         stages.append((step, _stage_weights(item[1], option, names)))
     if stages[0][0] != 0:
