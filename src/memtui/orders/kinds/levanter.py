@@ -49,6 +49,21 @@ def _sources(caches: list[str], weights: list[str] | None):
     return [Source(n, p, given.get(n, 0.0) if weights is not None else 1.0) for n, p in zip(names, paths, strict=True)]
 
 
+def _schedules(args: argparse.Namespace, names: list[str], single: bool):
+    """Refuse the schedules' malformed or clashing forms before anything is read; the batch schedule, or None."""
+    from memtui.orders.levanter_schedule import parse_batch_schedule, parse_train_weights
+
+    if args.train_weights is not None:
+        if args.weights is not None or single:
+            raise MemtuiError("--train-weights gives a mixture's weights: drop --weights and --single-dataset.")
+        parse_train_weights(args.train_weights, names)
+    if args.batch_schedule is None:
+        return None
+    if args.batch_size is not None:
+        raise MemtuiError("--batch-schedule gives every step's batch size: drop --batch-size.")
+    return parse_batch_schedule(args.batch_schedule)
+
+
 def _shuffle(value: str | None) -> bool | int:
     if value is None or value.lower() == "true":
         return True
@@ -71,11 +86,15 @@ class Levanter(OrderBase):
     title = "--order levanter (Levanter's data order: Marin's runs; computed from the seed, no index files)"
     description = (
         "--caches NAME=DIR …: each dataset's cache (its train/ folder holding input_ids/), in the config's order; "
-        "--weights NAME=W …: the mixture's train_weights (absent: equal); --single-dataset: a single-dataset config "
+        "--weights NAME=W …: the mixture's train_weights (absent: equal); --train-weights YAML: train_weights as "
+        "Levanter's config gives them, weight stages included ('[[0, {web: 0.7, code: 0.3}], [1000, {web: 0.2, "
+        "code: 0.8}]]', each stage's step a training step); --single-dataset: a single-dataset config "
         "(not a mixture); --trainer-seed [0] / --data-seed; --shuffle true|false|ERA [true]; --permutation-type "
         "linear|feistel [linear, Levanter's default; Marin's newer configs say feistel]; --mixture-block-size "
         "[2048]; --jax-prng partitionable|legacy [partitionable, as Levanter's trainer sets it]; --numpy-semantics "
-        "2|1 [2]; --seq-len: the model's context [4096]; --batch-size [1024]; --train-steps: the run's last step."
+        "2|1 [2]; --seq-len: the model's context [4096]; --batch-size [1024]; --batch-schedule YAML: "
+        "train_batch_size as a schedule ('[{start: 0, value: 256}, {start: 1000, value: 512}]'); --train-steps: "
+        "the run's last step."
     )
     shared = frozenset({"steps", "macro", "batches", "rows", "n_validation", "seed", "train_steps", "batch_size",
                         "seq_len", "controls"})  # fmt: skip
@@ -85,6 +104,8 @@ class Levanter(OrderBase):
 
     caches: tuple[str, ...] | None = None
     weights: tuple[str, ...] | None = None
+    train_weights: str | None = None  # the YAML text, parsed again where the order is built
+    batch_schedule: str | None = None
     single: bool = False
     trainer_seed: int = 0
     data_seed: int | None = None
@@ -99,6 +120,8 @@ class Levanter(OrderBase):
     def add_arguments(self, group) -> None:
         group.add_argument("--caches", nargs="+", help="levanter: NAME=DIR per dataset, in the config's order")
         group.add_argument("--weights", nargs="+", help="levanter: NAME=W, the mixture's train_weights")
+        group.add_argument("--train-weights", help="levanter: train_weights as YAML, weight stages included")
+        group.add_argument("--batch-schedule", help="levanter: train_batch_size as a YAML schedule")
         group.add_argument("--single-dataset", action="store_true", default=None,
                            help="levanter: a single-dataset config, not a mixture")  # fmt: skip
         group.add_argument("--trainer-seed", type=int, help="levanter: trainer.seed [0]")
@@ -121,8 +144,9 @@ class Levanter(OrderBase):
     def check(self, args: argparse.Namespace) -> Levanter:
         if not args.caches:
             raise MemtuiError("--order levanter needs --caches NAME=DIR (each dataset's cache, in the config's order).")
-        _sources(args.caches, args.weights)  # refuse malformed entries before anything is read
+        sources = _sources(args.caches, args.weights)  # refuse malformed entries before anything is read
         single = bool(args.single_dataset)
+        schedule = _schedules(args, [s.name for s in sources], single)
         if single and (args.weights or len(args.caches) != 1 or args.mixture_block_size is not None):
             raise MemtuiError("--single-dataset reads one cache and takes no --weights or --mixture-block-size.")
         block = or_default(args.mixture_block_size, 2048)
@@ -143,27 +167,32 @@ class Levanter(OrderBase):
             single=single, trainer_seed=_seed(or_default(args.trainer_seed, 0), "--trainer-seed"),
             data_seed=_seed(args.data_seed, "--data-seed"), shuffle=shuffle, permutation=kind, block_size=block,
             prng=or_default(args.jax_prng, "partitionable"), numpy_major=or_default(args.numpy_semantics, 2),
-            seq_len=seq_len, batch=batch,
+            seq_len=seq_len, batch=batch if schedule is None else int(schedule.values[0]),
+            train_weights=args.train_weights, batch_schedule=args.batch_schedule,
         )  # fmt: skip
 
     def sample(self, spec: SamplingSpec) -> list[Instances]:
         import numpy as np
 
         from memtui.orders.levanter import LevanterConfig, open_run, sample_levanter
+        from memtui.orders.levanter_schedule import parse_batch_schedule, parse_train_weights
 
+        names = [c.partition("=")[0] for c in self.caches]
         config = LevanterConfig(
             sources=_sources(list(self.caches), None if self.weights is None else list(self.weights)),
             seq_len=self.seq_len, batch=self.batch, seed=self.trainer_seed, data_seed=self.data_seed,
             shuffle=self.shuffle, permutation=self.permutation, block_size=self.block_size, mixture=not self.single,
             prng=self.prng, numpy_major=self.numpy_major,
+            weight_stages=None if self.train_weights is None else parse_train_weights(self.train_weights, names),
+            batch_schedule=None if self.batch_schedule is None else parse_batch_schedule(self.batch_schedule),
         )  # fmt: skip
         run = open_run(config, spec.train_steps)
         step_list = order_steps(spec.steps, or_default(spec.macro, 1000), run.train_steps, "levanter")
         sampled, extra = sample_levanter(run, step_list, k=or_default(spec.k, 10), m=or_default(spec.m, 10),
                                          n_controls=or_default(spec.n_controls, 1000), seed=spec.seed)  # fmt: skip
         attrs = {
-            "batch_size": str(run.batch),
-            "tokens_per_step": str(run.batch * self.seq_len),
+            "batch_size": str(run.batch) if run.schedule is None else run.schedule.describe(),
+            "tokens_per_step": str(run.batch * self.seq_len) if run.schedule is None else "varies (batch_size)",
             "repeats": "treated at first exposure; provenance 'exposures' counts the run's exposures",
             "levanter": (
                 f"seed {self.trainer_seed if self.data_seed is None else f'data_seed {self.data_seed}'}, shuffle "
