@@ -193,3 +193,17 @@ def test_a_difference_with_a_group_without_variance_has_no_band():
             assert frame["std_error"].is_nan().all() and not frame["significant"].any()
         assert diff.count() == (0, 0, diff.unbanded()) and diff.no_variance == ("grp=tiny",)
         assert "no verdict" in diff.sentence() and "exceeds" not in diff.sentence()
+
+
+def test_levels_alike_in_what_is_shown_get_names_that_tell_them_apart():
+    """Two categories alike in their first 40 characters, or two numbers alike in 6 digits, were printed as two
+    groups of one name (read as one); each now has its own name."""
+    panel = _panel()
+    long = "a" * 45
+    n = len(panel.ids)
+    panel.covariates["source"] = np.array([long + ("x" if i % 2 else "y") for i in range(n)], dtype=object)
+    panel.covariates["level"] = np.where(np.arange(n) % 2 == 0, 1.0, 1.0000001)
+    _, names = group_labels(panel, "source")
+    assert len(set(names)) == 2 and all(name.startswith("source=" + "a" * 30) for name in names)
+    _, names = group_labels(panel, "level")
+    assert names == ["level=1.0", "level=1.0000001"]

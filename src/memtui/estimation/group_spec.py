@@ -73,7 +73,7 @@ def resolve(panel: Panel, spec: str, among: np.ndarray | None = None) -> Groups:
             f"--by '{clean(spec, 60)}' is not a subgroup spec: give NAME (its levels), NAME>=VALUE (a comparison), "
             "NAME:quartiles (or :deciles, :K, :bins=a,b,c)."
         )
-    groups = _used(groups, among)
+    groups = _used(replace(groups, names=_distinct(groups.names)), among)
     found = np.unique(groups.labels[groups.labels >= 0])
     if len(found) < 2:
         raise MemtuiError(f"--by '{clean(spec, 60)}' makes {len(found)} group(s) on this panel; subgroups need two.")
@@ -141,7 +141,25 @@ def _levels(spec: str, name: str, values: np.ndarray) -> Groups:
     labels[known] = codes
     numeric = values.dtype.kind == "f"
     names = [f"{name}={v:g}" if numeric else f"{name}={clean(str(v), 40)}" for v in levels]
+    if numeric and len(set(names)) < len(names):  # values alike in 6 digits: as many as tell them apart
+        names = [f"{name}={v!r}" for v in levels.tolist()]
     return Groups(spec, name, labels, names, ordered=numeric, values=values)
+
+
+def _distinct(names: list[str]) -> list[str]:
+    """Names that tell the groups apart: groups alike in what is shown (levels alike in their first 40 characters,
+    bins whose edges print alike) get ``#1``, ``#2``, ... in their order (two groups of one name read as one)."""
+    seen: dict[str, int] = {}
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+    count: dict[str, int] = {}
+    out = []
+    for n in names:
+        if seen[n] > 1:
+            count[n] = count.get(n, 0) + 1
+            n = f"{n} #{count[n]}"
+        out.append(n)
+    return out
 
 
 def _binned(spec: str, name: str, how: str, values: np.ndarray, among: np.ndarray) -> Groups:

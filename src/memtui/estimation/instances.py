@@ -202,7 +202,7 @@ def every_group(panel: Panel, metric: str, selection: Selection) -> InstanceScor
     with a note; where no group has any, the error gives the first group's reason."""
     groups = _split(panel, selection.by, selection.shared_controls)
     parts, notes = [], []
-    for name in dict.fromkeys(groups.names):  # a name twice (levels alike in their first 40 characters): refused below
+    for name in groups.names:  # each a name of its own (group_spec._distinct)
         try:
             parts.append(instance_scores(panel, metric, replace(selection, group=name)))
         except MemtuiError as exc:
@@ -249,11 +249,6 @@ def group_members(panel: Panel, by: str, group: str, shared_controls: bool = Fal
     if group not in groups.names:
         shown = ", ".join(clean(n, 40) for n in groups.names[:8]) + (" ..." if len(groups.names) > 8 else "")
         raise MemtuiError(f"--by '{clean(by, 60)}' has no group '{clean(group, 60)}'; its groups are {shown}.")
-    if groups.names.count(group) > 1:
-        raise MemtuiError(
-            f"--by '{clean(by, 60)}' names two groups '{clean(group, 60)}' (levels alike in their first 40 "
-            "characters); split by a comparison (NAME==VALUE) instead."
-        )
     mine = groups.labels == groups.names.index(group)
     return (mine & ~panel.never_treated) | panel.never_treated if shared_controls else mine
 
