@@ -78,7 +78,7 @@ class Plan:
     treated_rows: slice  # the permuted rows in the layout (the treated ones, or every row with the controls)
     ctrl_group: int = -1  # the controls' group in the sums (0) where they are permuted with the treated, else -1
     ctrl_n: float = 0.0  # the controls' number
-    rebased: np.ndarray | None = None  # with the controls permuted: ``y`` less each row's first checkpoint (float32)
+    rebased: np.ndarray | None = None  # with the controls permuted: ``y`` less each row's first checkpoint, centred
 
 
 def plan(
@@ -143,9 +143,12 @@ def plan(
 
 
 def _rebased(y: np.ndarray, width: int) -> np.ndarray:
-    """The padded rows' used columns (0 .. width) less each row's first checkpoint (column 1), contiguous: what the
-    permuted controls' Gram products read (``_control_parts``)."""
-    return np.ascontiguousarray(y[:, : width + 1] - y[:, 1:2])
+    """The padded rows' used columns (0 .. width) less each row's first checkpoint (column 1), then less their mean
+    over every row (float32, contiguous): what the permuted controls' Gram products read (``_control_grams``). The
+    instances' levels, which dwarf the changes, and the changes' common mean are taken out before the float32
+    products, so a permuted control set's own mean (its Gram's centring, in double) is small beside their spread."""
+    z = y[:, : width + 1] - y[:, 1:2]
+    return np.ascontiguousarray(z - z.mean(axis=0, dtype=np.float64), dtype=np.float32)
 
 
 def centre_rows(lay: Layout, est, y: np.ndarray, starts: np.ndarray, lagged: np.ndarray) -> None:
@@ -191,15 +194,14 @@ def orders(p: Plan, seeds: np.ndarray) -> np.ndarray:
     disjoint subsets of the keys are independent and uniform: subgroups get a permutation stratified by group. The
     compiled loop and numpy make the same permutations."""
     seeds = np.ascontiguousarray(seeds, np.uint64)
-    shuffled = np.empty((len(seeds), len(p.keys)), np.int64)  # per permutation: the treated rows in its key order
-    if compiled():
+    out = np.empty((len(seeds), len(p.keys)), np.int64)
+    if compiled():  # the same mapping as below, made as the keys are shuffled
         work = np.empty(p.n_keys, np.int64)
-        _LIB.perm_orders(len(seeds), p.n_keys, seeds.ctypes.data, p.row_of_key.ctypes.data, len(p.keys),
-                         work.ctypes.data, shuffled.ctypes.data)  # fmt: skip
-    else:
-        shuffled[:] = _shuffled(p, seeds)
+        _LIB.perm_orders(len(seeds), p.n_keys, seeds.ctypes.data, p.row_of_key.ctypes.data, p.by_key.ctypes.data,
+                         len(p.keys), work.ctypes.data, out.ctypes.data)  # fmt: skip
+        return out
+    shuffled = _shuffled(p, seeds)  # per permutation: the treated rows in its key order
     # pi maps the m-th treated row in key order to the m-th in shuffled order: the slot of row pi(i) goes to row i
-    out = np.empty_like(shuffled)
     np.put_along_axis(out, shuffled, p.by_key[None, :], axis=1)
     return out
 
@@ -251,17 +253,19 @@ def _library():
     if lib is None or not hasattr(lib, "perm_version"):
         return None
     lib.perm_version.restype = ctypes.c_int64
-    if lib.perm_version() != 6:
+    if lib.perm_version() != 7:
         return None
     lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
     lib.perm_sums.restype = None
-    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_int64, ctypes.c_double,
+    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 12, ctypes.c_int64, ctypes.c_double,
                                ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
                                ctypes.c_void_p]  # fmt: skip
     lib.perm_cells.restype = None
-    lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+    lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 3, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
     lib.perm_orders.restype = None
+    lib.perm_controls.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 4
+    lib.perm_controls.restype = None
     return lib
 
 
@@ -303,21 +307,39 @@ def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return out[0], out[1], out[2]
 
 
+def _control_grams(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per permutation, the permuted controls' Gram matrix (count x w x w, float32: one BLAS product of their rows of
+    ``p.rebased``, gathered) and their rows' mean (count x w, double): their centred Gram is gram - n m m' (w: the
+    used columns, the sums' coordinates)."""
+    first, last = p.starts[p.ctrl_group], p.starts[p.ctrl_group + 1]
+    count, width = len(order), p.rebased.shape[1]
+    grams = np.empty((count, width, width), np.float32)
+    means = np.empty((count, width))
+    buf = np.empty((last - first, width), np.float32)
+    for j in range(count):  # one permutation's rows at a time: they stay in cache for their product
+        if compiled():
+            order_j = np.ascontiguousarray(order[j], np.int64)
+            _LIB.perm_controls(len(order_j), first, last - first, width, p.rebased.ctypes.data, order_j.ctypes.data,
+                               buf.ctypes.data, means[j].ctypes.data)  # fmt: skip
+        else:
+            np.take(p.rebased, order[j, first:last], axis=0, out=buf)
+            means[j] = buf.mean(axis=0, dtype=np.float64)
+        np.matmul(buf.T, buf, out=grams[j])
+    return grams, means
+
+
 def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
     """The controls' part of each cell's variance: fixed (``p.ctrl_var``, per cell) where the controls are, else per
     permutation (count x cells): the permuted controls' centred changes' sum of squares over their number squared, as
-    ``_control_variance`` forms the observed controls', from their Gram matrix (one float32 BLAS product per
-    permutation, on rows less their first checkpoint and centred: the instances' levels, which dwarf the changes, are
-    taken out before the products, so float32 keeps the changes' variance to about 1e-5)."""
+    ``_control_variance`` forms the observed controls', from their Gram matrix (``_control_grams``; _kernels.c's
+    ``perm_cells`` forms the same from it)."""
     if p.ctrl_group < 0:
         return p.ctrl_var
-    z = p.rebased[order[:, p.starts[p.ctrl_group] : p.starts[p.ctrl_group + 1]]]  # count x controls x width
-    z -= z.mean(axis=1, keepdims=True)
-    gram = np.matmul(z.transpose(0, 2, 1), z)
+    gram, mean = _control_grams(p, order)
     t, b = p.col_t, p.col_b
     out = gram[:, t, t].astype(np.float64) + gram[:, b, b] - 2 * gram[:, t, b].astype(np.float64)
-    # C order (the compiled loop reads permutation j's row at j * cells): the fancy-indexed sums are not
-    return np.ascontiguousarray(np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n))
+    out -= p.ctrl_n * (mean[:, t] - mean[:, b]) ** 2
+    return np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n)
 
 
 def cell_stats(p: Plan, s, q, c, ctrl_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -363,19 +385,21 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
     """One chunk of permutations: their estimates into ``cells[:, start:]`` and each class's maximum |t| (chunk x
     classes)."""
     top = np.zeros((len(order), n_labels))
-    ctrl_var = _control_parts(p, order)
     if compiled():
         att = np.empty((len(order), len(p.cohort)), np.float32)
         s = sums(p, order)
+        # permuted controls: their Gram matrices, which perm_cells reads per cell; fixed: their part of each cell
+        gram, mean = _control_grams(p, order) if p.ctrl_group >= 0 else (None, None)
         _LIB.perm_cells(
             len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
             p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
-            ctrl_var.ctypes.data, ctrl_var.shape[1] if ctrl_var.ndim == 2 else 0, floor * floor, label.ctypes.data,
-            n_labels, p.ctrl_group, p.ctrl_n, att.ctypes.data, top.ctypes.data,
+            p.ctrl_var.ctypes.data, None if gram is None else gram.ctypes.data,
+            None if mean is None else mean.ctypes.data, 0 if gram is None else gram.shape[1], floor * floor,
+            label.ctypes.data, n_labels, p.ctrl_group, p.ctrl_n, att.ctypes.data, top.ctypes.data,
         )  # fmt: skip
         cells[:, start : start + len(order)] = att.T
         return np.sqrt(top)
-    att, var = cell_stats(p, *sums(p, order), ctrl_var=ctrl_var)
+    att, var = cell_stats(p, *sums(p, order), ctrl_var=_control_parts(p, order))
     cells[:, start : start + len(order)] = att.T
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
