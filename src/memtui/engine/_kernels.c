@@ -193,9 +193,12 @@ void rademacher_rows(const uint8_t *raw, int64_t bc, int64_t row0, int64_t n_row
    permutation gives cohort g), the sums of y, y^2 and the cross products y * (the previous column) in the columns
    before split[g] and y * y[base[g]] (the row's value at the cohort's base column) from split[g] on, column by column,
    into s, q and c (n_perms x n_groups x width, float32). y: the treated rows, width floats apart; its column 0 is zero
-   (the lag of column 1 reads it). Each column's sums add the rows in the order of the slots. Compiled for AVX2 as well
+   (the lag of column 1 reads it). Each column's sums add the rows in the order of the slots. Where zbuf is not NULL,
+   the rows of group ctrl_group (the permuted controls) are also written, as control_row makes them, in the order of
+   their slots, into zbuf (n_perms x their number x gw) and their column means into zmean (n_perms x gw): what one
+   BLAS product per permutation turns into their Gram matrix. Compiled for AVX2 as well
    where the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
-   arguments' version of perm_orders, perm_sums, perm_controls and perm_cells, which memtui.engine.permutations
+   arguments' version of perm_orders, perm_sums and perm_cells, which memtui.engine.permutations
    checks before calling them. */
 int64_t perm_version(void) { return 7; }
 
@@ -311,10 +314,25 @@ tile_sums(const float *restrict rows, int64_t n, int64_t width, int64_t b, int64
 #define PERM_TILED 0
 #endif
 
+/* One permuted control's row for their Gram matrix (memtui.engine.permutations.plan's rebased rows, as numpy makes
+   them): its columns 0 .. gw - 1 less its first checkpoint (column 1), less centre (their mean over every row, in
+   double), rounded to float, into z; each added, in double, into mean. */
+static inline void control_row(const float *restrict r, int64_t gw, const double *restrict centre, float *restrict z,
+                               double *restrict mean)
+{
+    for (int64_t k = 0; k < gw; k++) {
+        const float d = r[k] - r[1];
+        z[k] = (float)((double)d - centre[k]);
+        mean[k] += (double)z[k];
+    }
+}
+
 PERM_CLONES
 void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width, const float *restrict y,
                const int64_t *restrict order, const int64_t *restrict starts, const int64_t *restrict base,
-               const int64_t *restrict split, float *restrict s, float *restrict q, float *restrict c)
+               const int64_t *restrict split, float *restrict s, float *restrict q, float *restrict c,
+               int64_t ctrl_group, int64_t gw, const double *restrict centre, float *restrict zbuf,
+               double *restrict zmean)
 {
     /* the rows of a block are copied together (in L1, on few pages) and their sums taken tile by tile from there: the
        rows, in random order, are read once each, and each tile's three sums stay in registers over the block */
@@ -327,6 +345,9 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
             float *restrict as = s + out, *restrict aq = q + out, *restrict ac = c + out;
             for (int64_t k = 1; k < width; k++)
                 as[k] = aq[k] = ac[k] = 0.0f;
+            if (g == ctrl_group && zbuf)
+                for (int64_t k = 0; k < gw; k++)
+                    zmean[j * gw + k] = 0.0;
             for (int64_t p0 = starts[g]; p0 < starts[g + 1]; p0 += PERM_PACK) {
                 const int64_t p1 = p0 + PERM_PACK < starts[g + 1] ? p0 + PERM_PACK : starts[g + 1];
                 for (int64_t p = p0; p < p1; p++) {
@@ -338,6 +359,9 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
                     const float *restrict r = y + ord[p] * width;
                     if (tiled > 1)
                         memcpy(pack + (p - p0) * width, r, width * sizeof(float));
+                    if (g == ctrl_group && zbuf) /* while the row is in cache: its row for the controls' Gram */
+                        control_row(r, gw, centre, zbuf + (j * (starts[g + 1] - starts[g]) + p - starts[g]) * gw,
+                                    zmean + j * gw);
                     if (tiled == width)
                         continue;
                     const float yb = r[b];
@@ -353,27 +377,11 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
                     tile_sums(pack, p1 - p0, width, b, sp, k0, as, aq, ac);
 #endif
             }
+            if (g == ctrl_group && zbuf)
+                for (int64_t k = 0; k < gw; k++)
+                    zmean[j * gw + k] /= (double)(starts[g + 1] - starts[g]);
         }
     }
-}
-
-/* The permuted controls' rows of permutation j (memtui.engine.permutations._control_parts): the rows of z (width
-   floats apart) in slots first .. first + count - 1 of order (n_rows slots), gathered into buf (count x width,
-   contiguous: what one BLAS product turns into their Gram matrix), and their column means, in double, into mean. */
-void perm_controls(int64_t n_rows, int64_t first, int64_t count, int64_t width, const float *restrict z,
-                   const int64_t *restrict order, float *restrict buf, double *restrict mean)
-{
-    for (int64_t k = 0; k < width; k++)
-        mean[k] = 0.0;
-    for (int64_t i = 0; i < count; i++) {
-        const float *restrict r = z + order[first + i] * width;
-        memcpy(buf + i * width, r, width * sizeof(float));
-        for (int64_t k = 0; k < width; k++)
-            mean[k] += (double)r[k];
-    }
-    (void)n_rows;
-    for (int64_t k = 0; k < width; k++)
-        mean[k] /= (double)count;
 }
 
 /* Per permutation j and cell k, from perm_sums' sums (in double): the cell's estimate dm - shift[k] (dm: the change
@@ -424,7 +432,7 @@ void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t widt
                 if (gj) {
                     const int64_t ct = col_t[k], cb = col_b[k];
                     const double dmc = mj[ct] - mj[cb];
-                    cv = (double)gj[ct * gw + ct] + (double)gj[cb * gw + cb] - 2.0 * (double)gj[ct * gw + cb];
+                    cv = (double)gj[ct * gw + ct] + (double)gj[cb * gw + cb] - 2.0 * (double)gj[cb * gw + ct];
                     cv -= ctrl_n * dmc * dmc;
                     cv = (cv < 0.0 ? 0.0 : cv) / (ctrl_n * ctrl_n);
                 } else {
