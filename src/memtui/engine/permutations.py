@@ -16,8 +16,9 @@ cohort's and the controls' changes, the HC1 variance of both) from four per-coho
 cohort's base column and y times the previous column (a cell's base is the cohort's base for post-treatment cells and
 the checkpoint before c for varying-base placebo cells). Fixed controls' part of every cell is computed once; permuted
 controls are one more group of the sums (their change) and their part of the variance comes from their Gram matrix per
-permutation (``_control_parts``: their cells' bases differ by cohort). The sums are one pass over the treated rows per
-permutation (``_kernels.c``'s ``perm_sums``; a sparse product in numpy where the library is not built).
+permutation (``_control_grams``: their cells' bases differ by cohort, so every pair of columns is some cell's). The sums
+are one pass over the treated rows per permutation (``_kernels.c``'s ``perm_sums``, which also gathers the permuted
+controls' rows for their Gram as it reads them; a sparse product in numpy where the library is not built).
 
 Permutations are drawn over *keys*: by default each instance's data row (each treated instance's rank among the
 treated instances with the controls fixed), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j
