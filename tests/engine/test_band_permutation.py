@@ -22,10 +22,16 @@ def _data(seed: int = 1):
     return d["values"]["loglik"], d["treatment"], d["steps"]
 
 
-def _layout(estimator="did", base_period="varying", seed=1):
-    y, treatment, steps = _data(seed)
+def _layout(estimator="did", base_period="varying", seed=1, checkpoints=8):
+    y, treatment, steps = _data(seed) if checkpoints == 8 else _wide(seed, checkpoints)
     lay = build_layout(y, treatment, steps, never=NEVER, estimator=estimator, base_period=base_period)
     return lay, did.point_estimates(lay)
+
+
+def _wide(seed: int, checkpoints: int):
+    """A panel wide enough that the compiled sums run in tiles of 16 columns and a narrower tail."""
+    d = simulate(Simulation(n_cohorts=5, per_cohort=20, n_never=60, n_checkpoints=checkpoints, seed=seed, effect=1.0))
+    return d["values"]["loglik"], d["treatment"], d["steps"]
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -113,11 +119,12 @@ def test_a_permutation_is_a_relabelling_of_the_treated_rows_with_the_cohort_size
     assert att[0, cell] == pytest.approx(expected, abs=1e-5)
 
 
+@pytest.mark.parametrize("checkpoints", [8, 37])
 @pytest.mark.parametrize("controls", [False, True])
-def test_the_compiled_loops_and_numpy_make_the_same_permutations_and_laws(controls, monkeypatch):
+def test_the_compiled_loops_and_numpy_make_the_same_permutations_and_laws(controls, checkpoints, monkeypatch):
     if not permutations.compiled():
         pytest.skip("the compiled loops are not built")
-    lay, est = _layout()
+    lay, est = _layout(checkpoints=checkpoints)
     masks = {"post": ~lay.cell_pre, "pre": lay.cell_pre}
     se = did.floored(est.se, did.se_floor(lay.scale))
     kw = {"count": 40, "seed": 3, "floor": did.se_floor(lay.scale), "controls": controls}
@@ -127,6 +134,36 @@ def test_the_compiled_loops_and_numpy_make_the_same_permutations_and_laws(contro
     for name in masks:
         np.testing.assert_allclose(fast.laws[name], slow.laws[name], rtol=1e-4)
     np.testing.assert_allclose(fast.cells, slow.cells, atol=1e-4 * np.abs(est.att).max())
+
+
+@pytest.mark.parametrize("checkpoints", [8, 20, 37])
+@pytest.mark.parametrize("controls", [False, True])
+def test_the_compiled_sums_and_control_grams_are_numpys(controls, checkpoints, monkeypatch):
+    # the compiled sums hold 16 columns at a time in registers over blocks of rows, the rest column by column, and
+    # gather the permuted controls' rows for their Gram matrices as they read them: each is the numpy code's
+    if not permutations.compiled():
+        pytest.skip("the compiled loops are not built")
+    lay, est = _layout(checkpoints=checkpoints)
+    p = permutations.plan(lay, est, controls=controls)
+    order = permutations.orders(p, np.arange(1, 6, dtype=np.uint64))
+    fast, grams, means = permutations._compiled_sums(p, order)
+    monkeypatch.setenv("MEMTUI_KERNELS", "numpy")
+    slow = permutations.sums(p, order)
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_allclose(a[:, :, 1:], b[:, :, 1:], rtol=1e-5, atol=1e-5 * np.abs(b).max())
+    if not controls:
+        assert grams is None and means is None
+        return
+    grams_np, means_np = permutations._control_grams(p, order)
+    np.testing.assert_allclose(grams, grams_np, rtol=1e-6, atol=1e-6 * np.abs(grams_np).max())
+    np.testing.assert_allclose(means, means_np, rtol=1e-9, atol=1e-12)
+    # and each Gram is the permuted controls' own (rows less their first checkpoint, in double)
+    first, last = p.starts[0], p.starts[1]
+    z = p.y[order[0, first:last], : p.rebased.shape[1]].astype(float)
+    z = z - z[:, 1:2]
+    z -= z.mean(axis=0)
+    centred = grams_np[0] - (last - first) * np.outer(means_np[0], means_np[0])
+    np.testing.assert_allclose(centred, z.T @ z, atol=1e-4 * np.abs(z.T @ z).max())
 
 
 def test_layouts_of_the_same_instances_in_another_row_order_get_the_same_relabelling():

@@ -193,11 +193,14 @@ void rademacher_rows(const uint8_t *raw, int64_t bc, int64_t row0, int64_t n_row
    permutation gives cohort g), the sums of y, y^2 and the cross products y * (the previous column) in the columns
    before split[g] and y * y[base[g]] (the row's value at the cohort's base column) from split[g] on, column by column,
    into s, q and c (n_perms x n_groups x width, float32). y: the treated rows, width floats apart; its column 0 is zero
-   (the lag of column 1 reads it). Each row is read once, its sums added into the cohort's rows of the outputs (in
-   cache while the cohort's rows are read). Column 0 of the outputs is left as it is. Compiled for AVX2 as well where
-   the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
-   arguments' version of perm_sums and perm_cells, which memtui.engine.permutations checks before calling them. */
-int64_t perm_version(void) { return 6; }
+   (the lag of column 1 reads it). Each column's sums add the rows in the order of the slots. Where zbuf is not NULL,
+   the rows of group ctrl_group (the permuted controls) are also written, as control_row makes them, in the order of
+   their slots, into zbuf (n_perms x their number x gw) and their column means into zmean (n_perms x gw): what one
+   BLAS product per permutation turns into their Gram matrix. Compiled for AVX2 as well
+   where the compiler can (picked at load time); without contraction, as the rest of this file. perm_version: the
+   arguments' version of perm_orders, perm_sums and perm_cells, which memtui.engine.permutations
+   checks before calling them. */
+int64_t perm_version(void) { return 7; }
 
 /* splitmix64 (Steele, Lea & Flood 2014): the permutations' generator, one stream per permutation from its seed. */
 static inline uint64_t splitmix64(uint64_t *state)
@@ -221,10 +224,11 @@ static inline uint64_t below(uint64_t *state, uint64_t n)
 }
 
 /* The permutations' slot lists (memtui.engine.permutations.orders): for permutation j, the keys 0 .. n_keys - 1 in a
-   uniformly random order (Fisher-Yates, from the last position down, with the stream seeded by seeds[j], in work), and
-   out[j * n_rows ...] the treated rows of the keys in that order (row_of_key[k] < 0: no treated row has key k). */
+   uniformly random order (Fisher-Yates, from the last position down, with the stream seeded by seeds[j], in work),
+   the m-th treated row met in that order (row_of_key[k] < 0: no treated row has key k) mapped to the m-th in
+   ascending order of the keys (by_key[m]): out[j * n_rows + that row] = by_key[m], the row whose slot it takes. */
 void perm_orders(int64_t count, int64_t n_keys, const uint64_t *restrict seeds, const int64_t *restrict row_of_key,
-                 int64_t n_rows, int64_t *restrict work, int64_t *restrict out)
+                 const int64_t *restrict by_key, int64_t n_rows, int64_t *restrict work, int64_t *restrict out)
 {
     for (int64_t j = 0; j < count; j++) {
         uint64_t state = seeds[j];
@@ -235,15 +239,20 @@ void perm_orders(int64_t count, int64_t n_keys, const uint64_t *restrict seeds, 
             work[i] = work[other];
             work[other] = kept;
         }
-        int64_t *dst = out + j * n_rows;
-        for (int64_t k = 0; k < n_keys; k++)
-            if (row_of_key[work[k]] >= 0)
-                *dst++ = row_of_key[work[k]];
+        int64_t *dst = out + j * n_rows, m = 0;
+        for (int64_t k = 0; k < n_keys; k++) {
+            const int64_t row = row_of_key[work[k]];
+            if (row >= 0)
+                dst[row] = by_key[m++];
+        }
     }
 }
 
 #define PERM_AHEAD 4 /* rows ahead whose cache lines perm_sums prefetches */
 #define PERM_CELLS 1024 /* cells perm_cells takes through every permutation of a chunk at once */
+#define PERM_TILE 16 /* columns whose three sums perm_sums holds in registers over a block of rows */
+#define PERM_PACK 16 /* rows of a block */
+#define PERM_PACK_WIDTH 512 /* the widest rows perm_sums copies (wider: its scalar loop) */
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define PERM_CLONES __attribute__((target_clones("avx2", "default")))
@@ -251,11 +260,84 @@ void perm_orders(int64_t count, int64_t n_keys, const uint64_t *restrict seeds, 
 #define PERM_CLONES
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+typedef float lane8_t __attribute__((vector_size(8 * sizeof(float))));
+typedef int32_t mask8_t __attribute__((vector_size(8 * sizeof(float))));
+#define LOAD8(dst, src) memcpy(&(dst), (src), sizeof(lane8_t)) /* unaligned */
+
+/* Columns k0 .. k0 + PERM_TILE - 1 (two lanes of eight) of one cohort's sums over n packed rows (width floats
+   apart), held in registers from and back to as, aq, ac: lane-wise the same operations in the same order as the
+   scalar loop, so the same floats. */
+static inline __attribute__((always_inline)) void
+tile_sums(const float *restrict rows, int64_t n, int64_t width, int64_t b, int64_t sp, int64_t k0, float *as,
+          float *aq, float *ac)
+{
+    mask8_t lag0, lag1; /* lanes before the split: the previous column, else the base */
+    for (int i = 0; i < 8; i++) {
+        lag0[i] = k0 + i < sp ? -1 : 0;
+        lag1[i] = k0 + 8 + i < sp ? -1 : 0;
+    }
+    lane8_t s0, s1, q0, q1, c0, c1;
+    LOAD8(s0, as + k0);
+    LOAD8(s1, as + k0 + 8);
+    LOAD8(q0, aq + k0);
+    LOAD8(q1, aq + k0 + 8);
+    LOAD8(c0, ac + k0);
+    LOAD8(c1, ac + k0 + 8);
+    for (int64_t p = 0; p < n; p++) {
+        const float *restrict r = rows + p * width + k0;
+        lane8_t v0, v1, l0, l1, yb;
+        LOAD8(v0, r);
+        LOAD8(v1, r + 8);
+        LOAD8(l0, r - 1);
+        LOAD8(l1, r + 7);
+        for (int i = 0; i < 8; i++)
+            yb[i] = r[b - k0];
+        const lane8_t x0 = (lane8_t)(((mask8_t)l0 & lag0) | ((mask8_t)yb & ~lag0));
+        const lane8_t x1 = (lane8_t)(((mask8_t)l1 & lag1) | ((mask8_t)yb & ~lag1));
+        s0 = s0 + v0;
+        s1 = s1 + v1;
+        q0 = q0 + v0 * v0;
+        q1 = q1 + v1 * v1;
+        c0 = c0 + v0 * x0;
+        c1 = c1 + v1 * x1;
+    }
+    memcpy(as + k0, &s0, sizeof s0);
+    memcpy(as + k0 + 8, &s1, sizeof s1);
+    memcpy(aq + k0, &q0, sizeof q0);
+    memcpy(aq + k0 + 8, &q1, sizeof q1);
+    memcpy(ac + k0, &c0, sizeof c0);
+    memcpy(ac + k0 + 8, &c1, sizeof c1);
+}
+#define PERM_TILED 1
+#else
+#define PERM_TILED 0
+#endif
+
+/* One permuted control's row for their Gram matrix (memtui.engine.permutations.plan's rebased rows, as numpy makes
+   them): its columns 0 .. gw - 1 less its first checkpoint (column 1), less centre (their mean over every row, in
+   double), rounded to float, into z; each added, in double, into mean. */
+static inline void control_row(const float *restrict r, int64_t gw, const double *restrict centre, float *restrict z,
+                               double *restrict mean)
+{
+    for (int64_t k = 0; k < gw; k++) {
+        const float d = r[k] - r[1];
+        z[k] = (float)((double)d - centre[k]);
+        mean[k] += (double)z[k];
+    }
+}
+
 PERM_CLONES
 void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width, const float *restrict y,
                const int64_t *restrict order, const int64_t *restrict starts, const int64_t *restrict base,
-               const int64_t *restrict split, float *restrict s, float *restrict q, float *restrict c)
+               const int64_t *restrict split, float *restrict s, float *restrict q, float *restrict c,
+               int64_t ctrl_group, int64_t gw, const double *restrict centre, float *restrict zbuf,
+               double *restrict zmean)
 {
+    /* the rows of a block are copied together (in L1, on few pages) and their sums taken tile by tile from there: the
+       rows, in random order, are read once each, and each tile's three sums stay in registers over the block */
+    float pack[PERM_PACK * PERM_PACK_WIDTH];
+    const int64_t tiled = PERM_TILED && width <= PERM_PACK_WIDTH ? 1 + (width - 1) / PERM_TILE * PERM_TILE : 1;
     for (int64_t j = 0; j < n_perms; j++) {
         const int64_t *ord = order + j * n_rows;
         for (int64_t g = 0; g < n_groups; g++) {
@@ -263,27 +345,41 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
             float *restrict as = s + out, *restrict aq = q + out, *restrict ac = c + out;
             for (int64_t k = 1; k < width; k++)
                 as[k] = aq[k] = ac[k] = 0.0f;
-            for (int64_t p = starts[g]; p < starts[g + 1]; p++) {
-                const float *restrict r = y + ord[p] * width;
-                const float yb = r[b];
-                if (p + PERM_AHEAD < n_rows) { /* the rows are read in random order: ask for a later one's lines now */
-                    const char *ahead = (const char *)(y + ord[p + PERM_AHEAD] * width);
-                    for (int64_t byte = 0; byte < width * (int64_t)sizeof(float); byte += 64)
-                        __builtin_prefetch(ahead + byte);
+            if (g == ctrl_group && zbuf)
+                for (int64_t k = 0; k < gw; k++)
+                    zmean[j * gw + k] = 0.0;
+            for (int64_t p0 = starts[g]; p0 < starts[g + 1]; p0 += PERM_PACK) {
+                const int64_t p1 = p0 + PERM_PACK < starts[g + 1] ? p0 + PERM_PACK : starts[g + 1];
+                for (int64_t p = p0; p < p1; p++) {
+                    if (p + PERM_AHEAD < n_rows) { /* random order: ask for a later row's lines now */
+                        const char *ahead = (const char *)(y + ord[p + PERM_AHEAD] * width);
+                        for (int64_t byte = 0; byte < width * (int64_t)sizeof(float); byte += 64)
+                            __builtin_prefetch(ahead + byte);
+                    }
+                    const float *restrict r = y + ord[p] * width;
+                    if (tiled > 1)
+                        memcpy(pack + (p - p0) * width, r, width * sizeof(float));
+                    if (g == ctrl_group && zbuf) /* while the row is in cache: its row for the controls' Gram */
+                        control_row(r, gw, centre, zbuf + (j * (starts[g + 1] - starts[g]) + p - starts[g]) * gw,
+                                    zmean + j * gw);
+                    if (tiled == width)
+                        continue;
+                    const float yb = r[b];
+                    for (int64_t k = tiled; k < width; k++) {
+                        const float v = r[k];
+                        as[k] += v;
+                        aq[k] += v * v;
+                        ac[k] += v * (k < sp ? r[k - 1] : yb);
+                    }
                 }
-                for (int64_t k = 1; k < sp; k++) {
-                    const float v = r[k];
-                    as[k] += v;
-                    aq[k] += v * v;
-                    ac[k] += v * r[k - 1];
-                }
-                for (int64_t k = sp; k < width; k++) {
-                    const float v = r[k];
-                    as[k] += v;
-                    aq[k] += v * v;
-                    ac[k] += v * yb;
-                }
+#if PERM_TILED
+                for (int64_t k0 = 1; k0 < tiled; k0 += PERM_TILE)
+                    tile_sums(pack, p1 - p0, width, b, sp, k0, as, aq, ac);
+#endif
             }
+            if (g == ctrl_group && zbuf)
+                for (int64_t k = 0; k < gw; k++)
+                    zmean[j * gw + k] /= (double)(starts[g + 1] - starts[g]);
         }
     }
 }
@@ -296,13 +392,16 @@ void perm_sums(int64_t n_perms, int64_t n_rows, int64_t n_groups, int64_t width,
    none). A variance at or below floor2 (the squared standard-error floor) leaves the cell out. ctrl_group >= 0: the
    controls are permuted too (they are that group of the sums): the estimate is dm less the change of that group's
    mean (its sums over ctrl_n) less shift[k]; ctrl_group < 0: the controls are fixed, their change is in shift[k].
-   The controls' part of the variance: ctrl_var[j * var_stride + k] (var_stride 0: fixed, n_cells: per permutation). */
+   The controls' part of the variance: fixed, ctrl_var[k]; permuted (gram not NULL), from permutation j's Gram matrix
+   gram[j * gw * gw ...] of their rows (gw columns, the sums' coordinates) and their column means gmean[j * gw ...]:
+   (G_tt + G_bb - 2 G_tb - ctrl_n (m_t - m_b)^2) / ctrl_n^2 (their centred changes' sum of squares, floored at 0). */
 void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t width, const float *restrict s,
                 const float *restrict q, const float *restrict c,
                 const int64_t *restrict cohort, const int64_t *restrict col_t, const int64_t *restrict col_b,
                 const int64_t *restrict cross, const double *restrict n, const double *restrict shift,
-                const double *restrict ctrl_var, int64_t var_stride, double floor2, const int64_t *restrict label,
-                int64_t n_labels, int64_t ctrl_group, double ctrl_n, float *restrict att, double *restrict label_max)
+                const double *restrict ctrl_var, const float *restrict gram, const double *restrict gmean, int64_t gw,
+                double floor2, const int64_t *restrict label, int64_t n_labels, int64_t ctrl_group, double ctrl_n,
+                float *restrict att, double *restrict label_max)
 {
     /* cells in blocks, every permutation of the chunk over a block: the cells' constants are read from cache once
        per block, not once per permutation */
@@ -312,7 +411,8 @@ void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t widt
             double *lm = label_max + j * n_labels;
             const float *sj = s + j * n_groups * width, *qj = q + j * n_groups * width, *cj = c + j * n_groups * width;
             float *aj = att + j * n_cells;
-            const double *cv = ctrl_var + j * var_stride;
+            const float *gj = gram ? gram + j * gw * gw : 0;
+            const double *mj = gram ? gmean + j * gw : 0;
             for (int64_t k = k0; k < k1; k++) {
                 const int64_t row = cohort[k] * width, t = row + col_t[k], b = row + col_b[k];
                 const double nk = n[k];
@@ -326,8 +426,20 @@ void perm_cells(int64_t n_perms, int64_t n_cells, int64_t n_groups, int64_t widt
                     a -= ((double)sj[cg + col_t[k]] - (double)sj[cg + col_b[k]]) / ctrl_n;
                 }
                 aj[k] = (float)a;
-                const double var = ss / (nk * nk) + cv[k];
-                if (label[k] < 0 || !(var > floor2))
+                if (label[k] < 0)
+                    continue;
+                double cv;
+                if (gj) {
+                    const int64_t ct = col_t[k], cb = col_b[k];
+                    const double dmc = mj[ct] - mj[cb];
+                    cv = (double)gj[ct * gw + ct] + (double)gj[cb * gw + cb] - 2.0 * (double)gj[cb * gw + ct];
+                    cv -= ctrl_n * dmc * dmc;
+                    cv = (cv < 0.0 ? 0.0 : cv) / (ctrl_n * ctrl_n);
+                } else {
+                    cv = ctrl_var[k];
+                }
+                const double var = ss / (nk * nk) + cv;
+                if (!(var > floor2))
                     continue;
                 const double t2 = a * a / var; /* squared: the maxima are compared, and rooted, by the caller */
                 lm[label[k]] = t2 > lm[label[k]] ? t2 : lm[label[k]];

@@ -151,10 +151,11 @@ class PermutationBand:
         from memtui.engine import permutations
 
         # the permuted cells, the aggregates' draws and their copy; per permutation of a chunk its sums, its cells'
-        # estimates and the permuted controls' part of their variances
+        # estimates, its slots and the permuted controls' Gram matrix; the rows and the controls' rows centred
         per_draw = 4 * n_cells + 8 * n_aggregates * 2
-        chunk = permutations._CHUNK * (3 * 4 * n_groups * (width + 17) + 20 * n_cells + 8 * n_units)
-        rows = 4 * n_units * (width + 17)
+        gram = 4 * (width + 2) ** 2
+        chunk = permutations._CHUNK * (3 * 4 * n_groups * (width + 17) + 20 * n_cells + 8 * n_units + gram)
+        rows = 2 * 4 * n_units * (width + 17)
         return int(draws) * per_draw + 2 * chunk + rows + (32 << 20)
 
     def bootstrap(self, lay, est, masks, members, *, floor, draws, seed, multiplier, progress, source):

@@ -16,8 +16,9 @@ cohort's and the controls' changes, the HC1 variance of both) from four per-coho
 cohort's base column and y times the previous column (a cell's base is the cohort's base for post-treatment cells and
 the checkpoint before c for varying-base placebo cells). Fixed controls' part of every cell is computed once; permuted
 controls are one more group of the sums (their change) and their part of the variance comes from their Gram matrix per
-permutation (``_control_parts``: their cells' bases differ by cohort). The sums are one pass over the treated rows per
-permutation (``_kernels.c``'s ``perm_sums``; a sparse product in numpy where the library is not built).
+permutation (``_control_grams``: their cells' bases differ by cohort, so every pair of columns is some cell's). The sums
+are one pass over the treated rows per permutation (``_kernels.c``'s ``perm_sums``, which also gathers the permuted
+controls' rows for their Gram as it reads them; a sparse product in numpy where the library is not built).
 
 Permutations are drawn over *keys*: by default each instance's data row (each treated instance's rank among the
 treated instances with the controls fixed), or a ``JointMultipliers`` source's keys (subgroups, seeds). Permutation j
@@ -40,7 +41,6 @@ from memtui.engine import kernels
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import NEVER_INDEX, Layout
 
-_BLOCK = 16  # _kernels.c's PERM_BLOCK: the padded width of the rows less one is a multiple of it
 _CHUNK = 16  # permutations per pass (the sums of a chunk: chunk x cohorts x columns x 4 float32)
 
 
@@ -59,7 +59,7 @@ class Plan:
     """What every permutation of one layout reuses: the treated rows (float32, padded), the cohorts' slots, the
     cells' coordinates in the sums, the controls' fixed part of each cell and the keys permutations are drawn over."""
 
-    y: np.ndarray  # (treated rows, padded width) float32: column 0 zero, then the layout's columns, then zeros
+    y: np.ndarray  # (treated rows, padded width) float32: column 0 zero, then the layout's columns
     starts: np.ndarray  # (cohorts + 1,) the cohorts' slots among the treated rows (the layout's own sizes)
     base: np.ndarray  # (cohorts,) each cohort's base column, padded coordinates
     keys: np.ndarray  # (treated rows,) the key each treated row is permuted by
@@ -78,7 +78,8 @@ class Plan:
     treated_rows: slice  # the permuted rows in the layout (the treated ones, or every row with the controls)
     ctrl_group: int = -1  # the controls' group in the sums (0) where they are permuted with the treated, else -1
     ctrl_n: float = 0.0  # the controls' number
-    rebased: np.ndarray | None = None  # with the controls permuted: ``y`` less each row's first checkpoint (float32)
+    rebased: np.ndarray | None = None  # with the controls permuted: ``y`` less each row's first checkpoint, centred
+    centre: np.ndarray | None = None  # the mean ``rebased`` is centred by (double)
 
 
 def plan(
@@ -98,7 +99,7 @@ def plan(
     first = 0 if controls else 1  # the first group permuted
     treated = slice(int(lay.group_start[first]), lay.n_units)
     width = lay.y.shape[1]
-    padded = 1 + -(-width // _BLOCK) * _BLOCK
+    padded = 1 + width  # no wider: the rows are read in random order, every byte a cost (perm_sums tiles them)
     y = np.zeros((lay.n_units - treated.start, padded), np.float32)
     y[:, 1 : width + 1] = lay.y[treated]
     rows = lay.source_rows if lay.source_rows is not None else np.arange(lay.n_units)
@@ -127,6 +128,7 @@ def plan(
     lift = level[lay.cell_t] - level[lay.cell_b]
     # permuted controls: their change and variance are each permutation's own (``_control_parts``)
     shift, ctrl_var = (-lift, np.zeros(len(lift))) if controls else (est.dmu - lift, _control_variance(lay))
+    rebased, rebase_centre = _rebased(y, width) if controls else (None, None)
     keys = np.asarray(keys)[rows[treated]]
     row_of_key = np.full(int(n_keys), -1, np.int64)
     row_of_key[keys] = np.arange(len(keys))
@@ -138,14 +140,19 @@ def plan(
         col_t=lay.cell_t + 1, col_b=lay.cell_b + 1,
         cross=(~none).astype(np.int64), n=lay.group_n[lay.cell_group].astype(float),
         shift=shift, ctrl_var=ctrl_var, treated_rows=treated, ctrl_group=0 if controls else -1,
-        ctrl_n=float(lay.group_n[0]), rebased=_rebased(y, width) if controls else None,
+        ctrl_n=float(lay.group_n[0]), rebased=rebased, centre=rebase_centre,
     )  # fmt: skip
 
 
-def _rebased(y: np.ndarray, width: int) -> np.ndarray:
-    """The padded rows' used columns (0 .. width) less each row's first checkpoint (column 1), contiguous: what the
-    permuted controls' Gram products read (``_control_parts``)."""
-    return np.ascontiguousarray(y[:, : width + 1] - y[:, 1:2])
+def _rebased(y: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """The padded rows' used columns (0 .. width) less each row's first checkpoint (column 1), then less their mean
+    over every row (float32, contiguous), and that mean: what the permuted controls' Gram products read
+    (``_control_grams``; _kernels.c's ``perm_sums`` makes the same rows as it reads them). The instances' levels, which
+    dwarf the changes, and the changes' common mean are taken out before the float32 products, so a permuted control
+    set's own mean (its Gram's centring, in double) is small beside their spread."""
+    z = y[:, : width + 1] - y[:, 1:2]
+    centre = z.mean(axis=0, dtype=np.float64)
+    return np.ascontiguousarray(z - centre, dtype=np.float32), centre
 
 
 def centre_rows(lay: Layout, est, y: np.ndarray, starts: np.ndarray, lagged: np.ndarray) -> None:
@@ -191,15 +198,14 @@ def orders(p: Plan, seeds: np.ndarray) -> np.ndarray:
     disjoint subsets of the keys are independent and uniform: subgroups get a permutation stratified by group. The
     compiled loop and numpy make the same permutations."""
     seeds = np.ascontiguousarray(seeds, np.uint64)
-    shuffled = np.empty((len(seeds), len(p.keys)), np.int64)  # per permutation: the treated rows in its key order
-    if compiled():
+    out = np.empty((len(seeds), len(p.keys)), np.int64)
+    if compiled():  # the same mapping as below, made as the keys are shuffled
         work = np.empty(p.n_keys, np.int64)
-        _LIB.perm_orders(len(seeds), p.n_keys, seeds.ctypes.data, p.row_of_key.ctypes.data, len(p.keys),
-                         work.ctypes.data, shuffled.ctypes.data)  # fmt: skip
-    else:
-        shuffled[:] = _shuffled(p, seeds)
+        _LIB.perm_orders(len(seeds), p.n_keys, seeds.ctypes.data, p.row_of_key.ctypes.data, p.by_key.ctypes.data,
+                         len(p.keys), work.ctypes.data, out.ctypes.data)  # fmt: skip
+        return out
+    shuffled = _shuffled(p, seeds)  # per permutation: the treated rows in its key order
     # pi maps the m-th treated row in key order to the m-th in shuffled order: the slot of row pi(i) goes to row i
-    out = np.empty_like(shuffled)
     np.put_along_axis(out, shuffled, p.by_key[None, :], axis=1)
     return out
 
@@ -251,15 +257,15 @@ def _library():
     if lib is None or not hasattr(lib, "perm_version"):
         return None
     lib.perm_version.restype = ctypes.c_int64
-    if lib.perm_version() != 6:
+    if lib.perm_version() != 7:
         return None
-    lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8
+    lib.perm_sums.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 8 + [ctypes.c_int64] * 2 + [ctypes.c_void_p] * 3
     lib.perm_sums.restype = None
-    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 10, ctypes.c_int64, ctypes.c_double,
+    lib.perm_cells.argtypes = [*[ctypes.c_int64] * 4, *[ctypes.c_void_p] * 12, ctypes.c_int64, ctypes.c_double,
                                ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_void_p,
                                ctypes.c_void_p]  # fmt: skip
     lib.perm_cells.restype = None
-    lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+    lib.perm_orders.argtypes = [ctypes.c_int64, ctypes.c_int64, *[ctypes.c_void_p] * 3, ctypes.c_int64,
                                 ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
     lib.perm_orders.restype = None
     return lib
@@ -283,7 +289,8 @@ def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     if compiled():
         order = np.ascontiguousarray(order, np.int64)
         _LIB.perm_sums(count, n_rows, groups, width, p.y.ctypes.data, order.ctypes.data, p.starts.ctypes.data,
-                       p.base.ctypes.data, p.split.ctypes.data, *(a.ctypes.data for a in out))  # fmt: skip
+                       p.base.ctypes.data, p.split.ctypes.data, *(a.ctypes.data for a in out), -1, 0, None, None,
+                       None)  # fmt: skip
         return out[0], out[1], out[2]
     from scipy import sparse
 
@@ -303,21 +310,58 @@ def sums(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray
     return out[0], out[1], out[2]
 
 
+def _control_grams(p: Plan, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per permutation, the permuted controls' Gram matrix (count x w x w, float32: one BLAS product of their rows of
+    ``p.rebased``, gathered) and their rows' mean (count x w, double): their centred Gram is gram - n m m' (w: the
+    used columns, the sums' coordinates)."""
+    first, last = p.starts[p.ctrl_group], p.starts[p.ctrl_group + 1]
+    count, width = len(order), p.rebased.shape[1]
+    grams = np.empty((count, width, width), np.float32)
+    means = np.empty((count, width))
+    buf = np.empty((last - first, width), np.float32)
+    for j in range(count):  # one permutation's rows at a time: they stay in cache for their product
+        np.take(p.rebased, order[j, first:last], axis=0, out=buf)
+        means[j] = buf.mean(axis=0, dtype=np.float64)
+        np.matmul(buf.T, buf, out=grams[j])
+    return grams, means
+
+
+def _compiled_sums(p: Plan, order: np.ndarray):
+    """``sums`` and, with the controls permuted, ``_control_grams`` (None, None where they are fixed) from the
+    compiled loop: one permutation at a time, the controls' rows gathered while ``perm_sums`` reads them and their
+    Gram matrix made while they are in cache."""
+    count, n_rows = order.shape
+    groups, width = len(p.base), p.y.shape[1]
+    s, q, c = (np.zeros((count, groups, width), np.float32) for _ in range(3))
+    order = np.ascontiguousarray(order, np.int64)
+    args = (n_rows, groups, width, p.y.ctypes.data)
+    rest = (p.starts.ctypes.data, p.base.ctypes.data, p.split.ctypes.data)
+    if p.ctrl_group < 0:
+        _LIB.perm_sums(count, *args, order.ctypes.data, *rest, s.ctypes.data, q.ctypes.data, c.ctypes.data, -1, 0,
+                       None, None, None)  # fmt: skip
+        return (s, q, c), None, None
+    gw = p.rebased.shape[1]
+    grams, means = np.empty((count, gw, gw), np.float32), np.empty((count, gw))
+    buf = np.empty((p.starts[p.ctrl_group + 1] - p.starts[p.ctrl_group], gw), np.float32)
+    for j in range(count):
+        _LIB.perm_sums(1, *args, order[j].ctypes.data, *rest, s[j].ctypes.data, q[j].ctypes.data, c[j].ctypes.data,
+                       p.ctrl_group, gw, p.centre.ctypes.data, buf.ctypes.data, means[j].ctypes.data)  # fmt: skip
+        np.matmul(buf.T, buf, out=grams[j])
+    return (s, q, c), grams, means
+
+
 def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
     """The controls' part of each cell's variance: fixed (``p.ctrl_var``, per cell) where the controls are, else per
     permutation (count x cells): the permuted controls' centred changes' sum of squares over their number squared, as
-    ``_control_variance`` forms the observed controls', from their Gram matrix (one float32 BLAS product per
-    permutation, on rows less their first checkpoint and centred: the instances' levels, which dwarf the changes, are
-    taken out before the products, so float32 keeps the changes' variance to about 1e-5)."""
+    ``_control_variance`` forms the observed controls', from their Gram matrix (``_control_grams``; _kernels.c's
+    ``perm_cells`` forms the same from it)."""
     if p.ctrl_group < 0:
         return p.ctrl_var
-    z = p.rebased[order[:, p.starts[p.ctrl_group] : p.starts[p.ctrl_group + 1]]]  # count x controls x width
-    z -= z.mean(axis=1, keepdims=True)
-    gram = np.matmul(z.transpose(0, 2, 1), z)
+    gram, mean = _control_grams(p, order)
     t, b = p.col_t, p.col_b
     out = gram[:, t, t].astype(np.float64) + gram[:, b, b] - 2 * gram[:, t, b].astype(np.float64)
-    # C order (the compiled loop reads permutation j's row at j * cells): the fancy-indexed sums are not
-    return np.ascontiguousarray(np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n))
+    out -= p.ctrl_n * (mean[:, t] - mean[:, b]) ** 2
+    return np.maximum(out, 0) / (p.ctrl_n * p.ctrl_n)
 
 
 def cell_stats(p: Plan, s, q, c, ctrl_var: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -363,19 +407,20 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
     """One chunk of permutations: their estimates into ``cells[:, start:]`` and each class's maximum |t| (chunk x
     classes)."""
     top = np.zeros((len(order), n_labels))
-    ctrl_var = _control_parts(p, order)
     if compiled():
         att = np.empty((len(order), len(p.cohort)), np.float32)
-        s = sums(p, order)
+        # permuted controls: their Gram matrices, which perm_cells reads per cell; fixed: their part of each cell
+        s, gram, mean = _compiled_sums(p, order)
         _LIB.perm_cells(
             len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
             p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
-            ctrl_var.ctypes.data, ctrl_var.shape[1] if ctrl_var.ndim == 2 else 0, floor * floor, label.ctypes.data,
-            n_labels, p.ctrl_group, p.ctrl_n, att.ctypes.data, top.ctypes.data,
+            p.ctrl_var.ctypes.data, None if gram is None else gram.ctypes.data,
+            None if mean is None else mean.ctypes.data, 0 if gram is None else gram.shape[1], floor * floor,
+            label.ctypes.data, n_labels, p.ctrl_group, p.ctrl_n, att.ctypes.data, top.ctypes.data,
         )  # fmt: skip
         cells[:, start : start + len(order)] = att.T
         return np.sqrt(top)
-    att, var = cell_stats(p, *sums(p, order), ctrl_var=ctrl_var)
+    att, var = cell_stats(p, *sums(p, order), ctrl_var=_control_parts(p, order))
     cells[:, start : start + len(order)] = att.T
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
