@@ -50,15 +50,19 @@ KEYS = [
 ]  # fmt: skip
 
 
-def answered(app: MemtuiApp, screen, what: str, before) -> bool:
-    """Whether a frame of ``screen`` shows the key's answer: the pane, the dialog, the new settings' estimate."""
+def answered(app: MemtuiApp, screen, renderable, what: str, before) -> bool:
+    """Whether a frame of ``screen`` shows the key's answer: the pane, the dialog, the new settings' estimate. A
+    screen shown (a dialog, or the panes again when it closes) is drawn whole in its first frame: a frame of a part of
+    it is not yet the answer."""
+    if renderable is None:  # nothing to draw (Textual draws nothing)
+        return False
     if what.startswith("pane "):
         return type(screen).__name__ == "MainScreen" and app.active_pane == what[5:]
     if what == "settings":
         return app.settings != before and app.result is not None and app.result.settings == app.settings
     if what == "theme":
         return True
-    return type(screen).__name__ == what
+    return type(screen).__name__ == what and type(renderable).__name__ == "LayoutUpdate"
 
 
 def _send_key(app: MemtuiApp, key: str) -> None:
@@ -120,7 +124,7 @@ async def one_round(
 
     def record(screen, renderable) -> None:
         display(screen, renderable)
-        if watch[0] is not None and answered(app, screen, *watch[0]):
+        if watch[0] is not None and answered(app, screen, renderable, *watch[0]):
             frames.append((time.perf_counter(), time.thread_time(), time.process_time()))
             watch[0] = None
 
