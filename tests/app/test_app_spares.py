@@ -12,7 +12,7 @@ from app_pilot import run_async, settle
 from textual.color import Color
 from textual.widgets import Input, Label
 
-from memtui.app.dialogs import ExportDialog, SettingsDialog
+from memtui.app.dialogs import ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.main import MemtuiApp
 from memtui.app.restyle import RestyleSelfOnFocus, _focus_ancestor_selectors
 from memtui.app.spares import same
@@ -86,6 +86,12 @@ async def test_a_spare_dialog_paints_what_a_dialog_built_on_the_key_paints(panel
         from_spare = await _dialog_shot(app, pilot, "e", ExportDialog)
         fresh = await _dialog_shot(app, pilot, "e", ExportDialog)
         assert from_spare == fresh
+        await _spares_built(app, pilot)
+        spare = app.spares._built["help"].screen
+        from_spare = await _dialog_shot(app, pilot, "question_mark", HelpScreen)
+        assert not spare.is_running
+        fresh = await _dialog_shot(app, pilot, "question_mark", HelpScreen)
+        assert from_spare == fresh
 
 
 @run_async
@@ -133,7 +139,7 @@ async def _first_frame(app: MemtuiApp, pilot, key: str, kind: type):
 
 
 @run_async
-@pytest.mark.parametrize(("key", "kind"), [("o", SettingsDialog), ("e", ExportDialog)])
+@pytest.mark.parametrize(("key", "kind"), [("o", SettingsDialog), ("e", ExportDialog), ("question_mark", HelpScreen)])
 async def test_a_spare_dialogs_first_frame_is_the_whole_screen(panel_path, key, kind):
     """A spare is rendered once while idle (its widgets' lines kept): the first frame when it is shown still draws
     the whole screen (the panes dimmed around the dialog), not only what changed since that render."""
@@ -141,7 +147,7 @@ async def test_a_spare_dialogs_first_frame_is_the_whole_screen(panel_path, key, 
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
         await _spares_built(app, pilot)
-        spare = app.spares._built["settings" if kind is SettingsDialog else "export"].screen
+        spare = app.spares._built[{SettingsDialog: "settings", ExportDialog: "export", HelpScreen: "help"}[kind]].screen
         first = await _first_frame(app, pilot, key, kind)
         assert app.screen is spare
         assert type(first).__name__ == "LayoutUpdate" and first.region == app.screen.region

@@ -2,12 +2,13 @@
 
 Textual builds a screen when it is pushed: composing, mounting and styling the 30-40 widgets of the settings or
 export dialog was 100-250 ms of CPU before its first frame (laying out and painting it over the dimmed panes is
-about 40 ms more). While the app is idle, :class:`Spares` builds the next instance of each dialog from the
-arguments it would be opened with now, and starts it off the screen stack (mounted, not shown). A key that opens
-the dialog with the same arguments pushes that instance; with other arguments (the settings changed since) it is
-dropped and a new one built at once, as before. Each instance is shown once and removed when it closes, as a new
-one always was, so what the user sees and types into is a dialog just built from the current state.
-"""
+about 40 ms more). While the app is idle, :class:`Spares` builds the next instance of each dialog (settings, export,
+the list of keys) from the arguments it would be opened with now, and starts it off the screen stack (mounted, not
+shown), then restyles it when the stylesheet's rules change, lays it out for the terminal's size and renders its
+widgets once. A key that opens the dialog with the same arguments pushes that instance; with other arguments (the
+settings changed since) it is dropped and a new one built at once, as before. Each instance is shown once and
+removed when it closes, as a new one always was, so what the user sees and types into is a dialog just built from
+the current state."""
 
 from __future__ import annotations
 
