@@ -119,6 +119,8 @@ async def one_round(
     and ``LABEL cpu``: CPU time of the thread the event loop runs in)."""
     from memtui.app import open_app
 
+    # the app remembers its theme: each round starts from the default one (and the user's config is left alone)
+    os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="memtui-app-keys-config-")
     app = open_app(paths)
     app.animation_level = "none"
     frames: list[float] = []
