@@ -91,9 +91,11 @@ def _busy(app: MemtuiApp, worker) -> bool:
 
 
 async def _settle(app: MemtuiApp, pilot) -> None:
-    """Wait as a user between keys would: for the dialogs' next instances, which an idle app builds ahead
-    (``app.spares``; an app without them has nothing to wait for)."""
-    if hasattr(app, "spares_ready"):
+    """Wait as a user between keys would: for what an idle app does ahead, the dialogs' next instances and a full
+    collection coming up (``app.idle_work_done``; an older app builds only the dialogs, or nothing ahead)."""
+    if hasattr(app, "idle_work_done"):
+        await _until(app.idle_work_done)
+    elif hasattr(app, "spares_ready"):
         await _until(app.spares_ready)
 
 
@@ -180,21 +182,23 @@ async def one_round(
 
 
 @contextmanager
-def loaded(load: int, settle_s: float = 90.0):
-    """The machine brought to a 1-minute load average of about ``load``: as many busy loops started beside the
-    benchmark as the load is short of it (other jobs on a shared machine count), and time given to the average to
-    climb (it follows the load with a minute's time constant). Yields how many were started; they are stopped on the
-    way out, whatever happens."""
-    count = max(0, round(load - os.getloadavg()[0])) if load else 0
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)  # noqa: S603
-        for _ in range(count)
-    ]
+def loaded(load: int, settle_s: float = 60.0):
+    """The machine brought to a 1-minute load average of about ``load``: busy loops started beside the benchmark, as
+    many as the load is short of it (other jobs on a shared machine count), in steps a minute apart (the average
+    follows the load with a minute's time constant), at most ``load`` of them. Yields how many run; they are stopped
+    on the way out, whatever happens."""
+    spinners: list[subprocess.Popen] = []
     try:
-        deadline = time.monotonic() + settle_s
-        while load and os.getloadavg()[0] < 0.9 * load and time.monotonic() < deadline:
-            time.sleep(2)
-        yield count
+        for _ in range(3 if load else 0):
+            short = min(round(load - os.getloadavg()[0]), load - len(spinners))
+            if short <= 0 and spinners:
+                break
+            spinners += [
+                subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)  # noqa: S603
+                for _ in range(max(short, 0))
+            ]
+            time.sleep(settle_s)
+        yield len(spinners)
     finally:
         for spinner in spinners:
             spinner.kill()
