@@ -191,11 +191,11 @@ def loaded(load: int, settle_s: float = 60.0):
     try:
         for _ in range(3 if load else 0):
             short = min(round(load - os.getloadavg()[0]), load - len(spinners))
-            if short <= 0 and spinners:
+            if short <= 0:
                 break
             spinners += [
                 subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)  # noqa: S603
-                for _ in range(max(short, 0))
+                for _ in range(short)
             ]
             time.sleep(settle_s)
         yield len(spinners)
