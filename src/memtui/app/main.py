@@ -621,7 +621,7 @@ class MemtuiApp(App):
     def _collect_ahead(self) -> None:
         """The full collection Python's collector is coming up to, done now while the app is idle. Of the objects
         made since the heap was frozen (the panes' plots, the estimates since, the dialogs built ahead), one that
-        lands while a key is handled added 40-100 ms to it (2 keys of 8 in one round of the keys benchmark). Python
+        lands while a key is handled added 40-160 ms to it (2 keys of 8 in one round of the keys benchmark). Python
         may start one after ten generation-1 collections since the last (``gc.get_threshold()[2]``; a key makes up
         to about six): this does it after ``GC_AHEAD`` of them, between keys, and not more often."""
         if self._collection_due():
