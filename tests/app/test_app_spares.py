@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from app_pilot import run_async, settle
-from textual.widgets import Input
+from textual.color import Color
+from textual.widgets import Input, Label
 
-from memtui.app.dialogs import ExportDialog, SettingsDialog
+from memtui.app.dialogs import ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.main import MemtuiApp
 from memtui.app.restyle import RestyleSelfOnFocus, _focus_ancestor_selectors
 from memtui.app.spares import same
@@ -85,6 +86,12 @@ async def test_a_spare_dialog_paints_what_a_dialog_built_on_the_key_paints(panel
         from_spare = await _dialog_shot(app, pilot, "e", ExportDialog)
         fresh = await _dialog_shot(app, pilot, "e", ExportDialog)
         assert from_spare == fresh
+        await _spares_built(app, pilot)
+        spare = app.spares._built["help"].screen
+        from_spare = await _dialog_shot(app, pilot, "question_mark", HelpScreen)
+        assert not spare.is_running
+        fresh = await _dialog_shot(app, pilot, "question_mark", HelpScreen)
+        assert from_spare == fresh
 
 
 @run_async
@@ -109,6 +116,69 @@ async def test_a_spare_follows_the_settings_and_the_theme_changed_after_it_was_b
         fresh = await _dialog_shot(app, pilot, "o", SettingsDialog)
         assert from_spare == fresh  # restyled for the theme shown, not the one it was built under
         assert from_spare != shown
+
+
+async def _first_frame(app: MemtuiApp, pilot, key: str, kind: type):
+    """What the first frame drawn after ``key`` for a screen of ``kind`` is (Textual's update renderable)."""
+    frames = []
+    display = app._display
+
+    def record(screen, renderable) -> None:
+        if isinstance(screen, kind) and renderable is not None:
+            frames.append(renderable)
+        display(screen, renderable)
+
+    app._display = record
+    try:
+        await pilot.press(key)
+        await pilot.pause()
+    finally:
+        app._display = display
+    assert frames, "no frame drawn for the dialog"
+    return frames[0]
+
+
+@run_async
+@pytest.mark.parametrize(("key", "kind"), [("o", SettingsDialog), ("e", ExportDialog), ("question_mark", HelpScreen)])
+async def test_a_spare_dialogs_first_frame_is_the_whole_screen(panel_path, key, kind):
+    """A spare is rendered once while idle (its widgets' lines kept): the first frame when it is shown still draws
+    the whole screen (the panes dimmed around the dialog), not only what changed since that render."""
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _spares_built(app, pilot)
+        spare = app.spares._built[{SettingsDialog: "settings", ExportDialog: "export", HelpScreen: "help"}[kind]].screen
+        first = await _first_frame(app, pilot, key, kind)
+        assert app.screen is spare
+        assert type(first).__name__ == "LayoutUpdate" and first.region == app.screen.region
+
+
+@run_async
+async def test_a_spare_built_before_new_rules_joined_the_stylesheet_is_restyled_while_idle(panel_path):
+    """A widget class mounted for the first time adds its CSS to the stylesheet (new rules): a spare styled before
+    is restyled while idle, not when its key is pressed, and paints what a dialog built on the key paints."""
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _spares_built(app, pilot)
+        spare = app.spares._built["settings"].screen
+        app.stylesheet.add_source("SettingsDialog Label { color: red !important; }", ("test", "new rules"))
+        assert not app.spares_ready()  # styled with the rules before
+        await _spares_built(app, pilot)
+        assert app.spares._built["settings"].screen is spare  # the same instance, restyled
+        styled = []
+        apply = app.stylesheet.apply
+        app.stylesheet.apply = lambda node, **kw: (styled.append(node), apply(node, **kw))[1]
+        await pilot.press("o")
+        await pilot.pause()
+        assert app.screen is spare and spare.query(Label).first().styles.color == Color.parse("red")  # the new rule
+        from_spare = await _shot(app, pilot)
+        await pilot.press("escape")
+        await pilot.pause()
+        restyled_on_show = [node for node in styled if node is spare or spare in node.ancestors]
+        assert len(restyled_on_show) < len(list(spare.walk_children(with_self=True))) / 4  # the focus's, not all
+        fresh = await _dialog_shot(app, pilot, "o", SettingsDialog)
+        assert from_spare == fresh
 
 
 class FocusStyled(MemtuiApp):

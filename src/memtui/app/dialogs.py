@@ -319,7 +319,7 @@ class ConfirmDialog(ModalScreen[bool]):
             self.query_one("#question", Static).update(question)
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(SpareScreen, ModalScreen[None]):
     """Every key, by where it works (built from the widgets' BINDINGS, so it cannot fall out of date)."""
 
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close", key_display="esc")]

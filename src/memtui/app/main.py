@@ -50,6 +50,7 @@ from memtui.estimation.subgroups import ByResult
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import METRIC_LABEL, Panel
 
+GC_AHEAD = 4  # generation-1 collections since the last full one after which an idle app does the next (_collect_ahead)
 SPARES_S = 0.5  # how often an idle app checks that the dialogs' next instances match the state (spares.py)
 PANES = ("profile", "summaries", "estimates", "extraction", "compare")
 PANE_TITLES = {
@@ -593,7 +594,7 @@ class MemtuiApp(App):
         """The dialogs kept built ahead (``spares``): what each is built from now, and how."""
         # not the open dialog: built ahead, its tree is filled before its first frame, which then took longer
         # (170-185 ms of CPU against 95-100 ms for one built on the key, near idle)
-        dialogs = {"settings": self._settings_dialog()}
+        dialogs = {"settings": self._settings_dialog(), "help": self._help_dialog()}
         if self.result is not None:
             dialogs["export"] = self._export_dialog()
         return dialogs
@@ -608,9 +609,31 @@ class MemtuiApp(App):
     @while_running
     def _keep_spares(self) -> None:
         """While nothing is computed and no dialog is open, have the dialogs' next instances built: one a tick,
-        after the frame pending is drawn (a key's answer, painted first, is never behind a dialog being built)."""
-        if self._idle_on_panes() and not self.spares_ready():
+        after the frame pending is drawn (a key's answer, painted first, is never behind a dialog being built).
+        Once they are, the collector's next full collection is done here, while idle (:meth:`_collect_ahead`)."""
+        if not self._idle_on_panes():
+            return
+        if not self.spares_ready():
             self.call_after_refresh(self._build_spare)
+        else:
+            self._collect_ahead()
+
+    def _collect_ahead(self) -> None:
+        """The full collection Python's collector is coming up to, done now while the app is idle. Of the objects
+        made since the heap was frozen (the panes' plots, the estimates since, the dialogs built ahead), one that
+        lands while a key is handled added 40-160 ms to it (2 keys of 8 in one round of the keys benchmark). Python
+        may start one after ten generation-1 collections since the last (``gc.get_threshold()[2]``; a key makes up
+        to about six): this does it after ``GC_AHEAD`` of them, between keys, and not more often."""
+        if self._collection_due():
+            gc.collect()
+
+    def _collection_due(self) -> bool:
+        return self._heap_frozen and gc.get_count()[2] >= GC_AHEAD
+
+    def idle_work_done(self) -> bool:
+        """Whether an idle app has nothing left to do ahead (dialogs to build, a collection to make): what a
+        benchmark waits for between keys, as a user's pause would."""
+        return self.spares_ready() and not (self._idle_on_panes() and self._collection_due())
 
     @while_running
     def _build_spare(self) -> None:
@@ -691,7 +714,12 @@ class MemtuiApp(App):
         self.push_screen(OpenPanelDialog(self.panel.path or Path.cwd()), done)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(key_sections(self)))
+        self.push_screen(self.spares.take("help", *self._help_dialog()))
+
+    def _help_dialog(self) -> tuple[tuple, Callable[[], HelpScreen]]:
+        """What the list of keys is built from now, and how (for ``spares``): its lines wrap to the terminal's width."""
+        sections = tuple((title, tuple(keys)) for title, keys in key_sections(self))
+        return (sections, self.size.width), lambda: HelpScreen(sections)
 
     # ---- panel reloads (extraction completing checkpoints) ------------------------------------------------------
 

@@ -2,12 +2,13 @@
 
 Textual builds a screen when it is pushed: composing, mounting and styling the 30-40 widgets of the settings or
 export dialog was 100-250 ms of CPU before its first frame (laying out and painting it over the dimmed panes is
-about 40 ms more). While the app is idle, :class:`Spares` builds the next instance of each dialog from the
-arguments it would be opened with now, and starts it off the screen stack (mounted, not shown). A key that opens
-the dialog with the same arguments pushes that instance; with other arguments (the settings changed since) it is
-dropped and a new one built at once, as before. Each instance is shown once and removed when it closes, as a new
-one always was, so what the user sees and types into is a dialog just built from the current state.
-"""
+about 40 ms more). While the app is idle, :class:`Spares` builds the next instance of each dialog (settings, export,
+the list of keys) from the arguments it would be opened with now, and starts it off the screen stack (mounted, not
+shown), then restyles it when the stylesheet's rules change, lays it out for the terminal's size and renders its
+widgets once. A key that opens the dialog with the same arguments pushes that instance; with other arguments (the
+settings changed since) it is dropped and a new one built at once, as before. Each instance is shown once and
+removed when it closes, as a new one always was, so what the user sees and types into is a dialog just built from
+the current state."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ VALUES = (int, float, str, bytes, tuple, frozenset, PurePath, type(None))
 class Spare:
     key: tuple  # the arguments it was built from, compared with == (objects by identity: see `same`)
     screen: SpareScreen
+    styled_with: object  # the stylesheet's rules it was styled with (a new list on each parse: compared by identity)
     laid_out: Size | None = None  # the terminal size it was laid out for, off the screen stack
 
 
@@ -41,7 +43,7 @@ class SpareScreen:
     default CSS along its first widget base class, so a Screen here would hide ModalScreen's (its dimmed,
     see-through background)."""
 
-    _styled_with: object = None  # the stylesheet's rules when it was built as a spare
+    _styled_with: object = None  # the stylesheet's rules a spare was styled with, set when it is taken to be shown
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         # dispatched before Screen's own handler (Textual calls each class's, in method resolution order)
@@ -84,6 +86,7 @@ class Spares:
         spare = self._built.get(kind)
         if spare is not None and same(spare.key, key) and spare.laid_out == self._app.size:
             del self._built[kind]
+            spare.screen._styled_with = spare.styled_with
             return spare.screen
         if spare is not None and spare.screen.is_mounted:  # built from other arguments: dropped
             self._drop(self._built.pop(kind))
@@ -97,24 +100,54 @@ class Spares:
             if same(spare.key, key) or not spare.screen.is_mounted:
                 return
             self._drop(self._built.pop(kind))
+        rules = self._app.stylesheet.rules  # those its widgets are styled with as they mount
         screen = build()
-        screen._styled_with = self._app.stylesheet.rules
         self._app._register(self._app, screen)  # noqa: SLF001 - what push_screen does first: compose and mount
-        self._built[kind] = Spare(key, screen)
+        self._built[kind] = Spare(key, screen, rules)
 
     def lay_out(self) -> None:
-        """Lay the mounted spares out for the terminal's size now (what showing one did first), off the stack: no
-        frame is drawn for a screen that is not the current one."""
-        size = self._app.size
+        """Make the mounted spares what showing one would make them first, off the stack (no frame is drawn for a
+        screen that is not the current one): styled with the stylesheet's rules now, and laid out for the terminal's
+        size. The rules change when a widget class is first mounted (its default CSS joins the stylesheet: mounting
+        the export dialog's checkbox did, after the settings dialog was built) or the theme changes; a spare styled
+        with older rules was restyled whole when shown (40 widgets, 30-40 ms of the key's CPU), so that is done
+        here, while idle."""
+        size, rules = self._app.size, self._app.stylesheet.rules
         for spare in self._built.values():
-            if spare.screen.is_mounted and spare.laid_out != size:
+            if not spare.screen.is_mounted:
+                continue
+            if spare.styled_with is not rules:
+                self._app.update_styles(spare.screen, animate=False)  # what its first showing did, the same way
+                spare.styled_with, spare.laid_out = rules, None  # new styles may size it anew
+            if spare.laid_out != size:
                 spare.screen._refresh_layout(size)  # noqa: SLF001 - Textual's own first step on showing it
                 spare.laid_out = size
+                self._render(spare.screen)
+
+    @staticmethod
+    def _render(screen: SpareScreen) -> None:
+        """Render the spare's widgets once, off the screen stack, and drop the frame: each widget keeps the lines it
+        rendered until something refreshes it, so its first frame when shown only puts them together (the settings
+        dialog's widgets were 30-35 ms of that frame). With no screen below it, the dialog draws a plain background
+        here; refreshed after, it draws the dimmed panes below it as they are when it is shown. Its whole screen is
+        marked left to draw again, so that its first frame there is the whole screen, as a dialog's first frame
+        always was (a render marks nothing left to draw: then the first frame drew only the dialog's box, the panes
+        around it not yet dimmed, and the whole screen a frame later)."""
+        compositor = screen._compositor  # type: ignore[attr-defined]  # noqa: SLF001
+        compositor.render_update(full=True, screen_stack=[])
+        compositor._dirty_regions.add(compositor.size.region)  # noqa: SLF001 - what a render clears
+        screen.refresh()  # type: ignore[attr-defined]
 
     def ready(self, kind: str, key: tuple) -> bool:
-        """Whether a spare of ``kind`` built from ``key`` is mounted (nothing of it is left to do while a key waits)."""
+        """Whether a spare of ``kind`` built from ``key`` is mounted, styled with the rules now and laid out for the
+        terminal's size (nothing of it is left to do while a key waits)."""
         spare = self._built.get(kind)
-        return spare is not None and same(spare.key, key) and spare.laid_out == self._app.size
+        return (
+            spare is not None
+            and same(spare.key, key)
+            and spare.styled_with is self._app.stylesheet.rules
+            and spare.laid_out == self._app.size
+        )
 
     def _drop(self, spare: Spare) -> None:
         if spare.screen.is_running:
