@@ -136,6 +136,7 @@ class ConcatenatedRows:
     each file's first row number, then the total, set by the subclass."""
 
     starts: np.ndarray
+    row_word = "row"  # what a row is called in the refusal of a number out of range
 
     @property
     def n_instances(self) -> int:
@@ -145,6 +146,6 @@ class ConcatenatedRows:
         """Each row number's file and its row within that file."""
         index = np.asarray(index, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= self.n_instances):
-            raise MemtuiError(f"row numbers must lie in 0 .. {self.n_instances - 1}.")
+            raise MemtuiError(f"{self.row_word} numbers must lie in 0 .. {self.n_instances - 1}.")
         f = np.searchsorted(self.starts, index, side="right") - 1
         return f, index - self.starts[f]

@@ -26,6 +26,7 @@ import numpy as np
 from memtui.core.errors import MemtuiError
 from memtui.core.paths import input_file
 from memtui.core.text import clean
+from memtui.orders.arrays import ConcatenatedRows
 
 TOKEN_DTYPES = ("uint8", "uint16", "uint32", "uint64")
 _THREADS = 8  # concurrent range requests to one server
@@ -130,8 +131,11 @@ def file_sizes(paths: Sequence[str]) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TokenFiles:
-    """Token files numbered as one sequence of ``seq_len``-token instances."""
+class TokenFiles(ConcatenatedRows):
+    """Token files numbered as one sequence of ``seq_len``-token instances (``locate``: a global instance number's
+    file and instance within it)."""
+
+    row_word = "instance"
 
     paths: tuple[str, ...]
     sizes: np.ndarray  # bytes per file
@@ -175,14 +179,6 @@ class TokenFiles:
     def ignored_tokens(self) -> int:
         """Tokens at the ends of files that make no whole instance (never trained, as in the libraries)."""
         return int((self.sizes // self.dtype.itemsize - self.counts * self.seq_len).sum())
-
-    def locate(self, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(file number, instance number within that file) of global instance numbers."""
-        index = np.asarray(index, dtype=np.int64)
-        if index.size and (index.min() < 0 or index.max() >= self.n_instances):
-            raise MemtuiError(f"instance numbers must lie in 0 .. {self.n_instances - 1}.")
-        f = np.searchsorted(self.starts, index, side="right") - 1
-        return f, index - self.starts[f]
 
     def read(self, index: np.ndarray, progress: Callable[[int, int], None] | None = None) -> np.ndarray:
         """The instances' tokens, (len(index), seq_len) int64; only their bytes are read."""
