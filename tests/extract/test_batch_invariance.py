@@ -143,3 +143,18 @@ def test_batch_invariant_option_reaches_the_workers():
     assert auto.batch_invariant == "auto" and "--batch-invariant" not in auto.worker_argv()
     with pytest.raises(MemtuiError, match="auto, on or off"):
         ExtractOptions(model="m", batch_invariant="sometimes").validate()
+
+
+@pytest.mark.parametrize(("device", "invariant"), [("cpu", True), ("cuda", True), ("mps", False)])
+def test_the_invariant_path_is_the_default_where_it_was_measured(device, invariant):
+    """`--batch-invariant auto` takes the invariant path on CPU and CUDA (bitwise on an H100 in bf16 and fp32, for
+    1.14x the fast path's time: docs/extraction.md) and the fast path on MPS, where nothing was measured; an explicit
+    choice wins everywhere. (Constructing the scorer allocates nothing on ``device``.)"""
+    model = tiny_models.tiny_model(0, VOCAB, hidden=48, positions=64, sharpen=20)
+    dev = torch.device(device)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        assert Scorer(model, dev).invariant is invariant
+        assert Scorer(model, dev, invariant=not invariant).invariant is (not invariant)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32

@@ -39,3 +39,20 @@ def test_dry_run_measures_everything_the_gpu_run_will(tmp_path):
     assert {"tiny-gptneox", "synthetic"} <= set(sig["panels"])
     for row in sig["panels"].values():
         assert row["cells"] > 0 and {f"changed_{k}" for k in sig["deltas"]} <= set(row)
+
+
+def test_mfu_variants_dry_run_times_every_variant(tmp_path):
+    """benchmarks/gpu_mfu_variants.py (the next GPU session's first run) cannot rot either: on CPU with a tiny shape it
+    times the fast and invariant paths and the compiled body, profiles the fast path, and the compiled invariant path
+    scores what the eager one does, a row alone as in its batch."""
+    spec = importlib.util.spec_from_file_location("gpu_mfu_variants", SCRIPT.parent / "gpu_mfu_variants.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "mfu.json"
+    report = module.main(["--dry-run", "--out", str(out)])
+    row = json.loads(out.read_text())["shapes"]["tiny-neox"]
+    assert report["card"] == "cpu (dry run)"
+    for name in ("fast", "invariant", "invariant+compile"):
+        assert row[name]["tokens_per_s"] > 0 and len(row[name]["scores"]) == 2
+    assert "profile_fast" in row and row["compile_s"] > 0
+    assert row["compile_vs_eager_loglik_max_abs"] < 1e-3 and row["compile_batch_vs_alone_max_abs"] == 0

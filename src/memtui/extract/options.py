@@ -93,7 +93,7 @@ class ExtractOptions:
     batch_size: str = "auto"
     chunk: int | None = None
     # the fixed-shape scorer whose scores do not depend on the batch (docs/extraction.md, "Batch invariance"):
-    # "auto" = on for CPU, off for CUDA (where the fast path is not yet measured against it), "on", "off"
+    # "auto" = on for CPU and CUDA (measured bitwise invariant on both), off for MPS (not measured), "on", "off"
     batch_invariant: str = "auto"
     revision_template: str = "step{step}"
     split: int = 1  # instance ranges per checkpoint: > 1 when there are more workers than pending checkpoints
@@ -249,7 +249,7 @@ class ExtractOptions:
         p.add_argument("--chunk", type=int, default=None, help="target positions per output-head chunk [auto]")
         p.add_argument("--batch-invariant", default="auto", choices=("auto", "on", "off"),
                        help="scores bitwise independent of the batch (fixed shapes per row length): auto = on for "
-                            "CPU, off for CUDA [auto]")  # fmt: skip
+                            "CPU and CUDA, off for MPS [auto]")  # fmt: skip
         p.add_argument("--revision-template", default="step{step}", help="Hugging Face revision of a step [step{step}]")
         p.add_argument("--revisions", default=None, choices=sorted(PRESETS), metavar="FAMILY",
                        help="the family's hub revision names instead of a template: "

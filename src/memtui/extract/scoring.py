@@ -12,9 +12,12 @@ Per instance these become ``loglik`` (sum of logp over its targets, nats), ``acc
 their prefixes; nothing (BOS/EOS) is added. Rows shorter than the batch are right-padded, masked, and their padding is
 never scored.
 
-**Batch invariance** (``invariant=True``, the default on CPU): an instance's scores are then bitwise the same whatever
-batch it is in. Measured on CPU (fp32, MKL/oneDNN, AVX-512 and AVX2 kernels, 1 and 2 threads), the fast path's scores
-move with the batch for two reasons: right-padding sends a row through the masked attention path (and a padded length
+**Batch invariance** (``invariant=True``, the default on CPU and CUDA): an instance's scores are then bitwise the same
+whatever batch it is in. On the GPU the padded fast path's bf16 scores moved with the batch by up to 3.95 nats of a
+2,049-token row's loglik, the invariant path's not at all, for 14 % more time (an H100, the pythia-1.4b shape:
+docs/extraction.md, "Batch invariance").
+Measured on CPU (fp32, MKL/oneDNN, AVX-512 and AVX2 kernels, 1 and 2 threads), the fast path's scores move with the
+batch for two reasons: right-padding sends a row through the masked attention path (and a padded length
 of its batch's longest row), which changes its hidden states by ~1e-6; and the flat chunked head puts a row's
 positions into GEMMs of batch-dependent shapes, where one of M = 1 takes a GEMV path with another summation order.
 The invariant path therefore gives every call a row goes through a shape that depends on its own length only:
@@ -225,6 +228,11 @@ def sampling_logp(
     return torch.where(rank < k, slogp, torch.full_like(slogp, -math.inf))
 
 
+# devices whose scorer takes the batch-invariant path unless told otherwise: where it was measured bitwise invariant
+# (CPU: tests/extract/test_batch_invariance.py; CUDA: an H100, benchmarks/gpu_extract.py, 1.14x the fast path's time)
+INVARIANT_BY_DEFAULT = ("cpu", "cuda")
+
+
 def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(body returning ``last_hidden_state``, output head) of a Hugging Face causal LM."""
     body = getattr(model, "base_model", None)
@@ -245,7 +253,8 @@ class Scorer:
     which is exact for bf16/fp16-valued inputs and accumulates in fp32.
 
     ``invariant`` picks the fixed-shape path whose scores do not depend on the batch (see the module's docstring):
-    ``None`` (default) = on CPU only; CUDA and MPS keep the padded fast path unless it is asked for.
+    ``None`` (default) = on CPU and CUDA, where it was measured bitwise invariant; MPS (not measured) keeps the padded
+    fast path unless it is asked for.
     """
 
     def __init__(
@@ -260,7 +269,7 @@ class Scorer:
     ):
         self.model = model
         self.goldfish = goldfish  # a memtui.orders.goldfish.Goldfish: the trained-target metrics too
-        self.invariant = device.type == "cpu" if invariant is None else bool(invariant)
+        self.invariant = device.type in INVARIANT_BY_DEFAULT if invariant is None else bool(invariant)
         self.extractable = check_extractable(extractable) if extractable is not None else None
         # sampled_logp is one of the extractability metrics: computed with them, unless ``sampling`` is None
         self.sampling = check_sampling(sampling) if sampling is not None and self.extractable is not None else None

@@ -305,7 +305,7 @@ class _Scorer:
 
         if self.net is None:
             self.net = to_body_dtype(loaded.model.to(self.dev), self.body_dtype)
-            # --batch-invariant on/off switches the fixed-shape path (auto: on for CPU only)
+            # --batch-invariant on/off switches the fixed-shape path (auto: on for CPU and CUDA)
             invariant = {"auto": None, "on": True, "off": False}[self.options.batch_invariant]
             sampling = (registry.SAMPLING_TOP_K, registry.SAMPLING_TEMPERATURE) if SAMPLED in self.metrics else None
             self.scorer = Scorer(self.net, self.dev, self.options.chunk, extractable=self.kl, invariant=invariant,
