@@ -38,15 +38,6 @@ from memtui.panel.model import NEVER  # noqa: E402
 SEQ = 8
 
 
-@pytest.fixture(params=prng.MODES)
-def mode(request):
-    """Each of jax's two threefry settings, restored afterwards."""
-    before = jax.config.jax_threefry_partitionable
-    jax.config.update("jax_threefry_partitionable", request.param == "partitionable")
-    yield request.param
-    jax.config.update("jax_threefry_partitionable", before)
-
-
 def test_prng_matches_jax(mode):
     for seed in (0, 7, 2**31 - 1):
         key, mine = jax.random.PRNGKey(seed), prng.prng_key(seed)

@@ -38,14 +38,6 @@ from memtui.panel.hdf5 import read_panel, read_tokens  # noqa: E402
 from memtui.panel.model import NEVER  # noqa: E402
 
 
-@pytest.fixture(params=prng.MODES)
-def mode(request):
-    before = jax.config.jax_threefry_partitionable
-    jax.config.update("jax_threefry_partitionable", request.param == "partitionable")
-    yield request.param
-    jax.config.update("jax_threefry_partitionable", before)
-
-
 def _ref_schedule(segments):
     return RefSchedule(segments[0][1] if len(segments) == 1 else [ScheduleStep(s, v) for s, v in segments])
 
