@@ -32,6 +32,7 @@ from memtui.estimation.results import (
     z_value,
 )
 from memtui.estimation.settings import Settings
+from memtui.panel import scoring
 from memtui.panel.model import NEVER, Panel
 
 ALL_ESTIMATORS = ESTIMATORS
@@ -390,6 +391,8 @@ def _assembled(panel: Panel, settings: Settings, lay, est, drawn: BandDraws | No
     """``_assemble`` and the ``_Cells`` its scopes were cut from."""
     c = _Cells.of(panel, settings, lay, est, drawn)
     notes = list(lay.notes) + c.band.notes(lay, est, drawn is not None)
+    if way := scoring.mixed_note(panel.scorings, panel.done):  # columns scored in different ways: said, not refused
+        notes.append(way)
     flat = ~np.isfinite(c.se)
     if drawn is not None:  # the cells the band leaves without a band for a reason of its own, said so
         own, flat = drawn.unbanded(lay, est, flat)

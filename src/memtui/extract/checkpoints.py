@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from memtui.core.errors import MemtuiError
 from memtui.orders.revisions import manifest_of, revision_name, weight_average
+from memtui.panel import scoring
 
 if TYPE_CHECKING:  # torch is imported where it is used, so the job API stays light for the app
     import torch
@@ -352,4 +353,11 @@ def checkpoint_info_rows(panel) -> list[tuple[str, str]]:
         rows.append(("weight average", f"{shown}: memorisation of an average is not one model's"))
     notes = read_checkpoint_notes(panel.path) if getattr(panel, "path", None) else {}
     rows += [("checkpoint list", clean(line, 300)) for line in notes.get("lines", []) if "weight averages" not in line]
+    scorings = getattr(panel, "scorings", [])
+    if ways := scoring.counts(scorings, panel.done):
+        shown = "; ".join(
+            f"{clean(s, scoring.SCORING_BYTES)} ({n} checkpoint{'s' * (n != 1)})" for s, n in ways.most_common(4)
+        )
+        mixed = scoring.mixed_note(scorings, panel.done) is not None
+        rows.append(("scored with", shown + (": mixed, which adds noise to the estimates" if mixed else "")))
     return rows

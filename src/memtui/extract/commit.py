@@ -36,6 +36,7 @@ from memtui.extract.units import (
     parse_unit_name,
     stale_s,
 )
+from memtui.panel import scoring
 from memtui.panel.hdf5 import PanelWriter, read_done
 from memtui.panel.superblock import clear_writer_flags
 from memtui.panel.token_scores import Layout, read_layout, write_column
@@ -337,6 +338,7 @@ def _write_metrics(writer: PanelWriter, index: int, cols: dict[str, np.ndarray],
         parameters=int(meta.get("parameters", 0)),
         config=meta.get("config", ""),
         average=meta.get("average", ""),  # the weight-average mark, kept in the panel (parts of older runs: none)
+        scoring=meta.get("scoring", ""),  # device, dtype and scorer path (likewise)
     )
 
 
@@ -391,7 +393,9 @@ def _read_step(
         return _discard(work, units)
     # a part scored for its per-token scores alone (its step's metrics were committed) has no metric columns
     tokens_only = any(m.get("tokens_only") is True for m in metas)
-    return cols, {**metas[0], "tokens_only": tokens_only}, per_token
+    # parts scored in different ways (another dtype, device or scorer path) are kept, and the column says so
+    ways = scoring.combine([m.get("scoring", "") for m in metas])
+    return cols, {**metas[0], "tokens_only": tokens_only, "scoring": ways}, per_token
 
 
 def _n_instances(panel: Path) -> int:

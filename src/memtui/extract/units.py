@@ -213,7 +213,7 @@ class PartMismatch(PartError):
 
 # The meta fields of a part and their types (None allowed where the writer may not know the value).
 _PART_META = {"revision": (str, type(None)), "weights_hash": (str,), "model": (str,), "parameters": (int,),
-              "config": (str,), "worker": (str,), "average": (str,)}  # fmt: skip
+              "config": (str,), "worker": (str,), "average": (str,), "scoring": (str,)}  # fmt: skip
 
 
 class WorkDir:

@@ -63,6 +63,7 @@ from memtui.extract.units import (
     write_in_work,
 )
 from memtui.panel import metrics as registry
+from memtui.panel import scoring
 from memtui.panel.hdf5 import read_done as read_metrics_done
 from memtui.panel.hdf5 import read_panel, read_tokens
 from memtui.panel.token_scores import complete as read_done  # a checkpoint is done with its per-token scores too
@@ -617,11 +618,13 @@ class _Pass:
         return self.done_tokens / max(time.time() - self.t_start, 1e-9)
 
     def _write(self, unit: Unit, cols: dict[str, np.ndarray], loaded: Loaded, per_token, tokens_only: bool) -> None:
+        scorer = self.scorer
         meta = {"revision": loaded.revision, "weights_hash": loaded.weights_hash, "model": self.source.model,
                 "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id,
                 "tokens_only": tokens_only,
-                "average": self.source.averages([unit.step]).get(unit.step, "")}  # fmt: skip
-        tokens = (self.scorer.unit_token_rows(unit), per_token) if self.layout is not None else None
+                "average": self.source.averages([unit.step]).get(unit.step, ""),
+                "scoring": scoring.describe(scorer.dev.type, scorer.body_dtype, scorer.scorer.invariant)}  # fmt: skip
+        tokens = (scorer.unit_token_rows(unit), per_token) if self.layout is not None else None
         self.ctx.work.check()  # never write through a folder swapped for a link mid-run
         try:
             self.ctx.work.write_part(unit, cols, meta, tokens)

@@ -23,6 +23,7 @@ from memtui.core.text import clean
 from memtui.panel import metrics as registry
 from memtui.panel.model import EXTRACTABLE_DEFAULT, NEVER, Panel
 from memtui.panel.names import MAX_COVARIATE_NAME, is_covariate_name
+from memtui.panel.scoring import SCORING_BYTES
 from memtui.panel.superblock import read_superblock
 
 FORMAT_NAME = "memtui-panel"
@@ -257,6 +258,7 @@ def _write_checkpoints(f: h5py.File, steps: np.ndarray, done: np.ndarray, revisi
     _put(ck, "parameters", np.zeros(t, dtype=np.int64))  # 0: not recorded
     _put(ck, "config", np.zeros(t, dtype="S256"))
     _put(ck, "average", np.zeros(t, dtype=f"S{AVERAGE_BYTES}"))  # "": one model's training state (or not recorded)
+    _put(ck, "scoring", np.zeros(t, dtype=f"S{SCORING_BYTES}"))  # device, dtype, scorer path ("": not recorded)
     _put(ck, "finished_at", np.zeros(t, dtype=np.float64))
 
 
@@ -604,6 +606,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
     parameters = _dataset(f, path, "checkpoints/parameters", "iu", (t,), optional=True)
     configs = _dataset(f, path, "checkpoints/config", "SO", (t,), optional=True)
     averages = _dataset(f, path, "checkpoints/average", "SO", (t,), optional=True)  # panels before it: none recorded
+    scorings = _dataset(f, path, "checkpoints/scoring", "SO", (t,), optional=True)  # likewise
     truth = None
     if "truth" in f and isinstance(f.get("truth", getlink=True), h5py.HardLink) and isinstance(f["truth"], h5py.Group):
         truth = {k: _dataset(f, path, f"truth/{k}", "iuf") for k in f["truth"]}
@@ -627,6 +630,7 @@ def _read(f: h5py.File, path: Path) -> Panel:
         parameters=parameters.astype(np.int64) if parameters is not None else None,
         configs=_strings(configs, path, "checkpoints/config") if configs is not None else [],
         averages=_strings(averages, path, "checkpoints/average") if averages is not None else [],
+        scorings=_strings(scorings, path, "checkpoints/scoring") if scorings is not None else [],
         signs=signs,
         attrs=attrs,
         truth=truth,
@@ -799,10 +803,12 @@ class PanelWriter:
         parameters: int = 0,
         config: str = "",
         average: str = "",
+        scoring: str = "",
     ) -> None:
         """Commit checkpoint ``index``'s columns and provenance, then its done flag. ``average``: the kind of weight
         average its model is (ema, soup, ...; "" for one model's training state), kept in ``checkpoints/average``
-        so the mark travels with the panel (panels made before it keep it only in ``PANEL.work/checkpoints.json``)."""
+        so the mark travels with the panel (panels made before it keep it only in ``PANEL.work/checkpoints.json``).
+        ``scoring``: how its column was scored (memtui.panel.scoring.describe), in ``checkpoints/scoring``."""
         f = self._f
         n = self.panel.n_instances
         for name, col in columns.items():
@@ -819,6 +825,8 @@ class PanelWriter:
             f["checkpoints/config"][index] = config.encode()[:256]
         if "checkpoints/average" in f:
             f["checkpoints/average"][index] = average.encode()[:AVERAGE_BYTES]
+        if "checkpoints/scoring" in f:  # panels made before it record no scoring
+            f["checkpoints/scoring"][index] = scoring.encode()[:SCORING_BYTES]
         f["checkpoints/finished_at"][index] = time.time()
         f.flush()
         f["checkpoints/done"][index] = 1

@@ -42,6 +42,7 @@ class Panel:
     parameters: np.ndarray | None = None  # its parameter count per checkpoint (0: not recorded)
     configs: list[str] = field(default_factory=list)  # its architecture and shape in one line per checkpoint
     averages: list[str] = field(default_factory=list)  # per checkpoint: the kind of weight average it is ("": none)
+    scorings: list[str] = field(default_factory=list)  # per checkpoint: device, dtype and scorer path ("": unknown)
     signs: dict[str, int] = field(default_factory=dict)
     attrs: dict[str, str] = field(default_factory=dict)
     truth: dict[str, np.ndarray] | None = None  # simulated panels: cohorts, steps and the true tau per metric

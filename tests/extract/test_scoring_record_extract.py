@@ -1,0 +1,30 @@
+"""Extraction records how it scored each checkpoint (device, dtype, scorer path) in the panel, and a panel resumed
+another way says so: here the first checkpoints by the batch-invariant path, the rest by the fast path, as a resume on
+another machine or with other options would do. Nothing is refused or rescored; `info` and the estimate's notes say
+it."""
+
+from __future__ import annotations
+
+from tiny_models import make_panel
+
+from memtui.estimation.estimate import estimate
+from memtui.estimation.settings import Settings
+from memtui.extract.worker import run
+from memtui.panel.hdf5 import read_panel
+
+
+def test_a_resume_scored_another_way_is_said(tmp_path, tiny_checkpoints, cli):
+    panel = make_panel(tmp_path / "panel.h5", n_train=8, n_val=8, length=8)
+    quiet = dict(handle_signals=False, log=lambda m: None, model=str(tiny_checkpoints), batch_size=8)
+    assert run(panel, checkpoints="0,10,20", **quiet) == "done"
+    p = read_panel(panel)
+    first = "cpu float32 batch-invariant"
+    assert p.scorings[:3] == [first] * 3 and not any(p.scorings[3:])
+    assert not any("scored in different ways" in n for n in estimate(p, Settings(draws=0)).notes)
+    assert run(panel, checkpoints="all", batch_invariant="off", **quiet) == "done"
+    p = read_panel(panel)
+    assert p.done.all() and p.scorings == [first] * 3 + ["cpu float32 fast path"] * 2
+    assert any(f"{first}: 3; cpu float32 fast path: 2" in n for n in estimate(p, Settings(draws=0)).notes)
+    code, out, err = cli("info", panel)
+    assert code == 0, err
+    assert "cpu float32 batch-invariant (3 checkpoints); cpu float32 fast path (2 checkpoints): mixed" in out
