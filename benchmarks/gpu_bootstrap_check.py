@@ -13,8 +13,8 @@
     PYTHONPATH=src python benchmarks/gpu_bootstrap_check.py --out gpu_bootstrap.json     # on the GPU machine
     PYTHONPATH=src python benchmarks/gpu_bootstrap_check.py --tiny                         # CPU smoke test
 
-``--tiny`` runs every part on a small panel with torch's CPU path in the GPU's place (what tests call). It has not
-run on a GPU yet: docs/estimation.md quotes no GPU figure.
+``--tiny`` runs every part on a small panel with torch's CPU path in the GPU's place (what tests call). Its first GPU
+run (an H100, 2026-11-28) is in benchmarks/results/h100-2026-11-28/ and quoted in docs/estimation.md.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_extract.py"
@@ -41,12 +42,13 @@ def test_dry_run_measures_everything_the_gpu_run_will(tmp_path):
         assert row["cells"] > 0 and {f"changed_{k}" for k in sig["deltas"]} <= set(row)
 
 
-def test_mfu_variants_dry_run_times_every_variant(tmp_path):
+def test_mfu_variants_dry_run_times_every_variant(tmp_path, monkeypatch):
     """benchmarks/gpu_mfu_variants.py (the next GPU session's first run) cannot rot either: on CPU with a tiny shape it
     times the fast and invariant paths and the compiled body, profiles the fast path, and the compiled invariant path
     scores what the eager one does, a row alone as in its batch."""
     spec = importlib.util.spec_from_file_location("gpu_mfu_variants", SCRIPT.parent / "gpu_mfu_variants.py")
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     out = tmp_path / "mfu.json"
     report = module.main(["--dry-run", "--out", str(out)])
