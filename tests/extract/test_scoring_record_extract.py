@@ -21,10 +21,16 @@ def test_a_resume_scored_another_way_is_said(tmp_path, tiny_checkpoints, cli):
     first = "cpu float32 batch-invariant"
     assert p.scorings[:3] == [first] * 3 and not any(p.scorings[3:])
     assert not any("scored in different ways" in n for n in estimate(p, Settings(draws=0)).notes)
-    assert run(panel, checkpoints="all", batch_invariant="off", **quiet) == "done"
+    logs = []
+    assert run(panel, checkpoints="all", batch_invariant="off", **{**quiet, "log": logs.append}) == "done"
+    warned = [m for m in logs if m.startswith("warning: this panel's completed checkpoints were scored")]
+    assert len(warned) == 1 and f"{first} (3), and this worker scores cpu float32 fast path" in warned[0]
     p = read_panel(panel)
     assert p.done.all() and p.scorings == [first] * 3 + ["cpu float32 fast path"] * 2
     assert any(f"{first}: 3; cpu float32 fast path: 2" in n for n in estimate(p, Settings(draws=0)).notes)
     code, out, err = cli("info", panel)
     assert code == 0, err
     assert "cpu float32 batch-invariant (3 checkpoints); cpu float32 fast path (2 checkpoints): mixed" in out
+    logs = []  # a worker that scores as the panel's checkpoints were scored says nothing
+    assert run(panel, checkpoints="all", **{**quiet, "log": logs.append}) == "done"
+    assert not [m for m in logs if m.startswith("warning:")]

@@ -15,7 +15,7 @@ from memtui.estimation.estimate import estimate
 from memtui.estimation.settings import Settings
 from memtui.extract.checkpoints import checkpoint_info_rows
 from memtui.panel import scoring
-from memtui.panel.hdf5 import PanelWriter, create_panel, read_panel
+from memtui.panel.hdf5 import PanelWriter, create_panel, read_panel, read_scorings
 from memtui.panel.model import NEVER
 from memtui.panel.samples import sample_path
 
@@ -92,3 +92,17 @@ def test_an_estimate_and_info_say_it(tmp_path):
     assert rows["scored with"].startswith(f"{CPU} ({t - 3} checkpoints); {GPU} (3 checkpoints): mixed")
     rows = dict(checkpoint_info_rows(replace(panel, scorings=[CPU] * t, path=None)))
     assert rows["scored with"] == f"{CPU} ({t} checkpoints)"
+
+
+def test_a_worker_is_warned_before_it_mixes_ways(tmp_path):
+    done = np.array([True, True, False, False])
+    assert scoring.resume_warning([CPU, CPU, "", ""], done, CPU) is None
+    assert scoring.resume_warning(["", "", "", ""], done, GPU) is None  # nothing recorded: nothing to compare
+    line = scoring.resume_warning([CPU, CPU, "", ""], done, GPU)
+    assert line.startswith(f"warning: this panel's completed checkpoints were scored {CPU} (2), and this worker")
+    assert "\n" not in line and "--dtype" in line
+    path = _panel(tmp_path / "p.h5")
+    with PanelWriter(path) as w:
+        w.write_checkpoint(1, {"loglik": np.zeros(6)}, scoring=GPU)
+    ways, done = read_scorings(path)
+    assert ways == ["", GPU, "", ""] and done.tolist() == [False, True, False, False]

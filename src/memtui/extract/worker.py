@@ -65,7 +65,7 @@ from memtui.extract.units import (
 from memtui.panel import metrics as registry
 from memtui.panel import scoring
 from memtui.panel.hdf5 import read_done as read_metrics_done
-from memtui.panel.hdf5 import read_panel, read_tokens
+from memtui.panel.hdf5 import read_panel, read_scorings, read_tokens
 from memtui.panel.token_scores import complete as read_done  # a checkpoint is done with its per-token scores too
 from memtui.panel.token_scores import read_layout
 
@@ -301,6 +301,13 @@ class _Scorer:
         self.net = self.scorer = None
         self.delay = float(os.environ.get("MEMTUI_EXTRACT_BATCH_DELAY") or 0)  # test hook: slow batches down
 
+    def way(self) -> str:
+        """How this worker scores, in the words ``checkpoints/scoring`` records (memtui.panel.scoring)."""
+        from memtui.extract.scoring import INVARIANT_BY_DEFAULT
+
+        choice = {"auto": self.dev.type in INVARIANT_BY_DEFAULT, "on": True, "off": False}[self.options.batch_invariant]
+        return scoring.describe(self.dev.type, self.body_dtype, choice)
+
     def load(self, loaded: Loaded) -> None:
         from memtui.extract.scoring import Scorer, check_head
 
@@ -478,6 +485,8 @@ class _Pass:
         dtype = str(scorer.body_dtype).replace("torch.", "")
         ctx.log(f"worker {ctx.me.id}: {len(self.units)} unit(s) of {ctx.options.model} for {ctx.panel_path} on "
                 f"device {scorer.dev} ({dtype}), {self.n_instances} instances")  # fmt: skip
+        if warning := scoring.resume_warning(*read_scorings(ctx.panel_path), scorer.way()):
+            ctx.log(warning)
         self.loader = Loader(self.source, hashes_dir(ctx.panel_path))
         self.heartbeat = Heartbeat(ctx.work, ctx.me, ctx.progress)
         waiting = False
@@ -623,7 +632,7 @@ class _Pass:
                 "parameters": loaded.parameters, "config": loaded.config, "worker": self.ctx.me.id,
                 "tokens_only": tokens_only,
                 "average": self.source.averages([unit.step]).get(unit.step, ""),
-                "scoring": scoring.describe(scorer.dev.type, scorer.body_dtype, scorer.scorer.invariant)}  # fmt: skip
+                "scoring": scorer.way()}  # fmt: skip
         tokens = (scorer.unit_token_rows(unit), per_token) if self.layout is not None else None
         self.ctx.work.check()  # never write through a folder swapped for a link mid-run
         try:

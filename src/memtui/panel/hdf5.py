@@ -685,6 +685,20 @@ def read_done(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     return _read_live(path, read)
 
 
+def read_scorings(path: str | os.PathLike) -> tuple[list[str], np.ndarray]:
+    """How each checkpoint was scored (``checkpoints/scoring``; [] for a panel made before it) and the done flags,
+    without reading the metrics."""
+    path = Path(path)
+
+    def read(f):
+        steps = _dataset(f, path, "checkpoints/step", "iu")
+        done = _dataset(f, path, "checkpoints/done", "iub", steps.shape).astype(bool)
+        ways = _dataset(f, path, "checkpoints/scoring", "SO", steps.shape, optional=True)
+        return (_strings(ways, path, "checkpoints/scoring") if ways is not None else []), done
+
+    return _read_live(path, read)
+
+
 def read_extractable(path: str | os.PathLike) -> tuple[int, int] | None:
     """The (k, l) a panel's extractability metrics are defined with (their datasets' ``k`` and ``l``), or None when it
     has neither metric. Both datasets must carry the same whole numbers >= 1."""

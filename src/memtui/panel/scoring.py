@@ -46,3 +46,18 @@ def mixed_note(scorings: list[str], done) -> str | None:
         "such ways (bf16 against fp32: up to 1.2e-4 of a row's loglik on an H100), which adds noise to every "
         "difference across them; extract every checkpoint one way (--dtype, --batch-invariant)"
     )
+
+
+def resume_warning(scorings: list[str], done, way: str) -> str | None:
+    """A worker's one line when the panel's completed checkpoints were scored otherwise than it will score the rest
+    (``way``): a resume on another machine, with another ``--dtype`` or ``--batch-invariant``; None when they agree or
+    nothing is recorded."""
+    seen = counts(scorings, done)
+    if not seen or set(seen) == {way}:
+        return None
+    shown = "; ".join(f"{clean(s, SCORING_BYTES)} ({n})" for s, n in seen.most_common(3))
+    return (
+        f"warning: this panel's completed checkpoints were scored {shown}, and this worker scores {way}: the panel "
+        "will mix them, which adds noise to every difference across them (match --device, --dtype and "
+        "--batch-invariant to keep one way)"
+    )
