@@ -25,6 +25,8 @@ def test_a_resume_scored_another_way_is_said(tmp_path, tiny_checkpoints, cli):
     assert run(panel, checkpoints="all", batch_invariant="off", **{**quiet, "log": logs.append}) == "done"
     warned = [m for m in logs if m.startswith("warning: this panel's completed checkpoints were scored")]
     assert len(warned) == 1 and f"{first} (3), and this worker scores cpu float32 fast path" in warned[0]
+    code, out, err = cli("status", panel)
+    assert code == 0 and "this worker scores cpu float32 fast path" in " ".join(out.split()), (out, err)
     p = read_panel(panel)
     assert p.done.all() and p.scorings == [first] * 3 + ["cpu float32 fast path"] * 2
     assert any(f"{first}: 3; cpu float32 fast path: 2" in n for n in estimate(p, Settings(draws=0)).notes)

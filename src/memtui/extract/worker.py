@@ -487,6 +487,7 @@ class _Pass:
                 f"device {scorer.dev} ({dtype}), {self.n_instances} instances")  # fmt: skip
         if warning := scoring.resume_warning(*read_scorings(ctx.panel_path), scorer.way()):
             ctx.log(warning)
+            ctx.progress.data["warnings"].append(warning.removeprefix("warning: "))  # `memtui status` shows it
         self.loader = Loader(self.source, hashes_dir(ctx.panel_path))
         self.heartbeat = Heartbeat(ctx.work, ctx.me, ctx.progress)
         waiting = False
