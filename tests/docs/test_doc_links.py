@@ -61,3 +61,17 @@ def test_readme_lists_the_docs_and_leads_with_start_here():
     assert "docs/start-here.md" in docs_list
     for name in ("estimation.md", "methods.md", "internals.md", "findings.md", "start-here.md"):
         assert f"docs/{name}" in readme
+
+
+def test_no_table_is_cut_in_two_by_a_blank_line():
+    """A blank line inside a Markdown table ends it: the rows after it render as text with pipes (extraction.md's
+    options table lost its second half so). Rows after a blank line must start a new table (a delimiter row)."""
+    delimiter = re.compile(r"^\|[\s:|-]+\|?$")
+    bad = []
+    for md in _markdown_files():
+        lines = md.read_text(encoding="utf-8").splitlines() + [""]
+        for i in range(1, len(lines) - 2):
+            cut = not lines[i].strip() and lines[i - 1].startswith("|") and lines[i + 1].startswith("|")
+            if cut and not delimiter.match(lines[i + 2]):
+                bad.append(f"{md.name}:{i + 1}")
+    assert not bad, bad
