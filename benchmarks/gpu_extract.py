@@ -17,7 +17,8 @@
 3. **bf16 vs fp32 agreement**: the same rows, bf16 body vs fp32 body (fp32 head in both).
 4. **Does it matter**: every shipped sample panel re-estimated (loglik, calibrated bands) after adding ±delta to every
    cell (random signs), for delta = the largest bf16 batch-dependence of a row's loglik measured in 2., and the
-   bf16-vs-fp32 one of 3.: how many significant cells change.
+   bf16-vs-fp32 one of 3.: how many significant cells change; and with Gaussian noise of the typical size, scaled
+   to each row's own number of targets (sd per target from 2. and 3.), on the panels with tokens.
 
 The models have random weights with the output head scaled so that logits spread like a trained model's (standard
 deviation ~3); numbers about precision are therefore indicative, not a trained checkpoint's.
@@ -218,6 +219,14 @@ def rows_for_invariance(n: int, seq_len: int, vocab: int) -> tuple[np.ndarray, n
     return tokens, lengths
 
 
+def per_target_sd(a: np.ndarray, b: np.ndarray, targets: np.ndarray) -> float:
+    """The root mean square of (a - b) / sqrt(targets) over the rows: the spread one target adds to a row's loglik
+    difference if the targets' rounding errors were independent (a row of n targets then differs by ~sd * sqrt(n))."""
+    z = (np.asarray(a, float) - np.asarray(b, float)) / np.sqrt(targets)
+    z = z[np.isfinite(z)]
+    return float(np.sqrt(np.mean(z * z))) if len(z) else 0.0
+
+
 def max_abs(a: dict, b: dict) -> dict[str, float]:
     return {m: float(np.nanmax(np.abs(a[m] - b[m]))) if np.isfinite(a[m]).any() else 0.0 for m in a}
 
@@ -240,6 +249,8 @@ def invariance(args, device: torch.device) -> dict:
             alone = [scorer.score(tokens[i : i + 1, : lengths[i]], lengths[i : i + 1]) for i in range(len(lengths))]
             alone = {m: np.concatenate([a[m] for a in alone]) for m in batch}
             out[f"{key}_{path}_batch_vs_alone_max_abs"] = max_abs(batch, alone)
+            if (key, path) == ("bfloat16", "fast"):
+                alone_ll = alone["loglik"]
             scores[(key, path)] = batch
             diffs = out[f"{key}_{path}_batch_vs_alone_max_abs"]
             log(f"  {key:<8} {path:<9} batch of {len(lengths)} vs alone, max |diff|: "
@@ -250,6 +261,12 @@ def invariance(args, device: torch.device) -> dict:
         del model
         free(device)
     out["bf16_vs_fp32_max_abs"] = max_abs(scores[("bfloat16", "fast")], scores[("float32", "fast")])
+    targets = np.maximum(lengths - 1, 1)
+    out["per_target_sd"] = {  # a row's loglik difference over the square root of its targets, as a typical size
+        "bf16_batch": per_target_sd(scores[("bfloat16", "fast")]["loglik"], alone_ll, targets),
+        "bf16_vs_fp32": per_target_sd(scores[("bfloat16", "fast")]["loglik"], scores[("float32", "fast")]["loglik"],
+                                      targets),
+    }  # fmt: skip
     f32 = scores[("float32", "fast")]["loglik"]
     out["bf16_vs_fp32_loglik_max_rel"] = float(
         np.max(np.abs(scores[("bfloat16", "fast")]["loglik"] - f32) / np.abs(f32))
@@ -282,8 +299,10 @@ def path_speed(model, device: torch.device, args, seq_len: int, vocab: int) -> f
     return float(np.median(ratios))
 
 
-def significance(deltas: dict[str, float], draws: int) -> dict:
-    """Re-estimate each shipped sample with ±delta added to every loglik cell: significant cells that change."""
+def significance(deltas: dict[str, float], draws: int, per_target: dict[str, float] | None = None) -> dict:
+    """Re-estimate each shipped sample with ±delta added to every loglik cell (the worst case: the largest difference
+    measured, on every cell) and, for each ``per_target`` sd, with Gaussian noise of sd * sqrt(the row's targets) on
+    every cell (the typical size, scaled to the sample's own row lengths): significant cells that change."""
     from memtui.estimation.estimate import estimate
     from memtui.estimation.settings import Settings
     from memtui.panel.hdf5 import read_panel
@@ -302,6 +321,13 @@ def significance(deltas: dict[str, float], draws: int) -> dict:
             noisy = replace(panel, metrics={**panel.metrics, "loglik": y + delta * rng.choice([-1.0, 1.0], y.shape)})
             sig = estimate(noisy, settings).cells["significant"].to_numpy()
             row[f"changed_{label}"] = int((sig != base).sum())
+        # a panel without tokens (the synthetic sample) has no row lengths to scale by: the worst case only
+        targets = None if panel.lengths is None else np.maximum(panel.lengths - 1, 1)
+        for label, sd in (per_target or {}).items() if targets is not None else ():
+            y = panel.metrics["loglik"]
+            noise = rng.standard_normal(y.shape) * sd * np.sqrt(targets)[:, None]
+            sig = estimate(replace(panel, metrics={**panel.metrics, "loglik": y + noise}), settings).cells
+            row[f"changed_typical_{label}"] = int((sig["significant"].to_numpy() != base).sum())
         out[path.stem] = row
         log(f"  {path.stem:<18} " + ", ".join(f"{k} {v}" for k, v in row.items()))
     return out
@@ -366,8 +392,10 @@ def main(argv=None) -> dict:
         }
         deltas = {k: v if math.isfinite(v) else 0.0 for k, v in deltas.items()}
         log(f"4. significance on the shipped samples with ±delta on every loglik cell: {deltas}")
-        report["significance"] = {"deltas": deltas, "draws": args.draws or 200,
-                                  "panels": significance(deltas, args.draws or 200)}  # fmt: skip
+        per_target = inv.get("per_target_sd", {})
+        log(f"   and Gaussian noise of sd x sqrt(targets) per cell, sd per target: {per_target}")
+        report["significance"] = {"deltas": deltas, "per_target_sd": per_target, "draws": args.draws or 200,
+                                  "panels": significance(deltas, args.draws or 200, per_target)}  # fmt: skip
     report["seconds"] = round(time.perf_counter() - t0, 1)
     text = json.dumps(report, indent=1, default=float)
     if args.out:

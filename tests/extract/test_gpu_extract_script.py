@@ -40,6 +40,10 @@ def test_dry_run_measures_everything_the_gpu_run_will(tmp_path):
     assert {"tiny-gptneox", "synthetic"} <= set(sig["panels"])
     for row in sig["panels"].values():
         assert row["cells"] > 0 and {f"changed_{k}" for k in sig["deltas"]} <= set(row)
+    assert set(inv["per_target_sd"]) == set(sig["per_target_sd"]) == {"bf16_batch", "bf16_vs_fp32"}
+    assert inv["per_target_sd"]["bf16_vs_fp32"] > 0  # tiny-neox in bf16 and fp32 differ
+    typical = {f"changed_typical_{k}" for k in sig["per_target_sd"]}
+    assert typical <= set(sig["panels"]["tiny-gptneox"]) and not typical & set(sig["panels"]["synthetic"])
 
 
 def test_mfu_variants_dry_run_times_every_variant(tmp_path, monkeypatch):
