@@ -16,8 +16,11 @@ from memtui.core.errors import MemtuiError
 from memtui.engine import power as pw
 from memtui.estimation.estimate import estimate, z_value
 from memtui.estimation.plan import (
+    H100_FAST_TOKENS_PER_S,
+    H100_INVARIANT_COST,
     PYTHIA_ROW,
     VALIDATION_MODES,
+    gpu_hours,
     minimum_detectable_effect,
     pilot_variances,
     plan_sizes,
@@ -263,6 +266,26 @@ def test_plan_counts_tokens_from_the_pilot_rows(plan_cli, tmp_path):
         assert r[8] == _shown(size * 80) and r[9] == _shown(size * 80 * 6)  # 6 checkpoints (r[7]: Welch df)
         n, n0 = int(r[2].replace(",", "")), int(r[3].replace(",", ""))
         assert n0 == math.ceil(100 / 120 * 4 * n)  # the pilot's 100 validation per 120 treated
+
+
+def test_plan_prints_the_gpu_hours_each_row_costs(plan_cli, tmp_path):
+    """Each feasible row's tokens for every checkpoint, as hours of one H100 at the rates measured there (the
+    batch-invariant scorer's cost included), per measured model shape."""
+    path = write_synthetic(tmp_path / "pilot.h5", Simulation(n_cohorts=6, per_cohort=40, n_never=200, n_checkpoints=8))
+    code, out, err = plan_cli(path, "--cohorts", "10", "--checkpoints", "12", "-B", "300")
+    assert code == 0, err
+    assert "GPU time       hours of one H100 to score all 12 checkpoints" in out
+    lines = out.splitlines()
+    gpu = lines[[i for i, line in enumerate(lines) if line.startswith("GPU time")][0] + 1 :]
+    for r in _table(out):
+        size = int(r[4].replace(",", ""))
+        want = {k: size * PYTHIA_ROW * 12 * H100_INVARIANT_COST / v / 3600 for k, v in H100_FAST_TOKENS_PER_S.items()}
+        line = next(g for g in gpu if g.startswith(f"  for {r[0]} {r[1]}: "))
+        shown = dict(re.findall(r"(pythia-[\d.]+b) ([\d.,e+-]+) h", line))
+        assert set(shown) == set(want)
+        for name, hours in want.items():
+            assert float(shown[name].replace(",", "")) == pytest.approx(hours, rel=5e-3)
+    assert gpu_hours(3600 * 126_371.0)["pythia-1.4b"] == pytest.approx(1.144)
 
 
 def _shown(tokens: float) -> str:

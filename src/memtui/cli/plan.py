@@ -84,6 +84,23 @@ def _tokens(n: float) -> str:
     return f"{n:.0f}"
 
 
+def _print_gpu_hours(plan, length: float) -> None:
+    """Each feasible row's tokens for all checkpoints as hours of one H100, at the rates measured there."""
+    from memtui.estimation.plan import H100_INVARIANT_COST, gpu_hours
+
+    rows = [(row, row.panel_size(plan.cohorts)) for row in plan.rows]
+    rows = [(row, size) for row, size in rows if size is not None]
+    if not rows:
+        return
+    print(f"GPU time       hours of one H100 to score all {plan.checkpoints} checkpoints, at the rates measured there "
+          f"(docs/extraction.md, \"Speed\"; the batch-invariant scorer, {H100_INVARIANT_COST:.2f}x the fast path's "
+          "time; random weights, bf16, rows of 2,049 tokens)")  # fmt: skip
+    for row, size in rows:
+        hours = gpu_hours(size * length * plan.checkpoints)
+        shown = ", ".join(f"{name} {h:,.3g} h" for name, h in hours.items())
+        print(f"  for {row.effect:.4g} ({row.label}): {shown}")
+
+
 def run(args) -> int:
     from memtui.engine import power as pw
     from memtui.estimation.cache import cached_estimate
@@ -229,6 +246,7 @@ def _print_plan(args, panel, pilot, plan, res, mde: float, own_crit: float) -> N
         tokens = f"{_tokens(per_ckpt):>12} {_tokens(per_ckpt * plan.checkpoints):>18}"
         print(f"  {label:>16} {row.per_cohort:>11,} {row.validation:>11,} {size:>9,} {row.power:>6.1%} "
               f"{row.crit:>6.3f} {df:>6} {tokens}")  # fmt: skip
+    _print_gpu_hours(plan, length)
     from memtui.estimation.evidence import MISCALIBRATED_BELOW
     from memtui.estimation.settings import DEFAULT_BAND
 

@@ -33,6 +33,18 @@ from memtui.panel.model import NEVER, Panel
 
 PYTHIA_ROW = 2049  # tokens per Pythia training row (2048 + 1): the row length assumed when a pilot stores no tokens
 VALIDATION_MODES = ("optimal", "pilot")
+# What scoring costs on a GPU: the tokens per second one NVIDIA H100 80GB HBM3 scored with memtui's fast path (bf16
+# body, random weights, 2,049-token rows; benchmarks/results/h100-2026-11-28, docs/extraction.md "Speed"), and the
+# batch-invariant path's time over the fast path's there (the CUDA default; measured at the 1.4b shape only)
+H100_FAST_TOKENS_PER_S = {"pythia-1.4b": 126_371.0, "pythia-6.9b": 36_973.0, "pythia-12b": 22_769.0}
+H100_INVARIANT_COST = 1.144
+
+
+def gpu_hours(tokens: float) -> dict[str, float]:
+    """Hours of one H100 to score ``tokens`` with the default (batch-invariant) scorer, per measured model shape."""
+    return {name: tokens * H100_INVARIANT_COST / rate / 3600 for name, rate in H100_FAST_TOKENS_PER_S.items()}
+
+
 # No plan asks for more instances in one cohort or validation set than this: Pythia's whole training set is 146M
 # sequences (143,000 steps x 1024), so a larger answer says the effect cannot be detected, not how to detect it.
 MAX_INSTANCES = 10**9
