@@ -21,6 +21,12 @@ def test_a_resume_scored_another_way_is_said(tmp_path, tiny_checkpoints, cli):
     first = "cpu float32 batch-invariant"
     assert p.scorings[:3] == [first] * 3 and not any(p.scorings[3:])
     assert not any("scored in different ways" in n for n in estimate(p, Settings(draws=0)).notes)
+    code, out, err = cli("extract", panel, "--model", tiny_checkpoints, "--foreground", "--batch-invariant", "off",
+                         "--dry-run")  # fmt: skip
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert "scored as: cpu float32 fast path" in said and f"scored so far: {first} (3)" in said
+    assert "and this worker scores cpu float32 fast path: the panel will mix them" in said
     logs = []
     assert run(panel, checkpoints="all", batch_invariant="off", **{**quiet, "log": logs.append}) == "done"
     warned = [m for m in logs if m.startswith("warning: this panel's completed checkpoints were scored")]

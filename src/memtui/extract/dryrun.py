@@ -45,6 +45,7 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
     lines.append(f"  scoring:     dtype {options.dtype}, batch size {options.batch_size}, batch-invariant "
                  f"{options.batch_invariant}" + (f", chunk {options.chunk}" if options.chunk else "")
                  + (f", extractable {options.extractable}" if options.extractable else ""))  # fmt: skip
+    lines += _scoring_lines(panel, options, mode)
     if rows is not None:
         lines.append(f"  token scores: {token_scores.estimate_line(panel, rows, len(steps))}")
     if source.local is None and steps:
@@ -59,6 +60,28 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
                  f"claims, parts and worker records in {work}/; the log {log}")  # fmt: skip
     if mode == "slurm":
         lines.append(f"  SLURM:       submitit's files in {work}/slurm/; the job script follows")
+    return lines
+
+
+def _scoring_lines(panel, options: ExtractOptions, mode: str) -> list[str]:
+    """How this launch would score (on this machine; SLURM's nodes decide for themselves), how the panel's completed
+    checkpoints were scored, and the warning a worker would give before mixing the two."""
+    from memtui.core.text import clean
+    from memtui.panel import scoring
+
+    lines = []
+    way = None
+    if mode != "slurm":
+        from memtui.extract.scoring import resolve_device, resolve_dtype, scoring_way
+
+        dev = resolve_device(options.device)
+        way = scoring_way(dev, resolve_dtype(options.dtype, dev), options.batch_invariant)
+        lines.append(f"  scored as:   {way}")
+    if seen := scoring.counts(panel.scorings, panel.done):
+        shown = "; ".join(f"{clean(s, scoring.SCORING_BYTES)} ({n})" for s, n in seen.most_common(4))
+        lines.append(f"  scored so far: {shown}")
+    if way and (warning := scoring.resume_warning(panel.scorings, panel.done, way)):
+        lines.append(f"  {warning}")
     return lines
 
 

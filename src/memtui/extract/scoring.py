@@ -233,6 +233,15 @@ def sampling_logp(
 INVARIANT_BY_DEFAULT = ("cpu", "cuda")
 
 
+def scoring_way(device: torch.device, dtype: torch.dtype, batch_invariant: str = "auto") -> str:
+    """How a worker on ``device`` with a ``dtype`` body and ``--batch-invariant`` auto/on/off scores, in the words a
+    panel's ``checkpoints/scoring`` records (memtui.panel.scoring.describe)."""
+    from memtui.panel.scoring import describe
+
+    invariant = {"auto": device.type in INVARIANT_BY_DEFAULT, "on": True, "off": False}[batch_invariant]
+    return describe(device.type, str(dtype), invariant)
+
+
 def split_model(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(body returning ``last_hidden_state``, output head) of a Hugging Face causal LM."""
     body = getattr(model, "base_model", None)

@@ -303,10 +303,9 @@ class _Scorer:
 
     def way(self) -> str:
         """How this worker scores, in the words ``checkpoints/scoring`` records (memtui.panel.scoring)."""
-        from memtui.extract.scoring import INVARIANT_BY_DEFAULT
+        from memtui.extract.scoring import scoring_way
 
-        choice = {"auto": self.dev.type in INVARIANT_BY_DEFAULT, "on": True, "off": False}[self.options.batch_invariant]
-        return scoring.describe(self.dev.type, self.body_dtype, choice)
+        return scoring_way(self.dev, self.body_dtype, self.options.batch_invariant)
 
     def load(self, loaded: Loaded) -> None:
         from memtui.extract.scoring import Scorer, check_head
