@@ -13,8 +13,8 @@
 # extract and bootstrap (an H100, 2026-11-28) is in benchmarks/results/h100-2026-11-28/.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:?set OUT to a folder for the reports}
-mkdir -p "$OUT"
+if [ -z "${OUT:-}" ]; then echo "gpu_checks: set OUT to a folder for the reports (OUT=reports bash $0)" >&2; exit 2; fi
+mkdir -p "$OUT" || { echo "gpu_checks: cannot make the folder $OUT" >&2; exit 2; }
 export PYTHONPATH="src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python=${PYTHON:-python3}
 for part in $(echo "${1:-mfu,invariance}" | tr ',' ' '); do
