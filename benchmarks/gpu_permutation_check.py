@@ -1,0 +1,147 @@
+"""GPU check of the permutation band's torch path (engine.torch_permutation), one prepared run (~3 minutes on one H100
+with 16 cores):
+
+1. The sums of 16 permutations of a 1,021,000-instance panel of the full Pythia shape (144 checkpoints, 143 cohorts of
+   7,000, 20,000 never trained), with the controls fixed and permuted: the compiled path's and the GPU's (s, q, c,
+   the permuted controls' Grams and means), their largest differences relative to the largest magnitude.
+2. A whole estimate with ``--band permutation`` on the CPU's compiled path and on the GPU with the same P
+   (``--cpu-count``, default 199: the CPU's time at 1 M instances): seconds (wall and process CPU), the critical
+   values, their relative differences and how many cells' flags differ, against the tolerance the CPU test holds
+   (tests/engine/test_torch_permutation.py: 1e-5).
+3. The GPU's estimate at P = ``--count`` (default 999, the band's default): seconds, peak CUDA memory.
+
+    PYTHONPATH=src python benchmarks/gpu_permutation_check.py --out gpu_permutation.json    # on the GPU machine
+    PYTHONPATH=src python benchmarks/gpu_permutation_check.py --tiny                        # CPU smoke test
+
+``--tiny`` runs every part on a small panel with torch's CPU path in the GPU's place (what tests call).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from memtui.engine import did, permutations, torch_bootstrap
+from memtui.engine.layout import build_layout
+from memtui.engine.torch_permutation import TorchPermutationSums
+from memtui.estimation.estimate import estimate
+from memtui.estimation.settings import Settings
+from memtui.panel.model import NEVER
+
+TOLERANCE = 1e-5
+
+
+def _scale_estimate():
+    path = Path(__file__).resolve().parent / "scale_estimate.py"
+    spec = importlib.util.spec_from_file_location("scale_estimate", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("scale_estimate", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def rel(a, b) -> float:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if not np.array_equal(np.isnan(a), np.isnan(b)):
+        return float("inf")
+    ok = ~np.isnan(b)
+    scale = np.max(np.abs(b[ok])) if ok.any() else 1.0
+    return float(np.max(np.abs(a[ok] - b[ok])) / scale) if ok.any() and scale > 0 else 0.0
+
+
+def timed(fn):
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - w0, time.process_time() - c0
+
+
+def sums_check(panel, device: str) -> dict:
+    """Part 1: 16 permutations' sums, Grams and means on the compiled path and on ``device``."""
+    lay = build_layout(panel.metrics["loglik"], panel.treatment, panel.steps, never=NEVER)
+    est = did.point_estimates(lay)
+    out = {}
+    for controls in (False, True):
+        p = permutations.plan(lay, est, controls=controls)
+        order = permutations.orders(p, np.arange(1, 17, dtype=np.uint64))
+        if permutations.compiled():
+            ref, grams, means = permutations._compiled_sums(p, order)
+        else:
+            ref = permutations.sums(p, order)
+            grams, means = permutations._control_grams(p, order) if controls else (None, None)
+        on = TorchPermutationSums(device, p)
+        (got, g2, m2), wall, _ = timed(lambda: on.sums(order))  # noqa: B023
+        diff = {name: rel(a, b) for name, a, b in zip("sqc", got, ref, strict=True)}
+        if controls:
+            diff |= {"grams": rel(g2, grams), "means": rel(m2, means)}
+        key = "permuted_controls" if controls else "fixed_controls"
+        out[key] = {"relative_differences": diff, "wall_s_16": wall}
+        print(f"sums, {key}: {json.dumps(diff)} ({wall:.2f} s for 16 on {device})", flush=True)
+    return out
+
+
+def run_estimate(panel, device: str, count: int) -> tuple[dict, object]:
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    with torch_bootstrap.using(device), torch_bootstrap.recording() as used:
+        res, wall, cpu = timed(lambda: estimate(panel, Settings(band="permutation", draws=count, seed=0)))
+    row = {"wall_s": wall, "cpu_s": cpu, "crit": float(res.crit), "devices": sorted(used)}
+    if device == "cuda":
+        row["peak_cuda_gb"] = torch.cuda.max_memory_allocated() / 1e9
+    print(f"estimate on {device}, P = {count}: {wall:.2f} s wall, {cpu:.2f} s CPU, crit {res.crit:.5f}", flush=True)
+    return row, res.cells
+
+
+def compare(ref_cells, got_cells) -> dict:
+    diff = {c: rel(got_cells[c].to_numpy(), ref_cells[c].to_numpy()) for c in ("crit", "band_low", "band_high")}
+    a, b = ref_cells["significant"].to_numpy(), got_cells["significant"].to_numpy()
+    out = {"relative_differences": diff, "flags_differ": int((a != b).sum()), "significant_cpu": int(a.sum())}
+    out["within_tolerance"] = all(v <= TOLERANCE for v in diff.values())
+    print(f"estimate differences (tolerance {TOLERANCE:g}): {json.dumps(out)}", flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiny", action="store_true", help="a small panel, torch's CPU path for the GPU's (a smoke test)")
+    ap.add_argument("--count", type=int, default=999, help="P of the GPU's timed estimate")
+    ap.add_argument("--cpu-count", type=int, default=199, help="P of the CPU's estimate and the GPU's equal one")
+    ap.add_argument("--out", help="write the report here (JSON)")
+    args = ap.parse_args(argv)
+    gpu = "cuda" if torch.cuda.is_available() and not args.tiny else "torch-cpu"
+    per, never, checkpoints = (30, 150, 13) if args.tiny else (7000, 20000, 144)
+    count, cpu_count = (99, 49) if args.tiny else (args.count, args.cpu_count)
+    panel = _scale_estimate().make_panel(per, never, checkpoints)
+    card = torch.cuda.get_device_name() if gpu == "cuda" else "cpu (tiny run: torch's CPU path)"
+    n = len(panel.ids)
+    report = {"card": card, "instances": n, "checkpoints": checkpoints, "count": count, "cpu_count": cpu_count,
+              "cores": os.cpu_count(), "torch": torch.__version__, "compiled": permutations.compiled()}  # fmt: skip
+    print(f"{card}: {n:,} instances x {checkpoints} checkpoints, P = {cpu_count} (both), {count} ({gpu})", flush=True)
+    report["sums"] = sums_check(panel, "cuda" if gpu == "cuda" else "cpu")
+    report["cpu"], ref_cells = run_estimate(panel, "cpu", cpu_count)
+    report[f"{gpu}_same_p"], got_cells = run_estimate(panel, gpu, cpu_count)
+    report["equal"] = compare(ref_cells, got_cells)
+    report["equal"]["within_tolerance"] &= all(
+        v <= TOLERANCE for part in report["sums"].values() for v in part["relative_differences"].values()
+    )
+    report[gpu], _ = run_estimate(panel, gpu, count)
+    report["speedup_same_p"] = report["cpu"]["wall_s"] / report[f"{gpu}_same_p"]["wall_s"]
+    print(f"wall ratio cpu / {gpu} at P = {cpu_count}: {report['speedup_same_p']:.2f}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    return report
+
+
+if __name__ == "__main__":
+    main()
