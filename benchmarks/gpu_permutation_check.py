@@ -13,7 +13,9 @@ with 16 cores):
     PYTHONPATH=src python benchmarks/gpu_permutation_check.py --out gpu_permutation.json    # on the GPU machine
     PYTHONPATH=src python benchmarks/gpu_permutation_check.py --tiny                        # CPU smoke test
 
-``--tiny`` runs every part on a small panel with torch's CPU path in the GPU's place (what tests call).
+``--tiny`` runs every part on a small panel with torch's CPU path in the GPU's place (what tests call); without a
+GPU, torch's CPU path stands in for it at any ``--shape`` (``--shape 700 10000 144 --count 199``: the 110,100-instance
+timing docs/estimation.md quotes).
 """
 
 from __future__ import annotations
@@ -117,13 +119,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tiny", action="store_true", help="a small panel, torch's CPU path for the GPU's (a smoke test)")
     ap.add_argument("--count", type=int, default=999, help="P of the GPU's timed estimate")
     ap.add_argument("--cpu-count", type=int, default=199, help="P of the CPU's estimate and the GPU's equal one")
+    ap.add_argument("--shape", type=int, nargs=3, metavar=("PER_COHORT", "NEVER", "CHECKPOINTS"),
+                    default=(7000, 20000, 144), help="the panel (scale_estimate.make_panel's arguments)")  # fmt: skip
     ap.add_argument("--out", help="write the report here (JSON)")
     args = ap.parse_args(argv)
     gpu = "cuda" if torch.cuda.is_available() and not args.tiny else "torch-cpu"
-    per, never, checkpoints = (30, 150, 13) if args.tiny else (7000, 20000, 144)
+    per, never, checkpoints = (30, 150, 13) if args.tiny else tuple(args.shape)
     count, cpu_count = (99, 49) if args.tiny else (args.count, args.cpu_count)
     panel = _scale_estimate().make_panel(per, never, checkpoints)
-    card = torch.cuda.get_device_name() if gpu == "cuda" else "cpu (tiny run: torch's CPU path)"
+    card = torch.cuda.get_device_name() if gpu == "cuda" else "cpu (no GPU: torch's CPU path in its place)"
     n = len(panel.ids)
     report = {"card": card, "instances": n, "checkpoints": checkpoints, "count": count, "cpu_count": cpu_count,
               "cores": os.cpu_count(), "torch": torch.__version__, "compiled": permutations.compiled()}  # fmt: skip
@@ -135,7 +139,8 @@ def main(argv: list[str] | None = None) -> dict:
     report["equal"]["within_tolerance"] &= all(
         v <= TOLERANCE for part in report["sums"].values() for v in part["relative_differences"].values()
     )
-    report[gpu], _ = run_estimate(panel, gpu, count)
+    if count != cpu_count:
+        report[gpu], _ = run_estimate(panel, gpu, count)
     report["speedup_same_p"] = report["cpu"]["wall_s"] / report[f"{gpu}_same_p"]["wall_s"]
     print(f"wall ratio cpu / {gpu} at P = {cpu_count}: {report['speedup_same_p']:.2f}", flush=True)
     if args.out:
