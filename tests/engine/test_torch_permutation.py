@@ -186,3 +186,26 @@ def test_the_gpu_checks_tiny_mode_runs_on_the_cpu(tmp_path):
     report = json.loads(out.read_text())
     assert report["equal"]["within_tolerance"] is True
     assert report["equal"]["flags_differ"] == 0
+
+
+def test_the_cache_records_the_permutation_bands_device(tmp_path):
+    # before the band reported its device, its entries said "none" (no bootstrap) and served a request for any device
+    import json
+
+    from memtui.estimation import cache
+    from memtui.panel.hdf5 import read_panel
+    from memtui.panel.synthetic import Simulation, write_synthetic
+
+    panel = read_panel(write_synthetic(tmp_path / "p.h5", Simulation(n_cohorts=4, per_cohort=10, n_never=30,
+                                                                     n_checkpoints=6, seed=2)))  # fmt: skip
+    settings = Settings(band="permutation", draws=50)
+    base = cache.cache_dir(panel) / cache.cache_key(panel, settings)
+    with torch_bootstrap.using("cpu"):
+        on_cpu = cache.cached_estimate(panel, settings)
+    assert json.loads(base.with_suffix(".json").read_text())["engine_device"] == "cpu"
+    assert cache.load(panel, settings, "torch-cpu") is None  # asked for torch: the CPU's entry is not its answer
+    with torch_bootstrap.using("torch-cpu"):
+        on_torch = cache.cached_estimate(panel, settings)
+    assert json.loads(base.with_suffix(".json").read_text())["engine_device"] == "torch-cpu"
+    assert any("engine device torch-cpu" in n for n in on_torch.notes)
+    assert rel(on_torch.cells["crit"].to_numpy(), on_cpu.cells["crit"].to_numpy()) < RTOL
