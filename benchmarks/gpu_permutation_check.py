@@ -34,8 +34,6 @@ import torch
 from memtui.engine import did, permutations, torch_bootstrap
 from memtui.engine.layout import build_layout
 from memtui.engine.torch_permutation import TorchPermutationSums
-from memtui.estimation.estimate import estimate
-from memtui.estimation.settings import Settings
 from memtui.panel.model import NEVER
 
 TOLERANCE = 1e-5
@@ -72,7 +70,11 @@ def timed(fn):
 def sums_check(panel, device: str) -> dict:
     """Part 1: 16 permutations' sums, Grams and means on the compiled path and on ``device``."""
     lay = build_layout(panel.metrics["loglik"], panel.treatment, panel.steps, never=NEVER)
-    est = did.point_estimates(lay)
+    return sums_check_layout(lay, did.point_estimates(lay), device)
+
+
+def sums_check_layout(lay, est, device: str) -> dict:
+    """``sums_check`` of a layout."""
     out = {}
     for controls in (False, True):
         p = permutations.plan(lay, est, controls=controls)
@@ -94,6 +96,9 @@ def sums_check(panel, device: str) -> dict:
 
 
 def run_estimate(panel, device: str, count: int) -> tuple[dict, object]:
+    from memtui.estimation.estimate import estimate  # polars: not imported by --engine-only
+    from memtui.estimation.settings import Settings
+
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     with torch_bootstrap.using(device), torch_bootstrap.recording() as used:
@@ -114,6 +119,52 @@ def compare(ref_cells, got_cells) -> dict:
     return out
 
 
+def panel_arrays(per: int, never: int, checkpoints: int, seed: int = 0):
+    """``scale_estimate.make_panel``'s outcomes, treatment and steps (the same draws) without polars, which that
+    script imports (``--engine-only``: a machine with torch and numpy alone)."""
+    rng = np.random.default_rng(seed)
+    steps = np.arange(checkpoints, dtype=np.int64) * 1000
+    treatment = np.concatenate([np.repeat(steps[1:], per), np.full(never, NEVER)])
+    y = rng.standard_normal((len(treatment), checkpoints), dtype=np.float32).astype(np.float64)
+    since = (np.arange(checkpoints)[None, :] - np.arange(1, checkpoints)[:, None]).astype(float)
+    effect = np.where(since >= 0, 0.1 + 0.4 * np.exp(-np.clip(since, 0, None) / 2.5), 0.0)
+    y[treatment != NEVER] += np.repeat(effect, per, axis=0)
+    return y, treatment, steps
+
+
+def engine_only(shape, gpu: str, count: int, cpu_count: int) -> dict:
+    """The band's permutations (``permutations.permute``, controls permuted) on the CPU and on ``gpu`` at the same P,
+    their laws, critical values and permuted cells compared, then ``gpu``'s at P = ``count``: no estimate, no polars."""
+    y, treatment, steps = panel_arrays(*shape)
+    lay = build_layout(y, treatment, steps, never=NEVER)
+    est = did.point_estimates(lay)
+    floor = did.se_floor(lay.scale)
+    masks = {"post": ~lay.cell_pre, "all": np.ones(len(lay.cell_pre), bool)}
+    se = did.floored(est.se, floor)
+    out, runs = {"sums": sums_check_layout(lay, est, "cuda" if gpu == "cuda" else "cpu")}, {}
+    for name, device, p in (("cpu", "cpu", cpu_count), (f"{gpu}_same_p", gpu, cpu_count), (gpu, gpu, count)):
+        if name == gpu and count == cpu_count:
+            continue
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        with torch_bootstrap.using(device):
+            runs[name], wall, cpu = timed(
+                lambda: permutations.permute(lay, est, masks, se, count=p, seed=0, floor=floor, controls=True)  # noqa: B023
+            )
+        out[name] = {"wall_s": wall, "cpu_s": cpu, "count": p}
+        if device == "cuda":
+            out[name]["peak_cuda_gb"] = torch.cuda.max_memory_allocated() / 1e9
+        print(f"permute on {device}, P = {p}: {wall:.2f} s wall, {cpu:.2f} s CPU", flush=True)
+    ref, got = runs["cpu"], runs[f"{gpu}_same_p"]
+    diff = {"cells": rel(got.cells, ref.cells)}
+    for m in masks:
+        diff[f"law_{m}"] = rel(got.laws[m], ref.laws[m])
+        diff[f"crit_{m}"] = rel(did.critical_value(got.laws[m], 0.05), did.critical_value(ref.laws[m], 0.05))
+    out["equal"] = {"relative_differences": diff, "within_tolerance": all(v <= TOLERANCE for v in diff.values())}
+    print(f"permute differences (tolerance {TOLERANCE:g}): {json.dumps(diff)}", flush=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tiny", action="store_true", help="a small panel, torch's CPU path for the GPU's (a smoke test)")
@@ -121,17 +172,23 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--cpu-count", type=int, default=199, help="P of the CPU's estimate and the GPU's equal one")
     ap.add_argument("--shape", type=int, nargs=3, metavar=("PER_COHORT", "NEVER", "CHECKPOINTS"),
                     default=(7000, 20000, 144), help="the panel (scale_estimate.make_panel's arguments)")  # fmt: skip
+    ap.add_argument("--engine-only", action="store_true", help="the sums and permute alone (no estimate, no polars)")
     ap.add_argument("--out", help="write the report here (JSON)")
     args = ap.parse_args(argv)
     gpu = "cuda" if torch.cuda.is_available() and not args.tiny else "torch-cpu"
     per, never, checkpoints = (30, 150, 13) if args.tiny else tuple(args.shape)
     count, cpu_count = (99, 49) if args.tiny else (args.count, args.cpu_count)
-    panel = _scale_estimate().make_panel(per, never, checkpoints)
     card = torch.cuda.get_device_name() if gpu == "cuda" else "cpu (no GPU: torch's CPU path in its place)"
-    n = len(panel.ids)
+    n = per * (checkpoints - 1) + never
     report = {"card": card, "instances": n, "checkpoints": checkpoints, "count": count, "cpu_count": cpu_count,
               "cores": os.cpu_count(), "torch": torch.__version__, "compiled": permutations.compiled()}  # fmt: skip
     print(f"{card}: {n:,} instances x {checkpoints} checkpoints, P = {cpu_count} (both), {count} ({gpu})", flush=True)
+    if args.engine_only:
+        report |= engine_only((per, never, checkpoints), gpu, count, cpu_count)
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1))
+        return report
+    panel = _scale_estimate().make_panel(per, never, checkpoints)
     report["sums"] = sums_check(panel, "cuda" if gpu == "cuda" else "cpu")
     report["cpu"], ref_cells = run_estimate(panel, "cpu", cpu_count)
     report[f"{gpu}_same_p"], got_cells = run_estimate(panel, gpu, cpu_count)
