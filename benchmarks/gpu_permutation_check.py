@@ -13,9 +13,11 @@ with 16 cores):
     PYTHONPATH=src python benchmarks/gpu_permutation_check.py --out gpu_permutation.json    # on the GPU machine
     PYTHONPATH=src python benchmarks/gpu_permutation_check.py --tiny                        # CPU smoke test
 
-``--tiny`` runs every part on a small panel with torch's CPU path in the GPU's place (what tests call); without a
-GPU, torch's CPU path stands in for it at any ``--shape`` (``--shape 700 10000 144 --count 199``: the 110,100-instance
-timing docs/estimation.md quotes).
+``--engine-only``: parts 1 and 2-3 through ``permutations.permute`` (the laws, critical values and permuted cells)
+instead of whole estimates, for a machine with torch and numpy but not polars (the panel made as
+``scale_estimate.make_panel`` makes it, the same draws). ``--tiny`` runs every part on a small panel with torch's
+CPU path in the GPU's place (what tests call); without a GPU, torch's CPU path stands in for it at any ``--shape``
+(``--shape 700 10000 144 --count 199``: the 110,100-instance timing docs/estimation.md quotes).
 """
 
 from __future__ import annotations
