@@ -186,6 +186,11 @@ def test_the_gpu_checks_tiny_mode_runs_on_the_cpu(tmp_path):
     report = json.loads(out.read_text())
     assert report["equal"]["within_tolerance"] is True
     assert report["equal"]["flags_differ"] == 0
+    engine = subprocess.run([sys.executable, str(script), "--tiny", "--engine-only", "--out", str(out)],
+                            capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert engine.returncode == 0, engine.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert report["equal"]["within_tolerance"] is True and "law_post" in report["equal"]["relative_differences"]
 
 
 def test_the_cache_records_the_permutation_bands_device(tmp_path):
