@@ -9,6 +9,8 @@
 #               micro-batch (~1 min)
 #   extract     benchmarks/gpu_extract.py whole: the MFU table, invariance, significance (~2 min on an H100)
 #   bootstrap   benchmarks/gpu_bootstrap_check.py: the engine's group sums on the GPU at 1 M instances (~1 min)
+#   permutation benchmarks/gpu_permutation_check.py: the permutation band's sums on the GPU at 1 M instances, the
+#               CPU's compiled path at P = 199 beside it (~3 min)
 # Logs and JSON reports go to $OUT (made if missing); the last lines of each log are printed. The first run of
 # extract and bootstrap (an H100, 2026-11-28) is in benchmarks/results/h100-2026-11-28/.
 set -u
@@ -23,7 +25,8 @@ for part in $(echo "${1:-mfu,invariance}" | tr ',' ' '); do
         invariance) cmd=(timeout 180 "$python" benchmarks/gpu_extract.py --skip speed,significance --out "$OUT/invariance.json") ;;
         extract) cmd=(timeout 420 "$python" benchmarks/gpu_extract.py --out "$OUT/gpu_extract.json") ;;
         bootstrap) cmd=(timeout 240 "$python" benchmarks/gpu_bootstrap_check.py --out "$OUT/gpu_bootstrap.json") ;;
-        *) echo "gpu_checks: no part '$part' (mfu, invariance, extract, bootstrap)" >&2; exit 2 ;;
+        permutation) cmd=(timeout 300 "$python" benchmarks/gpu_permutation_check.py --out "$OUT/gpu_permutation.json") ;;
+        *) echo "gpu_checks: no part '$part' (mfu, invariance, extract, bootstrap, permutation)" >&2; exit 2 ;;
     esac
     echo "== $part: ${cmd[*]}"
     "${cmd[@]}" > "$OUT/$part.log" 2>&1

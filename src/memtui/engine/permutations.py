@@ -37,9 +37,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from memtui.engine import kernels
+from memtui.engine import kernels, torch_bootstrap
 from memtui.engine.blas import one_blas_thread
 from memtui.engine.layout import NEVER_INDEX, Layout
+from memtui.engine.torch_permutation import TorchPermutationSums
 
 _CHUNK = 16  # permutations per pass (the sums of a chunk: chunk x cohorts x columns x 4 float32)
 
@@ -357,7 +358,11 @@ def _control_parts(p: Plan, order: np.ndarray) -> np.ndarray:
     ``perm_cells`` forms the same from it)."""
     if p.ctrl_group < 0:
         return p.ctrl_var
-    gram, mean = _control_grams(p, order)
+    return _control_parts_of(p, *_control_grams(p, order))
+
+
+def _control_parts_of(p: Plan, gram: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``_control_parts`` from the permuted controls' Grams and means."""
     t, b = p.col_t, p.col_b
     out = gram[:, t, t].astype(np.float64) + gram[:, b, b] - 2 * gram[:, t, b].astype(np.float64)
     out -= p.ctrl_n * (mean[:, t] - mean[:, b]) ** 2
@@ -403,14 +408,19 @@ def _classes(fams: dict[str, np.ndarray]) -> tuple[np.ndarray, list[np.ndarray]]
 
 
 def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: float, cells: np.ndarray,
-           start: int) -> np.ndarray:  # fmt: skip
+           start: int, device_sums: TorchPermutationSums | None = None) -> np.ndarray:  # fmt: skip
     """One chunk of permutations: their estimates into ``cells[:, start:]`` and each class's maximum |t| (chunk x
-    classes)."""
+    classes). ``device_sums``: the sums (and permuted controls' Grams) made by torch on the engine device."""
     top = np.zeros((len(order), n_labels))
+    # permuted controls: their Gram matrices, which perm_cells reads per cell; fixed: their part of each cell
+    if device_sums is not None:
+        s, gram, mean = device_sums.sums(order)
+    elif compiled():
+        s, gram, mean = _compiled_sums(p, order)
+    else:
+        s, (gram, mean) = sums(p, order), (_control_grams(p, order) if p.ctrl_group >= 0 else (None, None))
     if compiled():
         att = np.empty((len(order), len(p.cohort)), np.float32)
-        # permuted controls: their Gram matrices, which perm_cells reads per cell; fixed: their part of each cell
-        s, gram, mean = _compiled_sums(p, order)
         _LIB.perm_cells(
             len(order), len(p.cohort), len(p.base), p.y.shape[1], *(a.ctypes.data for a in s), p.cohort.ctypes.data,
             p.col_t.ctypes.data, p.col_b.ctypes.data, p.cross.ctypes.data, p.n.ctypes.data, p.shift.ctypes.data,
@@ -420,7 +430,7 @@ def _chunk(p: Plan, order: np.ndarray, label: np.ndarray, n_labels: int, floor: 
         )  # fmt: skip
         cells[:, start : start + len(order)] = att.T
         return np.sqrt(top)
-    att, var = cell_stats(p, *sums(p, order), ctrl_var=_control_parts(p, order))
+    att, var = cell_stats(p, *s, ctrl_var=p.ctrl_var if gram is None else _control_parts_of(p, gram, mean))
     cells[:, start : start + len(order)] = att.T
     se = np.sqrt(var)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -441,6 +451,8 @@ def permute(
     permuted one at or below ``floor`` leaving its cell out of that permutation's maximum. ``controls``: the
     never-trained controls permuted with the treated instances (``plan``)."""
     p = prepared if prepared is not None else plan(lay, est, keys, n_keys, centred=centred, controls=controls)
+    device = torch_bootstrap.permutation_device()  # the engine setting's torch device, or None: the compiled sums
+    device_sums = None if device is None else TorchPermutationSums(device, p)  # the rows uploaded once
     usable = np.isfinite(se)
     fams = {name: np.asarray(m, bool) & usable for name, m in masks.items()}
     label, classes = _classes(fams)
@@ -457,7 +469,8 @@ def permute(
     def one(item) -> None:
         start, mine = item
         order = orders(p, mine)
-        top[start : start + len(order), :n_labels] = _chunk(p, order, label, n_labels, floor, cells, start)
+        top[start : start + len(order), :n_labels] = _chunk(p, order, label, n_labels, floor, cells, start,
+                                                            device_sums)  # fmt: skip
         # a permutation that leaves every instance in its cohort is the observed labelling (a design with few
         # labellings draws it): its maxima are the observed ones, not their float32 recomputation
         unchanged[start : start + len(order)] = (slot_group[order] == slot_group).all(axis=1)

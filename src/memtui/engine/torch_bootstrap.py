@@ -92,10 +92,28 @@ def device_for(elements: int) -> str | None:
     else:
         check(name)
         device = "cpu" if name == "torch-cpu" else "cuda"
+    _record(device)
+    return device
+
+
+def permutation_device() -> str | None:
+    """The torch device for the permutation band's sums (``engine.torch_permutation``), or None: the compiled path.
+    Only a device named (``torch-cpu``, ``cuda``) sends them there: under ``auto`` the band keeps the compiled path
+    (its torch path is opt-in until a GPU run has measured it against the compiled one)."""
+    name = setting()
+    device = None
+    if name in ("torch-cpu", "cuda"):
+        check(name)
+        device = "cpu" if name == "torch-cpu" else "cuda"
+    _record(device)
+    return device
+
+
+def _record(device: str | None) -> None:
+    """Add the engine device a bootstrap or permutation run used to every ``recording`` open."""
     with _RECORD_LOCK:
         for used in _recorders:
             used.add("cpu" if device is None else "torch-cpu" if device == "cpu" else device)
-    return device
 
 
 _recorders: list[set[str]] = []
@@ -104,8 +122,9 @@ _RECORD_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def recording() -> Iterator[set[str]]:
-    """The engine devices (``DEVICES`` but auto) that the bootstraps run inside, on any thread, made their group sums
-    on: what a cached estimate says it was computed by (``estimation.cache``). Empty: no bootstrap ran."""
+    """The engine devices (``DEVICES`` but auto) that the bootstraps (their group sums) and permutation bands (their
+    sums) run inside, on any thread, used: what a cached estimate says it was computed by (``estimation.cache``).
+    Empty: no bootstrap ran."""
     used: set[str] = set()
     with _RECORD_LOCK:
         _recorders.append(used)

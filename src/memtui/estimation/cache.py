@@ -228,8 +228,8 @@ def cached_estimate(panel: Panel, settings: Settings, progress: Progress | None 
     device = "+".join(sorted(used)) or "none"
     if used - {"cpu"}:  # said in the entry's notes too: a later hit under auto shows which engine computed it
         result.notes.append(
-            f"bootstrap group sums computed by engine device {device} (torch): the CPU path's numbers within float32 "
-            "rounding"
+            f"bootstrap or permutation sums computed by engine device {device} (torch): the CPU path's numbers within "
+            "float32 rounding"
         )
     problem = store(panel, result, device)
     if problem:
