@@ -191,10 +191,15 @@ def micro_rows(length: int) -> int:
 
 
 def reduce_logits(
-    z: torch.Tensor, targets: torch.Tensor, buf: torch.Tensor, sampling: tuple[int, float] | None = None
+    z: torch.Tensor,
+    targets: torch.Tensor,
+    buf: torch.Tensor,
+    sampling: tuple[int, float] | None = None,
+    want: torch.Tensor | None = None,
 ) -> TokenStats:
     """Reduce fp32 logits ``z`` (P x V, overwritten) to the targets' logp, rank and entropy, each (P,), and with
-    ``sampling`` = (top_k, temperature) their log-probability under that sampler; ``buf`` is P x V scratch.
+    ``sampling`` = (top_k, temperature) their log-probability under that sampler; ``buf`` is P x V scratch. ``want``
+    (P bools): the targets whose sampling probability is needed (the others' is NaN); None: every target's.
 
     Four cache-friendly passes and no allocation of the size of ``z``: rank (compare into the fp32 scratch and sum,
     far faster than summing a bool tensor), max, shift-and-exp, and the dot products sum_v e_v z_v.
@@ -209,7 +214,14 @@ def reduce_logits(
     log_s = torch.log(s)
     logp = (t - m).squeeze(1) - log_s
     entropy = log_s - ez / s
-    slogp = None if sampling is None else sampling_logp(z, (t - m).squeeze(1), rank, buf, *sampling)
+    slogp = None
+    if sampling is not None and want is None:
+        slogp = sampling_logp(z, (t - m).squeeze(1), rank, buf, *sampling)
+    elif sampling is not None:  # the top-k pass only for the targets extractability reads: the rest stay NaN
+        slogp = torch.full_like(logp, math.nan)
+        sel = want.nonzero().squeeze(1)
+        if len(sel):
+            slogp[sel] = sampling_logp(z[sel], (t - m).squeeze(1)[sel], rank[sel], buf[: len(sel)], *sampling)
     return TokenStats(logp=logp, rank=rank, entropy=entropy, slogp=slogp)
 
 
@@ -313,8 +325,19 @@ class Scorer:
             self._bufs = (z, buf)
         return self._bufs
 
-    def head_stats(self, h: torch.Tensor, y: torch.Tensor) -> TokenStats:
-        """Per-target logp (fp32), rank (int64) and entropy (fp32) of hidden states ``h`` (n x d) and targets ``y``."""
+    def window(self, index: torch.Tensor) -> torch.Tensor | None:
+        """Which targets (by their index in their row: target i predicts token i + 1) need a sampling probability:
+        the (k, l) suffix window's, the only ones ``sampled_logp`` reads (``extractability``); None without sampling.
+        The top-k pass over the vocabulary for every other target was about a seventh of the GPU's time (an H100,
+        the 1.4b shape: benchmarks/results/h100-2026-11-28)."""
+        if self.sampling is None or self.extractable is None:
+            return None
+        k, ell = self.extractable
+        return (index >= k - 1) & (index < k - 1 + ell)
+
+    def head_stats(self, h: torch.Tensor, y: torch.Tensor, window: torch.Tensor | None = None) -> TokenStats:
+        """Per-target logp (fp32), rank (int64) and entropy (fp32) of hidden states ``h`` (n x d) and targets ``y``;
+        with sampling, the sampling log-probability of the targets ``window`` flags (default: every target)."""
         n = len(y)
         dev = h.device
         logp = torch.empty(n, dtype=torch.float32, device=dev)
@@ -335,7 +358,8 @@ class Scorer:
             for r in range(0, e - s, self.red_chunk):
                 r2 = min(e - s, r + self.red_chunk)
                 a, b = s + r, s + r2
-                got = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r], self.sampling)
+                want = None if window is None else window[a:b]
+                got = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r], self.sampling, want)
                 logp[a:b], rank[a:b], ent[a:b] = got.logp, got.rank, got.entropy
                 if slogp is not None:
                     slogp[a:b] = got.slogp
@@ -356,7 +380,8 @@ class Scorer:
         del hidden
         y = ids[:, 1:][valid]
         rows = torch.arange(b, device=tokens.device)[:, None].expand(b, L - 1)[valid]
-        stats = self.head_stats(h, y)
+        window = self.window(pos[None, : L - 1].expand(b, L - 1)[valid])
+        stats = self.head_stats(h, y, window)
         return TokenStats(logp=stats.logp, rank=stats.rank, entropy=stats.entropy, rows=rows, slogp=stats.slogp)
 
     @torch.inference_mode()
@@ -367,13 +392,14 @@ class Scorer:
         for length in np.unique(lengths[lengths >= 2]):
             group = np.flatnonzero(lengths == length)
             m = micro_rows(length)
+            window = self.window(torch.arange(length - 1, device=self.device))
             for i in range(0, len(group), m):
                 rows = group[i : i + m]
                 ids = tokens[np.r_[rows, np.full(m - len(rows), rows[-1])], :length]  # filled up to m rows
                 ids = torch.as_tensor(ids).to(self.device, non_blocking=True)
                 hidden = self.body(input_ids=ids, use_cache=False).last_hidden_state
                 for j, r in enumerate(rows):
-                    per_row[r] = self.head_stats(hidden[j, :-1], ids[j, 1:])
+                    per_row[r] = self.head_stats(hidden[j, :-1], ids[j, 1:], window)
         stats = [s for s in per_row if s is not None]
         if not stats:
             empty = torch.empty(0, device=self.device)
