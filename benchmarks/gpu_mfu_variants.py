@@ -6,9 +6,11 @@ run, on the shapes of benchmarks/gpu_extract.py.
     PYTHONPATH=src python benchmarks/gpu_mfu_variants.py --dry-run                # CPU smoke test, tiny shapes
 
 Variants (each: warm-up, then the median of ``--reps`` timed calls on ``--batch`` full-length rows):
-``fast`` (padded batch, eager), ``fast+cudnn`` (SDPA restricted to cuDNN's attention), ``invariant`` (rows one by
-one for rows over 1,024 tokens, eager), ``invariant+compile`` (the same with ``torch.compile(body)``; its first call,
-the compilation, is timed separately), and a torch profiler table of one fast call. A time budget (``--budget``)
+``fast`` (padded batch, eager), ``fast, top-k every target`` (the sampling top-k pass for every target, as before it
+ran for the (k, l) window's alone), ``fast+cudnn`` (SDPA restricted to cuDNN's attention), ``invariant`` (rows one by
+one for rows over 1,024 tokens, eager) and its every-target variant, ``invariant+compile`` (the same with
+``torch.compile(body)``; its first call, the compilation, is timed separately; ``--no-compile`` skips it), and a torch
+profiler table of one fast call. A time budget (``--budget``)
 skips what would not fit.
 """
 
@@ -75,6 +77,9 @@ def measure(shape: str, case: Case, row: dict) -> None:
 
     fast = Scorer(model, device, extractable=(32, 32), invariant=False)
     record("fast", fast)
+    fast.window = lambda index: None  # the sampling top-k for every target, as before it was the window's alone
+    record("fast, top-k every target", fast)
+    del fast.window
     if device.type == "cuda" and case.left() > 60:
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -90,7 +95,10 @@ def measure(shape: str, case: Case, row: dict) -> None:
     inv = Scorer(model, device, extractable=(32, 32), invariant=True)
     if case.left() > 60:
         record("invariant", inv)
-    if case.left() > 150:
+        inv.window = lambda index: None
+        record("invariant, top-k every target", inv)
+        del inv.window
+    if case.args.compile and case.left() > 150:
         eager_body = inv.body
         # the dry run traces with dynamo but skips inductor's C++ build (CI need not have Python's headers)
         inv.body = torch.compile(eager_body, backend="eager" if case.args.dry_run else "inductor")
@@ -132,6 +140,7 @@ def main(argv=None) -> dict:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--budget", type=float, default=420.0, help="seconds; later variants are skipped past it")
+    p.add_argument("--no-compile", dest="compile", action="store_false", help="skip the compiled body's variant")
     p.add_argument("--out")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))

@@ -89,15 +89,17 @@ def reference(request, monkeypatch):
     return run
 
 
+@pytest.mark.parametrize("method", torch_permutation.METHODS)
 @pytest.mark.parametrize("controls", [False, True], ids=["fixed-controls", "permuted-controls"])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_the_sums_grams_and_means_are_the_compiled_paths(layout, controls, reference, monkeypatch):
+def test_the_sums_grams_and_means_are_the_compiled_paths(layout, controls, method, reference, monkeypatch):
     lay, est = _layout(layout)
     p = permutations.plan(lay, est, controls=controls)
     order = permutations.orders(p, np.arange(1, 24, dtype=np.uint64))
     ref_sums, ref_grams, ref_means = reference(p, order)
     # a budget of one permutation per step: the sub-chunks are stitched back in order
     monkeypatch.setattr(torch_permutation, "_CPU_BUDGET", 1)
+    monkeypatch.setattr(torch_permutation.TorchPermutationSums, "method", method)
     got_sums, grams, means = torch_permutation.TorchPermutationSums("cpu", p).sums(order)
     for got, ref in zip(got_sums, ref_sums, strict=True):
         assert got.dtype == np.float32 and rel(got, ref) < RTOL

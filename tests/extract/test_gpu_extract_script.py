@@ -58,7 +58,7 @@ def test_mfu_variants_dry_run_times_every_variant(tmp_path, monkeypatch):
     report = module.main(["--dry-run", "--out", str(out)])
     row = json.loads(out.read_text())["shapes"]["tiny-neox"]
     assert report["card"] == "cpu (dry run)"
-    for name in ("fast", "invariant", "invariant+compile"):
+    for name in ("fast", "fast, top-k every target", "invariant", "invariant, top-k every target", "invariant+compile"):
         assert row[name]["tokens_per_s"] > 0 and len(row[name]["scores"]) == 2
     assert "profile_fast" in row and row["compile_s"] > 0
     assert row["compile_vs_eager_loglik_max_abs"] < 1e-3 and row["compile_batch_vs_alone_max_abs"] == 0
