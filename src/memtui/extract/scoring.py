@@ -198,8 +198,9 @@ def reduce_logits(
     want: torch.Tensor | None = None,
 ) -> TokenStats:
     """Reduce fp32 logits ``z`` (P x V, overwritten) to the targets' logp, rank and entropy, each (P,), and with
-    ``sampling`` = (top_k, temperature) their log-probability under that sampler; ``buf`` is P x V scratch. ``want``
-    (P bools): the targets whose sampling probability is needed (the others' is NaN); None: every target's.
+    ``sampling`` = (top_k, temperature) their log-probability under that sampler; ``buf`` is P x V scratch. ``want``:
+    the targets whose sampling probability is needed, a slice or a device tensor of indices (the others' is NaN);
+    None: every target's. (Never a mask: finding its set bits makes the host wait for the device.)
 
     Four cache-friendly passes and no allocation of the size of ``z``: rank (compare into the fp32 scratch and sum,
     far faster than summing a bool tensor), max, shift-and-exp, and the dot products sum_v e_v z_v.
@@ -219,10 +220,23 @@ def reduce_logits(
         slogp = sampling_logp(z, (t - m).squeeze(1), rank, buf, *sampling)
     elif sampling is not None:  # the top-k pass only for the targets extractability reads: the rest stay NaN
         slogp = torch.full_like(logp, math.nan)
-        sel = want.nonzero().squeeze(1)
-        if len(sel):
-            slogp[sel] = sampling_logp(z[sel], (t - m).squeeze(1)[sel], rank[sel], buf[: len(sel)], *sampling)
+        tm = (t - m).squeeze(1)
+        if isinstance(want, slice) and want.stop > want.start:  # a view: no copy, nothing waits for the device
+            slogp[want] = sampling_logp(z[want], tm[want], rank[want], buf[: want.stop - want.start], *sampling)
+        elif not isinstance(want, slice) and len(want):
+            pick = [x.index_select(0, want) for x in (z, tm, rank)]
+            slogp.index_copy_(0, want, sampling_logp(*pick, buf[: len(want)], *sampling))
     return TokenStats(logp=logp, rank=rank, entropy=entropy, slogp=slogp)
+
+
+def _wanted(window: np.ndarray, a: int, b: int, device: torch.device) -> slice | torch.Tensor:
+    """The entries of the sorted target indices ``window`` in [a, b), less a: a slice where they are consecutive (a
+    row's window: no copy), else an index tensor on ``device``."""
+    lo, hi = np.searchsorted(window, (a, b))
+    part = window[lo:hi] - a
+    if not len(part) or part[-1] - part[0] + 1 == len(part):
+        return slice(int(part[0]), int(part[-1]) + 1) if len(part) else slice(0, 0)
+    return torch.from_numpy(part).to(device, non_blocking=True)
 
 
 def sampling_logp(
@@ -325,19 +339,25 @@ class Scorer:
             self._bufs = (z, buf)
         return self._bufs
 
-    def window(self, index: torch.Tensor) -> torch.Tensor | None:
-        """Which targets (by their index in their row: target i predicts token i + 1) need a sampling probability:
-        the (k, l) suffix window's, the only ones ``sampled_logp`` reads (``extractability``); None without sampling.
-        The top-k pass over the vocabulary for every other target was about a seventh of the GPU's time (an H100,
-        the 1.4b shape: benchmarks/results/h100-2026-11-28)."""
+    def window(self, lengths: np.ndarray) -> np.ndarray | None:
+        """Which targets need a sampling probability, as indices into the targets of rows of ``lengths`` one after
+        another (row r's targets 0 .. length - 2; target i predicts token i + 1): the (k, l) suffix window's, the
+        only ones ``sampled_logp`` reads (``extractability``); None without sampling. Made on the host from the
+        lengths, so that choosing them never waits for the device. The top-k pass for every other target was a
+        tenth of the fast path's time on an H100 (the 1.4b shape: benchmarks/results/h100-2026-11-28)."""
         if self.sampling is None or self.extractable is None:
             return None
         k, ell = self.extractable
-        return (index >= k - 1) & (index < k - 1 + ell)
+        targets = np.maximum(np.asarray(lengths, np.int64) - 1, 0)
+        start = np.cumsum(targets) - targets
+        ends = np.minimum(k - 1 + ell, targets)
+        parts = [np.arange(s + k - 1, s + e, dtype=np.int64) for s, e in zip(start, ends, strict=True)]
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    def head_stats(self, h: torch.Tensor, y: torch.Tensor, window: torch.Tensor | None = None) -> TokenStats:
+    def head_stats(self, h: torch.Tensor, y: torch.Tensor, window: np.ndarray | None = None) -> TokenStats:
         """Per-target logp (fp32), rank (int64) and entropy (fp32) of hidden states ``h`` (n x d) and targets ``y``;
-        with sampling, the sampling log-probability of the targets ``window`` flags (default: every target)."""
+        with sampling, the sampling log-probability of the targets ``window`` lists (sorted indices; default: every
+        target)."""
         n = len(y)
         dev = h.device
         logp = torch.empty(n, dtype=torch.float32, device=dev)
@@ -358,7 +378,7 @@ class Scorer:
             for r in range(0, e - s, self.red_chunk):
                 r2 = min(e - s, r + self.red_chunk)
                 a, b = s + r, s + r2
-                want = None if window is None else window[a:b]
+                want = None if window is None else _wanted(window, a, b, dev)
                 got = reduce_logits(z[r:r2], y[a:b], scratch[: r2 - r], self.sampling, want)
                 logp[a:b], rank[a:b], ent[a:b] = got.logp, got.rank, got.entropy
                 if slogp is not None:
@@ -366,8 +386,12 @@ class Scorer:
         return TokenStats(logp=logp, rank=rank.long(), entropy=ent, slogp=slogp)
 
     @torch.inference_mode()
-    def token_stats(self, tokens: torch.Tensor, lengths: torch.Tensor) -> TokenStats:
-        """Per-target stats for a right-padded batch, with each target's row index."""
+    def token_stats(
+        self, tokens: torch.Tensor, lengths: torch.Tensor, host_lengths: np.ndarray | None = None
+    ) -> TokenStats:
+        """Per-target stats for a right-padded batch, with each target's row index. ``host_lengths``: the lengths on
+        the host, from which the sampling window is chosen (without them every target gets a sampling
+        probability)."""
         b, L = tokens.shape
         pos = torch.arange(L, device=tokens.device)
         mask = pos[None, :] < lengths[:, None]
@@ -380,8 +404,7 @@ class Scorer:
         del hidden
         y = ids[:, 1:][valid]
         rows = torch.arange(b, device=tokens.device)[:, None].expand(b, L - 1)[valid]
-        window = self.window(pos[None, : L - 1].expand(b, L - 1)[valid])
-        stats = self.head_stats(h, y, window)
+        stats = self.head_stats(h, y, None if host_lengths is None else self.window(host_lengths))
         return TokenStats(logp=stats.logp, rank=stats.rank, entropy=stats.entropy, rows=rows, slogp=stats.slogp)
 
     @torch.inference_mode()
@@ -392,7 +415,7 @@ class Scorer:
         for length in np.unique(lengths[lengths >= 2]):
             group = np.flatnonzero(lengths == length)
             m = micro_rows(length)
-            window = self.window(torch.arange(length - 1, device=self.device))
+            window = self.window(np.array([length]))
             for i in range(0, len(group), m):
                 rows = group[i : i + m]
                 ids = tokens[np.r_[rows, np.full(m - len(rows), rows[-1])], :length]  # filled up to m rows
@@ -422,7 +445,7 @@ class Scorer:
             stats = self.row_stats(tokens, lengths)
         else:
             t = torch.as_tensor(tokens).to(self.device, non_blocking=True)
-            stats = self.token_stats(t, torch.as_tensor(lengths).to(self.device))
+            stats = self.token_stats(t, torch.as_tensor(lengths).to(self.device), lengths)
         kept = {}
         if len(keep):
             logp = stats.logp.cpu().numpy()
