@@ -285,7 +285,7 @@ def test_plan_prints_the_gpu_hours_each_row_costs(plan_cli, tmp_path):
         assert set(shown) == set(want)
         for name, hours in want.items():
             assert float(shown[name].replace(",", "")) == pytest.approx(hours, rel=5e-3)
-    assert gpu_hours(3600 * 126_371.0)["pythia-1.4b"] == pytest.approx(1.144)
+    assert gpu_hours(3600 * 126_371.0)["pythia-1.4b"] == pytest.approx(H100_INVARIANT_COST)
 
 
 def _shown(tokens: float) -> str:

@@ -34,10 +34,11 @@ from memtui.panel.model import NEVER, Panel
 PYTHIA_ROW = 2049  # tokens per Pythia training row (2048 + 1): the row length assumed when a pilot stores no tokens
 VALIDATION_MODES = ("optimal", "pilot")
 # What scoring costs on a GPU: the tokens per second one NVIDIA H100 80GB HBM3 scored with memtui's fast path (bf16
-# body, random weights, 2,049-token rows; benchmarks/results/h100-2026-11-28, docs/extraction.md "Speed"), and the
-# batch-invariant path's time over the fast path's there (the CUDA default; measured at the 1.4b shape only)
+# body, random weights, 2,049-token rows, the largest batch that fit; benchmarks/results/h100-2026-11-28,
+# docs/extraction.md "Speed"), and the batch-invariant path's time over the fast path's there with every metric (the
+# CUDA default): the larger of the two ratios measured (1.33 at the 1.4b shape, 1.03 at OLMo-2-7B's), so an upper guide
 H100_FAST_TOKENS_PER_S = {"pythia-1.4b": 126_371.0, "pythia-6.9b": 36_973.0, "pythia-12b": 22_769.0}
-H100_INVARIANT_COST = 1.144
+H100_INVARIANT_COST = 1.33
 
 
 def gpu_hours(tokens: float) -> dict[str, float]:

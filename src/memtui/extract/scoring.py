@@ -14,8 +14,8 @@ never scored.
 
 **Batch invariance** (``invariant=True``, the default on CPU and CUDA): an instance's scores are then bitwise the same
 whatever batch it is in. On the GPU the padded fast path's bf16 scores moved with the batch by up to 3.95 nats of a
-2,049-token row's loglik, the invariant path's not at all, for 14 % more time (an H100, the pythia-1.4b shape:
-docs/extraction.md, "Batch invariance").
+2,049-token row's loglik, the invariant path's not at all, for 3-33 % more time (an H100: the OLMo-2-7B and
+pythia-1.4b shapes; docs/extraction.md, "Batch invariance").
 Measured on CPU (fp32, MKL/oneDNN, AVX-512 and AVX2 kernels, 1 and 2 threads), the fast path's scores move with the
 batch for two reasons: right-padding sends a row through the masked attention path (and a padded length
 of its batch's longest row), which changes its hidden states by ~1e-6; and the flat chunked head puts a row's
@@ -255,7 +255,8 @@ def sampling_logp(
 
 
 # devices whose scorer takes the batch-invariant path unless told otherwise: where it was measured bitwise invariant
-# (CPU: tests/extract/test_batch_invariance.py; CUDA: an H100, benchmarks/gpu_extract.py, 1.14x the fast path's time)
+# (CPU: tests/extract/test_batch_invariance.py; CUDA: an H100, benchmarks/gpu_extract.py, 1.03-1.33x the fast path's
+# time with every metric: benchmarks/results/h100-2026-11-28)
 INVARIANT_BY_DEFAULT = ("cpu", "cuda")
 
 
