@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 from app_pilot import run_async, settle
 
+from memtui.app import open_app
 from memtui.app.main import MemtuiApp
 from memtui.app.restyle import batched_refreshes
 from memtui.panel.hdf5 import read_panel
@@ -22,34 +23,99 @@ def panel_path(tmp_path):
     return write_synthetic(tmp_path / "panel.h5", SIM)
 
 
+@pytest.fixture
+def suite_paths(tmp_path):
+    """Two models of one design: the Compare pane exists (five panes, four hidden)."""
+    return [write_synthetic(tmp_path / f"{n}.h5", dataclasses.replace(SIM, seed=s)) for n, s in (("a", 1), ("b", 2))]
+
+
 def textuals_own(app: MemtuiApp) -> MemtuiApp:
-    """The app with Textual's restyle and parse (the instance's wrappers removed, the class's methods show again)."""
-    for name in ("update_nodes", "reparse", "set_variables"):
+    """The app with Textual's restyle and parse (the instance's wrappers removed, the class's methods show again):
+    every node restyled on each change, the hidden panes' too."""
+    for name in ("update", "update_nodes", "reparse", "set_variables"):
         delattr(app.stylesheet, name)
     return app
 
 
-async def _screens_through_themes(app: MemtuiApp) -> list[str]:
+PANES = ("2", "3", "4", "5", "1")
+
+
+async def _screens_through_themes(app: MemtuiApp, idle: bool = False) -> list[str]:
+    """The screen after each theme change, then each pane shown after the last (each pane shown once before, so
+    that each has drawn what the theme recolours: the Compare pane its grid). ``idle``: the app's idle work done
+    after each change (the panes left out restyled then), else the panes are shown at once."""
     shots = []
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
+        for key in PANES:
+            await pilot.press(key)
+            await settle(pilot)
         for theme in THEMES:
             app.theme = theme
             await settle(pilot)
+            if idle:
+                await _idle(app, pilot)
             shots.append(app.export_screenshot())
-        await pilot.press("2")  # a pane shown after the changes is styled for the last theme
-        await settle(pilot)
-        shots.append(app.export_screenshot())
+        for key in PANES:  # shown after the changes: styled for the last theme
+            await pilot.press(key)
+            await settle(pilot)
+            shots.append(app.export_screenshot())
     return shots
 
 
+async def _idle(app: MemtuiApp, pilot) -> None:
+    for _ in range(400):
+        if app.idle_work_done():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the app's idle work was not done")
+
+
 @run_async
-async def test_theme_changes_paint_what_textuals_own_restyle_paints(panel_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the theme is remembered: not in the user's
-    ours = await _screens_through_themes(MemtuiApp(read_panel(panel_path)))
-    theirs = await _screens_through_themes(textuals_own(MemtuiApp(read_panel(panel_path))))
+async def test_theme_changes_paint_what_textuals_own_restyle_paints(suite_paths):
+    ours = await _screens_through_themes(open_app(suite_paths))
+    theirs = await _screens_through_themes(textuals_own(open_app(suite_paths)))
     assert len(set(ours)) > 2  # the themes do change the screen
     assert ours == theirs
+
+
+@pytest.mark.spares  # the idle work on: the panes left out restyled while idle, before they are shown
+@run_async
+async def test_panes_restyled_while_idle_paint_what_textuals_own_restyle_paints(suite_paths):
+    app = open_app(suite_paths)
+    ours = await _screens_through_themes(app, idle=True)
+    assert not app.hidden_panes.stale
+    theirs = await _screens_through_themes(textuals_own(open_app(suite_paths)))
+    assert ours == theirs
+
+
+@run_async
+async def test_a_theme_change_leaves_the_hidden_panes_to_when_they_are_shown(suite_paths):
+    app = open_app(suite_paths)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        styled = []
+        update_nodes = app.stylesheet.update_nodes
+
+        def recorded(nodes, animate=False):
+            nodes = list(nodes)
+            styled.extend(nodes)
+            update_nodes(nodes, animate=animate)
+
+        app.stylesheet.update_nodes = recorded
+        app.theme = "textual-light"
+        await settle(pilot)
+        panes = {pane.id: pane for pane in app.query("#panes ContentSwitcher > TabPane")}
+        assert set(panes) == {"profile", "summaries", "estimates", "extraction", "compare"}
+        under = {name: set(pane.walk_children(with_self=False)) for name, pane in panes.items()}
+        assert under["profile"] <= set(styled)  # the pane shown: restyled
+        assert all(panes[name] in styled for name in under)  # each pane itself too (it holds its display)
+        assert not any(under[name] & set(styled) for name in under if name != "profile")  # not what is under them
+        styled.clear()
+        await pilot.press("3")  # shown: restyled before it is drawn
+        assert under["estimates"] <= set(styled)
+        assert not under["summaries"] & set(styled)
+        assert app.hidden_panes.stale  # the others still to do
 
 
 def described(rule) -> tuple:

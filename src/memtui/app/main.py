@@ -21,7 +21,7 @@ from textual.containers import Horizontal
 from textual.notifications import Notify
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import ContentSwitcher, Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
 from textual.worker import Worker
 
 from memtui.app import config
@@ -37,7 +37,7 @@ from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateR
 from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_default_band
 from memtui.app.profile import ProfilePane
-from memtui.app.restyle import batch_restyles, cache_parses
+from memtui.app.restyle import HiddenPanes, batch_restyles, cache_parses
 from memtui.app.spares import Spares
 from memtui.app.summaries import SummariesPane
 from memtui.app.title import TitleBar, short_names, title_wordings
@@ -136,6 +136,7 @@ class MainScreen(Screen):
         # Keys 1-5 (and clicks) switch panes, so the tab bar never takes the focus: Tab stays within the pane (on
         # the Extraction pane it went from Launch to the tab bar, where typed letters then ran the app's keys)
         self.query_one("#panes Tabs", Tabs).can_focus = False
+        self.app.hidden_panes.watch(self.query_one("#panes ContentSwitcher", ContentSwitcher))
         self.app.main_screen_ready()
 
 
@@ -190,6 +191,7 @@ class MemtuiApp(App):
         self.spares = Spares(self)  # the dialogs' next instances, built while idle (spares.py says why)
         batch_restyles(self.stylesheet)  # a theme change refreshes each widget once (restyle.py says why)
         cache_parses(self.stylesheet)  # and parses the CSS once per theme
+        self.hidden_panes = HiddenPanes(self.stylesheet)  # and restyles the panes not shown when shown, or while idle
         self.preferences = config.load()
         if self.preferences.theme in self.available_themes:
             self.theme = self.preferences.theme
@@ -613,10 +615,18 @@ class MemtuiApp(App):
         Once they are, the collector's next full collection is done here, while idle (:meth:`_collect_ahead`)."""
         if not self._idle_on_panes():
             return
-        if not self.spares_ready():
+        if self.hidden_panes.stale:  # first: a pane key is the likeliest next
+            self.call_after_refresh(self._restyle_hidden_pane)
+        elif not self.spares_ready():
             self.call_after_refresh(self._build_spare)
         else:
             self._collect_ahead()
+
+    @while_running
+    def _restyle_hidden_pane(self) -> None:
+        """A pane left out of a theme change's restyle (restyle.HiddenPanes), restyled while idle, one a tick."""
+        if self._idle_on_panes():
+            self.hidden_panes.restyle_one()
 
     def _collect_ahead(self) -> None:
         """The full collection Python's collector is coming up to, done now while the app is idle. Of the objects
@@ -631,9 +641,10 @@ class MemtuiApp(App):
         return self._heap_frozen and gc.get_count()[2] >= GC_AHEAD
 
     def idle_work_done(self) -> bool:
-        """Whether an idle app has nothing left to do ahead (dialogs to build, a collection to make): what a
-        benchmark waits for between keys, as a user's pause would."""
-        return self.spares_ready() and not (self._idle_on_panes() and self._collection_due())
+        """Whether an idle app has nothing left to do ahead (panes left out of a theme change to restyle, dialogs to
+        build, a collection to make): what a benchmark waits for between keys, as a user's pause would."""
+        ahead = self._collection_due() or self.hidden_panes.stale
+        return self.spares_ready() and not (self._idle_on_panes() and ahead)
 
     @while_running
     def _build_spare(self) -> None:

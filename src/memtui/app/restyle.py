@@ -12,13 +12,18 @@ Textual also re-parses every stylesheet (the app's and each widget class's defau
 each change, about a third of what was left; :func:`cache_parses` keeps the rules parsed for each theme (and set of
 sources), so going back to a theme seen before skips the parse.
 
-Both lean on Textual's internals (``Styles.refresh``'s signature, ``Stylesheet``'s ``_rules``): where those are not
+A restyle of the screen also restyled the panes not shown (the Summaries, Estimates, Extraction and Compare panes
+behind the Profile pane: four fifths of the main screen's nodes); :class:`HiddenPanes` restyles each when it is
+shown, or while the app is idle, whichever comes first.
+
+All lean on Textual's internals (``Styles.refresh``'s signature, ``Stylesheet``'s ``_rules``): where those are not
 as expected, nothing is changed and Textual restyles as it always did.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -30,6 +35,7 @@ from textual.css.styles import Styles
 if TYPE_CHECKING:
     from textual.css.stylesheet import Stylesheet
     from textual.dom import DOMNode
+    from textual.widgets import ContentSwitcher
 
 
 @contextmanager
@@ -112,6 +118,70 @@ def batch_restyles(stylesheet: Stylesheet) -> None:
             update_nodes(nodes, animate=animate)
 
     stylesheet.update_nodes = batched  # type: ignore[method-assign]
+
+
+class HiddenPanes:
+    """The children of a ``ContentSwitcher`` it does not show (the panes behind the one shown) left out of a restyle
+    of the screen (``Stylesheet.update``: a theme change, new CSS), and restyled when shown or while the app is idle
+    (:meth:`restyle_one`). A pane left out is restyled whole, as Textual's restyle would have done it: a hidden
+    pane is not laid out, so what its styles are computed from (its classes, its state, the rules) is what it was
+    when it was left out, or newer; the pane itself is restyled with the rest (it holds the ``display`` the switcher
+    sets). A restyle of a node and what is under it (``App.update_styles``, a class or focus change) still reaches
+    into a hidden pane, as before."""
+
+    def __init__(self, stylesheet: Stylesheet) -> None:
+        self._switchers: weakref.WeakSet[ContentSwitcher] = weakref.WeakSet()
+        self._stale: weakref.WeakSet[DOMNode] = weakref.WeakSet()  # panes left out of a restyle since their last
+
+        def update(root: DOMNode, animate: bool = False) -> None:  # as Stylesheet.update, less the hidden panes
+            stylesheet.update_nodes(self._walk(root), animate=animate)
+
+        if hasattr(stylesheet, "update_nodes"):
+            stylesheet.update = update  # type: ignore[method-assign]
+
+    def watch(self, switcher: ContentSwitcher) -> None:
+        """Leave ``switcher``'s hidden children out of restyles; a child it shows is restyled before it is drawn
+        (the switcher's ``current`` changes, and the child's ``display`` with it, before the next frame)."""
+        self._switchers.add(switcher)
+        switcher.watch(switcher, "current", self._shown, init=False)
+
+    def _walk(self, root: DOMNode) -> list[DOMNode]:
+        """``root`` and the nodes under it, depth first as ``walk_children``, less what is under a hidden pane."""
+        nodes: list[DOMNode] = []
+        stack = [iter((root,))]
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                stack.pop()
+                continue
+            nodes.append(node)
+            if node._parent in self._switchers:
+                if not node.display:
+                    self._stale.add(node)
+                    continue
+                self._stale.discard(node)  # restyled whole here
+            stack.append(iter(node.children))
+        return nodes
+
+    def _shown(self) -> None:
+        for pane in [pane for pane in self._stale if pane.display]:
+            self._restyle(pane)
+
+    def _restyle(self, pane: DOMNode) -> None:
+        self._stale.discard(pane)
+        if pane.is_attached:
+            pane.app.stylesheet.update_nodes(pane.walk_children(with_self=False), animate=False)
+
+    @property
+    def stale(self) -> bool:
+        """Whether a pane is still to be restyled."""
+        return bool(self._stale)
+
+    def restyle_one(self) -> None:
+        """Restyle one pane left out (while the app is idle: a pane key then finds it styled)."""
+        pane = next(iter(self._stale), None)
+        if pane is not None:
+            self._restyle(pane)
 
 
 _FOCUS_STATES = frozenset({"focus", "blur"})
