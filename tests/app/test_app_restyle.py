@@ -7,10 +7,11 @@ import dataclasses
 
 import pytest
 from app_pilot import run_async, settle
+from textual.css.stylesheet import Stylesheet
 
 from memtui.app import open_app
 from memtui.app.main import MemtuiApp
-from memtui.app.restyle import batched_refreshes
+from memtui.app.restyle import batched_refreshes, css_variables
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.synthetic import Simulation, write_synthetic
 
@@ -146,6 +147,36 @@ async def test_a_theme_seen_before_reuses_the_rules_a_fresh_parse_gives(panel_pa
         fresh = sheet.copy()
         fresh.parse()
         assert [described(r) for r in sheet.rules] == [described(r) for r in fresh.rules]
+
+
+@pytest.mark.spares  # the themes are parsed ahead while idle
+@run_async
+async def test_a_theme_parsed_ahead_is_not_parsed_on_the_change_and_is_a_fresh_parse(panel_path, monkeypatch):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _idle(app, pilot)
+        sheet = app.stylesheet
+        light, nord = (css_variables(app, app.get_theme(name)) for name in ("textual-light", "nord"))
+        assert app.parsed_themes.parsed(light)  # the default pair's other half: parsed while idle
+        assert not app.parsed_themes.parsed(nord)  # the others: not before the theme is changed
+        parses = []
+        parse = Stylesheet.parse
+        monkeypatch.setattr(Stylesheet, "parse", lambda self: parses.append(self) or parse(self))
+        app.theme = "textual-light"
+        await settle(pilot)
+        assert parses == []  # not parsed on the change
+        assert sheet._variables == light  # the variables parsed ahead are those Textual sets for the theme
+        fresh = sheet.copy()
+        fresh.parse()
+        assert [described(r) for r in sheet.rules] == [described(r) for r in fresh.rules]
+        await _idle(app, pilot)  # changed once: every theme parsed ahead
+        assert app.parsed_themes.parsed(nord)
+        parses.clear()
+        app.theme = "nord"
+        await settle(pilot)
+        assert parses == []
+        assert sheet._variables == nord
 
 
 @run_async

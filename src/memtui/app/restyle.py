@@ -9,8 +9,8 @@ theme change. Inside :func:`batched_refreshes` those refreshes are collected and
 ends, before the screen is laid out and painted, so the frame drawn is the same.
 
 Textual also re-parses every stylesheet (the app's and each widget class's default CSS) with the theme's colours on
-each change, about a third of what was left; :func:`cache_parses` keeps the rules parsed for each theme (and set of
-sources), so going back to a theme seen before skips the parse.
+each change, about a third of what was left; :class:`ParsedThemes` keeps the rules parsed for each theme (and set
+of sources), so going back to a theme seen before skips the parse, and parses themes ahead while the app is idle.
 
 A restyle of the screen also restyled the panes not shown (the Summaries, Estimates, Extraction and Compare panes
 behind the Profile pane: four fifths of the main screen's nodes); :class:`HiddenPanes` restyles each when it is
@@ -31,10 +31,12 @@ from typing import TYPE_CHECKING
 from textual._context import NoActiveAppError
 from textual.css.model import SelectorType
 from textual.css.styles import Styles
+from textual.css.stylesheet import Stylesheet
 
 if TYPE_CHECKING:
-    from textual.css.stylesheet import Stylesheet
+    from textual.app import App
     from textual.dom import DOMNode
+    from textual.theme import Theme
     from textual.widgets import ContentSwitcher
 
 
@@ -70,40 +72,78 @@ def batched_refreshes() -> Iterator[None]:
             node.refresh(layout=layout)
 
 
-def cache_parses(stylesheet: Stylesheet, themes: int = 8) -> None:
+class ParsedThemes:
     """Make ``stylesheet.reparse`` (a theme change) reuse the rules parsed before for the same CSS variables and
-    sources: those it parsed itself, and those in use when the variables changed (the theme left). At most
-    ``themes`` sets are kept."""
-    if not all(hasattr(stylesheet, name) for name in ("_variables", "_rules", "_rules_map", "_require_parse")):
-        return
-    reparse, set_variables = stylesheet.reparse, stylesheet.set_variables
-    parsed: dict[tuple, list] = {}
+    sources: those it parsed itself, those in use when the variables changed (the theme left), and those parsed
+    ahead (:meth:`parse_ahead`, while the app is idle). At most ``themes`` sets are kept."""
 
-    def key() -> tuple:
-        return tuple(sorted(stylesheet._variables.items())), tuple(stylesheet.source.items())
-
-    def keep(rules: list) -> None:
-        if len(parsed) >= themes:
-            parsed.pop(next(iter(parsed)))
-        parsed[key()] = rules
-
-    def leaving(variables: dict[str, str]) -> None:
-        if not stylesheet._require_parse:  # the rules in use are parsed from these variables and sources
-            keep(stylesheet._rules)
-        set_variables(variables)
-
-    def cached() -> None:
-        rules = parsed.get(key())
-        if rules is None:
-            reparse()  # raises on bad CSS, as before; nothing is kept then
-            keep(stylesheet._rules)
+    def __init__(self, stylesheet: Stylesheet, themes: int = 24) -> None:
+        self._stylesheet = stylesheet
+        self._themes = themes
+        self._parsed: dict[tuple, list] = {}
+        if not all(hasattr(stylesheet, name) for name in ("_variables", "_rules", "_rules_map", "_require_parse")):
+            self._themes = 0  # another Textual: its own parse each time, nothing kept
             return
-        stylesheet._rules = rules  # what reparse would set, from the same sources and variables
-        stylesheet._rules_map = None
-        stylesheet._require_parse = False
+        reparse, set_variables = stylesheet.reparse, stylesheet.set_variables
 
-    stylesheet.set_variables = leaving  # type: ignore[method-assign]
-    stylesheet.reparse = cached  # type: ignore[method-assign]
+        def leaving(variables: dict[str, str]) -> None:
+            if not stylesheet._require_parse:  # the rules in use are parsed from these variables and sources
+                self._keep(self._key(), stylesheet._rules)
+            set_variables(variables)
+
+        def cached() -> None:
+            rules = self._parsed.get(self._key())
+            if rules is None:
+                reparse()  # raises on bad CSS, as before; nothing is kept then
+                self._keep(self._key(), stylesheet._rules)
+                return
+            stylesheet._rules = rules  # what reparse would set, from the same sources and variables
+            stylesheet._rules_map = None
+            stylesheet._require_parse = False
+
+        stylesheet.set_variables = leaving  # type: ignore[method-assign]
+        stylesheet.reparse = cached  # type: ignore[method-assign]
+
+    def _key(self, variables: dict[str, str] | None = None) -> tuple:
+        sheet = self._stylesheet
+        variables = sheet._variables if variables is None else variables
+        return tuple(sorted(variables.items())), tuple(sheet.source.items())
+
+    def _keep(self, key: tuple, rules: list) -> None:
+        if key not in self._parsed and len(self._parsed) >= self._themes:
+            self._parsed.pop(next(iter(self._parsed)))
+        self._parsed[key] = rules
+
+    @property
+    def room(self) -> int:
+        """How many sets of rules are kept (0: none, Textual parses on each change)."""
+        return self._themes
+
+    def parsed(self, variables: dict[str, str]) -> bool:
+        """Whether the rules for ``variables`` and the stylesheet's sources now are kept."""
+        return not self._themes or self._key(variables) in self._parsed
+
+    def parse_ahead(self, variables: dict[str, str]) -> None:
+        """Parse the stylesheet's sources with ``variables`` (a theme's) and keep the rules, as ``reparse`` would
+        parse them (in a fresh stylesheet, from the same sources), so that a change to that theme skips the parse.
+        CSS that does not parse is left for the change to report, as before."""
+        if self.parsed(variables):
+            return
+        fresh = Stylesheet(variables=variables)
+        for read_from, (css, is_defaults, tie_breaker, scope) in self._stylesheet.source.items():
+            fresh.add_source(css, read_from=read_from, is_default_css=is_defaults, tie_breaker=tie_breaker, scope=scope)
+        try:
+            fresh.parse()
+        except Exception:  # noqa: BLE001 - the theme change parses again and reports it
+            self._keep(self._key(variables), None)  # type: ignore[arg-type] - tried: not again for these sources
+            return
+        self._keep(self._key(variables), fresh.rules)
+
+
+def css_variables(app: App, theme: Theme) -> dict[str, str]:
+    """The CSS variables ``App.get_css_variables`` gives with ``theme`` the app's theme (without setting it, nor
+    the app's ``theme_variables``): what a change to ``theme`` parses the stylesheet with."""
+    return {**app.get_theme_variable_defaults(), **theme.to_color_system().generate(), **theme.variables}
 
 
 def batch_restyles(stylesheet: Stylesheet) -> None:
