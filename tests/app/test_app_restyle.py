@@ -4,6 +4,7 @@ screen it paints is the one Textual's own restyle paints, and the rules reused a
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 from app_pilot import run_async, settle
@@ -177,6 +178,26 @@ async def test_a_theme_parsed_ahead_is_not_parsed_on_the_change_and_is_a_fresh_p
         await settle(pilot)
         assert parses == []
         assert sheet._variables == nord
+
+
+@run_async
+async def test_the_collector_is_paused_from_a_theme_change_to_its_first_frame(panel_path):
+    assert gc.isenabled()
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        collecting = []
+        display = app._display
+        app._display = lambda screen, renderable: collecting.append(gc.isenabled()) or display(screen, renderable)
+        app.theme = "textual-light"
+        assert not gc.isenabled()
+        await settle(pilot)
+        assert collecting[0] is False  # the theme's first frame drawn with it paused
+        assert gc.isenabled()  # and it runs again after
+        app.theme = "textual-dark"
+        assert not gc.isenabled()
+        app.exit()  # before the frame: it runs again all the same
+    assert gc.isenabled()
 
 
 @run_async

@@ -188,6 +188,7 @@ class MemtuiApp(App):
         self.by_view = 0
         self._view_results: dict[tuple[int, int], object] = {}
         self._heap_frozen = False
+        self._gc_paused = False  # the collector paused until a theme's first frame (_watch_theme)
         self.spares = Spares(self)  # the dialogs' next instances, built while idle (spares.py says why)
         batch_restyles(self.stylesheet)  # a theme change refreshes each widget once (restyle.py says why)
         self.parsed_themes = ParsedThemes(self.stylesheet)  # and parses the CSS once per theme, ahead while idle
@@ -222,6 +223,7 @@ class MemtuiApp(App):
         self.theme_changed_signal.subscribe(self, self._remember_theme)
 
     def on_unmount(self) -> None:
+        self._resume_gc()  # a theme's first frame not drawn: the collector runs again all the same
         if self._heap_frozen:  # what was frozen for the app's life can be collected again
             gc.unfreeze()
             self._heap_frozen = False
@@ -264,6 +266,22 @@ class MemtuiApp(App):
     def unregister_theme(self, theme_name: str) -> None:
         self._theme_memo = None
         super().unregister_theme(theme_name)
+
+    def _watch_theme(self, theme_name: str) -> None:
+        """As Textual's, with the garbage collector paused until the theme's first frame is drawn: restyling and
+        drawing every widget anew allocates enough for several young collections, 15-20 ms of that frame's CPU;
+        the collector runs again (and collects them) once it is drawn."""
+        if self.is_running and gc.isenabled() and not self._gc_paused:
+            gc.disable()
+            self._gc_paused = True
+            self.call_after_refresh(self._resume_gc)
+        super()._watch_theme(theme_name)
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            if not (self.PAUSE_GC_ON_SCROLL and self._realtime_animation_count):  # Textual's own pause holds
+                gc.enable()
 
     def _remember_theme(self, theme) -> None:
         self._themes_changed = self._themes_changed or theme.name != self.preferences.theme
