@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from app_pilot import run_async, settle
 from rich.color import ColorSystem
+from rich.text import Text
 from textual.app import App
 
 from memtui.app.compare import ComparePane, OverlayPlot, correlation_grid
@@ -139,8 +140,19 @@ def test_intervals_break_between_pairs_only():
             assert re.fullmatch(r"(intervals:)?(\s+\d–\d \[[−\d.]+, [−\d.]+\])+", line), line
 
 
-def _spans(plot):
-    text = plot.render()
+async def _drawn(plot, pilot):
+    """The plot as drawn once a theme change has settled: the first frame after it draws the plot blank (plots.
+    BandPlot.render), the next one the plot."""
+    for _ in range(200):
+        text = plot.render()
+        if text.plain:
+            return text
+        await pilot.pause(0.01)
+    raise AssertionError("the plot was not drawn after the theme change")
+
+
+async def _spans(plot, pilot):
+    text = await _drawn(plot, pilot)
     return [span.style for span in text.spans if not isinstance(span.style, str)]
 
 
@@ -153,7 +165,7 @@ async def test_plot_colours_come_from_the_theme_and_stand_out_in_256_colours_on_
         for theme in sorted(app.available_themes):
             app.theme = theme
             await pilot.pause()
-            styles = _spans(plot)
+            styles = await _spans(plot, pilot)
             assert styles, theme
             # the plot paints no background: it sits on the pane's (solarized-light's surface is pink in 256 colours)
             assert all(s.bgcolor is None for s in styles), (theme, {str(s.bgcolor) for s in styles})
@@ -170,3 +182,25 @@ async def test_plot_colours_come_from_the_theme_and_stand_out_in_256_colours_on_
             drawn = {s.color.get_truecolor() for s in styles if s.color is not None}
             line = colours.line
             assert any((c.red, c.green, c.blue) == line for c in drawn), theme  # the estimate in the theme's colour
+
+
+@run_async
+async def test_after_a_theme_change_the_plot_is_drawn_blank_then_in_the_new_colours_never_the_old(tmp_path):
+    app = MemtuiApp(read_panel(write_synthetic(tmp_path / "panel.h5", SIM)))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await settle(pilot)
+        plot = app.query_one("#path-plot", BandPlot)
+        drawn = []
+        render = plot.render
+        plot.render = lambda: drawn.append((app.theme, render())) or drawn[-1][1]
+        before = await _drawn(plot, pilot)
+        for theme in ("textual-light", "nord", "textual-dark"):
+            drawn.clear()
+            app.theme = theme
+            await settle(pilot)
+            text = await _drawn(plot, pilot)
+            assert drawn[0] == (theme, Text(""))  # the theme's first frame: blank, not the plot in the old colours
+            assert all(t.plain in ("", before.plain) for _, t in drawn)  # then the same plot...
+            built = plot._build()  # ... in the theme's colours: what a plot built afresh in the theme draws
+            assert (text.plain, text.spans) == (built.plain, built.spans)
+            assert [(d, t.spans) for d, t in drawn if t.plain][-1] == (theme, built.spans)

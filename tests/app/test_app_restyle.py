@@ -4,12 +4,15 @@ screen it paints is the one Textual's own restyle paints, and the rules reused a
 from __future__ import annotations
 
 import dataclasses
+import gc
 
 import pytest
 from app_pilot import run_async, settle
+from textual.css.stylesheet import Stylesheet
 
+from memtui.app import open_app
 from memtui.app.main import MemtuiApp
-from memtui.app.restyle import batched_refreshes
+from memtui.app.restyle import batched_refreshes, css_variables
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.synthetic import Simulation, write_synthetic
 
@@ -22,34 +25,99 @@ def panel_path(tmp_path):
     return write_synthetic(tmp_path / "panel.h5", SIM)
 
 
+@pytest.fixture
+def suite_paths(tmp_path):
+    """Two models of one design: the Compare pane exists (five panes, four hidden)."""
+    return [write_synthetic(tmp_path / f"{n}.h5", dataclasses.replace(SIM, seed=s)) for n, s in (("a", 1), ("b", 2))]
+
+
 def textuals_own(app: MemtuiApp) -> MemtuiApp:
-    """The app with Textual's restyle and parse (the instance's wrappers removed, the class's methods show again)."""
-    for name in ("update_nodes", "reparse", "set_variables"):
+    """The app with Textual's restyle and parse (the instance's wrappers removed, the class's methods show again):
+    every node restyled on each change, the hidden panes' too."""
+    for name in ("update", "update_nodes", "reparse", "set_variables"):
         delattr(app.stylesheet, name)
     return app
 
 
-async def _screens_through_themes(app: MemtuiApp) -> list[str]:
+PANES = ("2", "3", "4", "5", "1")
+
+
+async def _screens_through_themes(app: MemtuiApp, idle: bool = False) -> list[str]:
+    """The screen after each theme change, then each pane shown after the last (each pane shown once before, so
+    that each has drawn what the theme recolours: the Compare pane its grid). ``idle``: the app's idle work done
+    after each change (the panes left out restyled then), else the panes are shown at once."""
     shots = []
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
+        for key in PANES:
+            await pilot.press(key)
+            await settle(pilot)
         for theme in THEMES:
             app.theme = theme
             await settle(pilot)
+            if idle:
+                await _idle(app, pilot)
             shots.append(app.export_screenshot())
-        await pilot.press("2")  # a pane shown after the changes is styled for the last theme
-        await settle(pilot)
-        shots.append(app.export_screenshot())
+        for key in PANES:  # shown after the changes: styled for the last theme
+            await pilot.press(key)
+            await settle(pilot)
+            shots.append(app.export_screenshot())
     return shots
 
 
+async def _idle(app: MemtuiApp, pilot) -> None:
+    for _ in range(400):
+        if app.idle_work_done():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the app's idle work was not done")
+
+
 @run_async
-async def test_theme_changes_paint_what_textuals_own_restyle_paints(panel_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # the theme is remembered: not in the user's
-    ours = await _screens_through_themes(MemtuiApp(read_panel(panel_path)))
-    theirs = await _screens_through_themes(textuals_own(MemtuiApp(read_panel(panel_path))))
+async def test_theme_changes_paint_what_textuals_own_restyle_paints(suite_paths):
+    ours = await _screens_through_themes(open_app(suite_paths))
+    theirs = await _screens_through_themes(textuals_own(open_app(suite_paths)))
     assert len(set(ours)) > 2  # the themes do change the screen
     assert ours == theirs
+
+
+@pytest.mark.spares  # the idle work on: the panes left out restyled while idle, before they are shown
+@run_async
+async def test_panes_restyled_while_idle_paint_what_textuals_own_restyle_paints(suite_paths):
+    app = open_app(suite_paths)
+    ours = await _screens_through_themes(app, idle=True)
+    assert not app.hidden_panes.stale
+    theirs = await _screens_through_themes(textuals_own(open_app(suite_paths)))
+    assert ours == theirs
+
+
+@run_async
+async def test_a_theme_change_leaves_the_hidden_panes_to_when_they_are_shown(suite_paths):
+    app = open_app(suite_paths)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        styled = []
+        update_nodes = app.stylesheet.update_nodes
+
+        def recorded(nodes, animate=False):
+            nodes = list(nodes)
+            styled.extend(nodes)
+            update_nodes(nodes, animate=animate)
+
+        app.stylesheet.update_nodes = recorded
+        app.theme = "textual-light"
+        await settle(pilot)
+        panes = {pane.id: pane for pane in app.query("#panes ContentSwitcher > TabPane")}
+        assert set(panes) == {"profile", "summaries", "estimates", "extraction", "compare"}
+        under = {name: set(pane.walk_children(with_self=False)) for name, pane in panes.items()}
+        assert under["profile"] <= set(styled)  # the pane shown: restyled
+        assert all(panes[name] in styled for name in under)  # each pane itself too (it holds its display)
+        assert not any(under[name] & set(styled) for name in under if name != "profile")  # not what is under them
+        styled.clear()
+        await pilot.press("3")  # shown: restyled before it is drawn
+        assert under["estimates"] <= set(styled)
+        assert not under["summaries"] & set(styled)
+        assert app.hidden_panes.stale  # the others still to do
 
 
 def described(rule) -> tuple:
@@ -80,6 +148,56 @@ async def test_a_theme_seen_before_reuses_the_rules_a_fresh_parse_gives(panel_pa
         fresh = sheet.copy()
         fresh.parse()
         assert [described(r) for r in sheet.rules] == [described(r) for r in fresh.rules]
+
+
+@pytest.mark.spares  # the themes are parsed ahead while idle
+@run_async
+async def test_a_theme_parsed_ahead_is_not_parsed_on_the_change_and_is_a_fresh_parse(panel_path, monkeypatch):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _idle(app, pilot)
+        sheet = app.stylesheet
+        light, nord = (css_variables(app, app.get_theme(name)) for name in ("textual-light", "nord"))
+        assert app.parsed_themes.parsed(light)  # the default pair's other half: parsed while idle
+        assert not app.parsed_themes.parsed(nord)  # the others: not before the theme is changed
+        parses = []
+        parse = Stylesheet.parse
+        monkeypatch.setattr(Stylesheet, "parse", lambda self: parses.append(self) or parse(self))
+        app.theme = "textual-light"
+        await settle(pilot)
+        assert parses == []  # not parsed on the change
+        assert sheet._variables == light  # the variables parsed ahead are those Textual sets for the theme
+        fresh = sheet.copy()
+        fresh.parse()
+        assert [described(r) for r in sheet.rules] == [described(r) for r in fresh.rules]
+        await _idle(app, pilot)  # changed once: every theme parsed ahead
+        assert app.parsed_themes.parsed(nord)
+        parses.clear()
+        app.theme = "nord"
+        await settle(pilot)
+        assert parses == []
+        assert sheet._variables == nord
+
+
+@run_async
+async def test_the_collector_is_paused_from_a_theme_change_to_its_first_frame(panel_path):
+    assert gc.isenabled()
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        collecting = []
+        display = app._display
+        app._display = lambda screen, renderable: collecting.append(gc.isenabled()) or display(screen, renderable)
+        app.theme = "textual-light"
+        assert not gc.isenabled()
+        await settle(pilot)
+        assert collecting[0] is False  # the theme's first frame drawn with it paused
+        assert gc.isenabled()  # and it runs again after
+        app.theme = "textual-dark"
+        assert not gc.isenabled()
+        app.exit()  # before the frame: it runs again all the same
+    assert gc.isenabled()
 
 
 @run_async

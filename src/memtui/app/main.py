@@ -21,7 +21,7 @@ from textual.containers import Horizontal
 from textual.notifications import Notify
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import ContentSwitcher, Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
 from textual.worker import Worker
 
 from memtui.app import config
@@ -37,7 +37,7 @@ from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateR
 from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_default_band
 from memtui.app.profile import ProfilePane
-from memtui.app.restyle import batch_restyles, cache_parses
+from memtui.app.restyle import HiddenPanes, ParsedThemes, batch_restyles, css_variables
 from memtui.app.spares import Spares
 from memtui.app.summaries import SummariesPane
 from memtui.app.title import TitleBar, short_names, title_wordings
@@ -136,6 +136,7 @@ class MainScreen(Screen):
         # Keys 1-5 (and clicks) switch panes, so the tab bar never takes the focus: Tab stays within the pane (on
         # the Extraction pane it went from Launch to the tab bar, where typed letters then ran the app's keys)
         self.query_one("#panes Tabs", Tabs).can_focus = False
+        self.app.hidden_panes.watch(self.query_one("#panes ContentSwitcher", ContentSwitcher))
         self.app.main_screen_ready()
 
 
@@ -187,9 +188,13 @@ class MemtuiApp(App):
         self.by_view = 0
         self._view_results: dict[tuple[int, int], object] = {}
         self._heap_frozen = False
+        self._gc_paused = False  # the collector paused until a theme's first frame (_watch_theme)
         self.spares = Spares(self)  # the dialogs' next instances, built while idle (spares.py says why)
         batch_restyles(self.stylesheet)  # a theme change refreshes each widget once (restyle.py says why)
-        cache_parses(self.stylesheet)  # and parses the CSS once per theme
+        self.parsed_themes = ParsedThemes(self.stylesheet)  # and parses the CSS once per theme, ahead while idle
+        self._themes_changed = False  # the user changed the theme while the app ran: every theme parsed ahead
+        self._theme_variables: dict[str, tuple[Theme, dict[str, str]]] = {}  # theme name -> its CSS variables
+        self.hidden_panes = HiddenPanes(self.stylesheet)  # and restyles the panes not shown when shown, or while idle
         self.preferences = config.load()
         if self.preferences.theme in self.available_themes:
             self.theme = self.preferences.theme
@@ -218,6 +223,7 @@ class MemtuiApp(App):
         self.theme_changed_signal.subscribe(self, self._remember_theme)
 
     def on_unmount(self) -> None:
+        self._resume_gc()  # a theme's first frame not drawn: the collector runs again all the same
         if self._heap_frozen:  # what was frozen for the app's life can be collected again
             gc.unfreeze()
             self._heap_frozen = False
@@ -261,7 +267,24 @@ class MemtuiApp(App):
         self._theme_memo = None
         super().unregister_theme(theme_name)
 
+    def _watch_theme(self, theme_name: str) -> None:
+        """As Textual's, with the garbage collector paused until the theme's first frame is drawn: restyling and
+        drawing every widget anew allocates enough for several young collections, 15-20 ms of that frame's CPU;
+        the collector runs again (and collects them) once it is drawn."""
+        if self.is_running and gc.isenabled() and not self._gc_paused:
+            gc.disable()
+            self._gc_paused = True
+            self.call_after_refresh(self._resume_gc)
+        super()._watch_theme(theme_name)
+
+    def _resume_gc(self) -> None:
+        if self._gc_paused:
+            self._gc_paused = False
+            if not (self.PAUSE_GC_ON_SCROLL and self._realtime_animation_count):  # Textual's own pause holds
+                gc.enable()
+
     def _remember_theme(self, theme) -> None:
+        self._themes_changed = self._themes_changed or theme.name != self.preferences.theme
         self._save_preferences(dataclasses.replace(self.preferences, theme=theme.name))
 
     def action_toggle_animations(self) -> None:
@@ -608,15 +631,50 @@ class MemtuiApp(App):
 
     @while_running
     def _keep_spares(self) -> None:
-        """While nothing is computed and no dialog is open, have the dialogs' next instances built: one a tick,
-        after the frame pending is drawn (a key's answer, painted first, is never behind a dialog being built).
-        Once they are, the collector's next full collection is done here, while idle (:meth:`_collect_ahead`)."""
+        """While nothing is computed and no dialog is open, do one thing ahead a tick, after the frame pending is
+        drawn (a key's answer, painted first, is never behind it): restyle a pane left out of a theme change, build
+        a dialog's next instance, parse a theme's stylesheet; once all are done, the collector's next full
+        collection (:meth:`_collect_ahead`)."""
         if not self._idle_on_panes():
             return
-        if not self.spares_ready():
+        if self.hidden_panes.stale:  # first: a pane key is the likeliest next
+            self.call_after_refresh(self._restyle_hidden_pane)
+        elif not self.spares_ready():
             self.call_after_refresh(self._build_spare)
+        elif self._theme_to_parse() is not None:
+            self.call_after_refresh(self._parse_theme_ahead)
         else:
             self._collect_ahead()
+
+    def _theme_to_parse(self) -> dict[str, str] | None:
+        """The CSS variables of the next theme whose stylesheet is to be parsed ahead (``restyle.ParsedThemes``),
+        None when each is: the default dark and light themes (what a change most often goes between), and once
+        the theme was changed in this run, every theme (each parse is 50-60 ms, and about 0.75 MB kept; a user who
+        never changes the theme pays for two)."""
+        themes = self.available_themes
+        names = ["textual-dark", "textual-light"] + (sorted(themes) if self._themes_changed else [])
+        names = [name for name in dict.fromkeys(names) if name != self.theme and name in themes]
+        for name in names[: self.parsed_themes.room - 2]:  # room left for the theme in use and the one left
+            theme = themes[name]
+            known = self._theme_variables.get(name)
+            if known is None or known[0] is not theme:
+                known = self._theme_variables[name] = (theme, css_variables(self, theme))
+            if not self.parsed_themes.parsed(known[1]):
+                return known[1]
+        return None
+
+    @while_running
+    def _parse_theme_ahead(self) -> None:
+        """One theme's stylesheet parsed while idle, a tick: a change to it then skips the parse (50-60 ms)."""
+        variables = self._theme_to_parse() if self._idle_on_panes() else None
+        if variables is not None:
+            self.parsed_themes.parse_ahead(variables)
+
+    @while_running
+    def _restyle_hidden_pane(self) -> None:
+        """A pane left out of a theme change's restyle (restyle.HiddenPanes), restyled while idle, one a tick."""
+        if self._idle_on_panes():
+            self.hidden_panes.restyle_one()
 
     def _collect_ahead(self) -> None:
         """The full collection Python's collector is coming up to, done now while the app is idle. Of the objects
@@ -631,9 +689,11 @@ class MemtuiApp(App):
         return self._heap_frozen and gc.get_count()[2] >= GC_AHEAD
 
     def idle_work_done(self) -> bool:
-        """Whether an idle app has nothing left to do ahead (dialogs to build, a collection to make): what a
-        benchmark waits for between keys, as a user's pause would."""
-        return self.spares_ready() and not (self._idle_on_panes() and self._collection_due())
+        """Whether an idle app has nothing left to do ahead (panes left out of a theme change to restyle, dialogs to
+        build, themes to parse, a collection to make): what a benchmark waits for between keys, as a user's pause
+        would."""
+        ahead = self.hidden_panes.stale or self._theme_to_parse() is not None or self._collection_due()
+        return self.spares_ready() and not (self._idle_on_panes() and ahead)
 
     @while_running
     def _build_spare(self) -> None:

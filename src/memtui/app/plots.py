@@ -328,6 +328,7 @@ class BandPlot(PlotextPlot):
         self.drawn_title = ""  # what the last render wrote above the plot (the tests read it)
         self.drawn_axis: YAxis | None = None
         self._held = False  # blank until the next show: its owner paints its words first, the plot a frame later
+        self._rebuild_now = False  # the frame after a theme change: build for the new theme (see render)
 
     def hold(self) -> None:
         """Draw nothing until the next ``show``/``show_series`` (not the lines of data about to be replaced)."""
@@ -372,8 +373,19 @@ class BandPlot(PlotextPlot):
             return Text("")
         key = (self._version, self.size, self.app.theme)
         if self._built is None or self._built[0] != key:
+            if self._built is not None and self._built[0][:2] == key[:2] and not self._rebuild_now:
+                # only the theme changed: the theme's first frame (the panes restyled, the heatmap recoloured) draws
+                # the plot blank, on the new background, and the next one the plot in the theme's colours (plotext
+                # builds the whole plot for new colours, a fifth of that first frame); not the old colours
+                self.call_after_refresh(self._rebuild)
+                return Text("")
             self._built = (key, self._build())
+        self._rebuild_now = False
         return self._built[1]
+
+    def _rebuild(self) -> None:
+        self._rebuild_now = True
+        self.refresh()
 
     def _build(self) -> Text:
         width, height = self.size.width, self.size.height

@@ -9,16 +9,21 @@ theme change. Inside :func:`batched_refreshes` those refreshes are collected and
 ends, before the screen is laid out and painted, so the frame drawn is the same.
 
 Textual also re-parses every stylesheet (the app's and each widget class's default CSS) with the theme's colours on
-each change, about a third of what was left; :func:`cache_parses` keeps the rules parsed for each theme (and set of
-sources), so going back to a theme seen before skips the parse.
+each change, about a third of what was left; :class:`ParsedThemes` keeps the rules parsed for each theme (and set
+of sources), so going back to a theme seen before skips the parse, and parses themes ahead while the app is idle.
 
-Both lean on Textual's internals (``Styles.refresh``'s signature, ``Stylesheet``'s ``_rules``): where those are not
+A restyle of the screen also restyled the panes not shown (the Summaries, Estimates, Extraction and Compare panes
+behind the Profile pane: four fifths of the main screen's nodes); :class:`HiddenPanes` restyles each when it is
+shown, or while the app is idle, whichever comes first.
+
+All lean on Textual's internals (``Styles.refresh``'s signature, ``Stylesheet``'s ``_rules``): where those are not
 as expected, nothing is changed and Textual restyles as it always did.
 """
 
 from __future__ import annotations
 
 import inspect
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -26,10 +31,13 @@ from typing import TYPE_CHECKING
 from textual._context import NoActiveAppError
 from textual.css.model import SelectorType
 from textual.css.styles import Styles
+from textual.css.stylesheet import Stylesheet
 
 if TYPE_CHECKING:
-    from textual.css.stylesheet import Stylesheet
+    from textual.app import App
     from textual.dom import DOMNode
+    from textual.theme import Theme
+    from textual.widgets import ContentSwitcher
 
 
 @contextmanager
@@ -64,40 +72,78 @@ def batched_refreshes() -> Iterator[None]:
             node.refresh(layout=layout)
 
 
-def cache_parses(stylesheet: Stylesheet, themes: int = 8) -> None:
+class ParsedThemes:
     """Make ``stylesheet.reparse`` (a theme change) reuse the rules parsed before for the same CSS variables and
-    sources: those it parsed itself, and those in use when the variables changed (the theme left). At most
-    ``themes`` sets are kept."""
-    if not all(hasattr(stylesheet, name) for name in ("_variables", "_rules", "_rules_map", "_require_parse")):
-        return
-    reparse, set_variables = stylesheet.reparse, stylesheet.set_variables
-    parsed: dict[tuple, list] = {}
+    sources: those it parsed itself, those in use when the variables changed (the theme left), and those parsed
+    ahead (:meth:`parse_ahead`, while the app is idle). At most ``themes`` sets are kept."""
 
-    def key() -> tuple:
-        return tuple(sorted(stylesheet._variables.items())), tuple(stylesheet.source.items())
-
-    def keep(rules: list) -> None:
-        if len(parsed) >= themes:
-            parsed.pop(next(iter(parsed)))
-        parsed[key()] = rules
-
-    def leaving(variables: dict[str, str]) -> None:
-        if not stylesheet._require_parse:  # the rules in use are parsed from these variables and sources
-            keep(stylesheet._rules)
-        set_variables(variables)
-
-    def cached() -> None:
-        rules = parsed.get(key())
-        if rules is None:
-            reparse()  # raises on bad CSS, as before; nothing is kept then
-            keep(stylesheet._rules)
+    def __init__(self, stylesheet: Stylesheet, themes: int = 24) -> None:
+        self._stylesheet = stylesheet
+        self._themes = themes
+        self._parsed: dict[tuple, list] = {}
+        if not all(hasattr(stylesheet, name) for name in ("_variables", "_rules", "_rules_map", "_require_parse")):
+            self._themes = 0  # another Textual: its own parse each time, nothing kept
             return
-        stylesheet._rules = rules  # what reparse would set, from the same sources and variables
-        stylesheet._rules_map = None
-        stylesheet._require_parse = False
+        reparse, set_variables = stylesheet.reparse, stylesheet.set_variables
 
-    stylesheet.set_variables = leaving  # type: ignore[method-assign]
-    stylesheet.reparse = cached  # type: ignore[method-assign]
+        def leaving(variables: dict[str, str]) -> None:
+            if not stylesheet._require_parse:  # the rules in use are parsed from these variables and sources
+                self._keep(self._key(), stylesheet._rules)
+            set_variables(variables)
+
+        def cached() -> None:
+            rules = self._parsed.get(self._key())
+            if rules is None:
+                reparse()  # raises on bad CSS, as before; nothing is kept then
+                self._keep(self._key(), stylesheet._rules)
+                return
+            stylesheet._rules = rules  # what reparse would set, from the same sources and variables
+            stylesheet._rules_map = None
+            stylesheet._require_parse = False
+
+        stylesheet.set_variables = leaving  # type: ignore[method-assign]
+        stylesheet.reparse = cached  # type: ignore[method-assign]
+
+    def _key(self, variables: dict[str, str] | None = None) -> tuple:
+        sheet = self._stylesheet
+        variables = sheet._variables if variables is None else variables
+        return tuple(sorted(variables.items())), tuple(sheet.source.items())
+
+    def _keep(self, key: tuple, rules: list) -> None:
+        if key not in self._parsed and len(self._parsed) >= self._themes:
+            self._parsed.pop(next(iter(self._parsed)))
+        self._parsed[key] = rules
+
+    @property
+    def room(self) -> int:
+        """How many sets of rules are kept (0: none, Textual parses on each change)."""
+        return self._themes
+
+    def parsed(self, variables: dict[str, str]) -> bool:
+        """Whether the rules for ``variables`` and the stylesheet's sources now are kept."""
+        return not self._themes or self._key(variables) in self._parsed
+
+    def parse_ahead(self, variables: dict[str, str]) -> None:
+        """Parse the stylesheet's sources with ``variables`` (a theme's) and keep the rules, as ``reparse`` would
+        parse them (in a fresh stylesheet, from the same sources), so that a change to that theme skips the parse.
+        CSS that does not parse is left for the change to report, as before."""
+        if self.parsed(variables):
+            return
+        fresh = Stylesheet(variables=variables)
+        for read_from, (css, is_defaults, tie_breaker, scope) in self._stylesheet.source.items():
+            fresh.add_source(css, read_from=read_from, is_default_css=is_defaults, tie_breaker=tie_breaker, scope=scope)
+        try:
+            fresh.parse()
+        except Exception:  # noqa: BLE001 - the theme change parses again and reports it
+            self._keep(self._key(variables), None)  # type: ignore[arg-type] - tried: not again for these sources
+            return
+        self._keep(self._key(variables), fresh.rules)
+
+
+def css_variables(app: App, theme: Theme) -> dict[str, str]:
+    """The CSS variables ``App.get_css_variables`` gives with ``theme`` the app's theme (without setting it, nor
+    the app's ``theme_variables``): what a change to ``theme`` parses the stylesheet with."""
+    return {**app.get_theme_variable_defaults(), **theme.to_color_system().generate(), **theme.variables}
 
 
 def batch_restyles(stylesheet: Stylesheet) -> None:
@@ -112,6 +158,70 @@ def batch_restyles(stylesheet: Stylesheet) -> None:
             update_nodes(nodes, animate=animate)
 
     stylesheet.update_nodes = batched  # type: ignore[method-assign]
+
+
+class HiddenPanes:
+    """The children of a ``ContentSwitcher`` it does not show (the panes behind the one shown) left out of a restyle
+    of the screen (``Stylesheet.update``: a theme change, new CSS), and restyled when shown or while the app is idle
+    (:meth:`restyle_one`). A pane left out is restyled whole, as Textual's restyle would have done it: a hidden
+    pane is not laid out, so what its styles are computed from (its classes, its state, the rules) is what it was
+    when it was left out, or newer; the pane itself is restyled with the rest (it holds the ``display`` the switcher
+    sets). A restyle of a node and what is under it (``App.update_styles``, a class or focus change) still reaches
+    into a hidden pane, as before."""
+
+    def __init__(self, stylesheet: Stylesheet) -> None:
+        self._switchers: weakref.WeakSet[ContentSwitcher] = weakref.WeakSet()
+        self._stale: weakref.WeakSet[DOMNode] = weakref.WeakSet()  # panes left out of a restyle since their last
+
+        def update(root: DOMNode, animate: bool = False) -> None:  # as Stylesheet.update, less the hidden panes
+            stylesheet.update_nodes(self._walk(root), animate=animate)
+
+        if hasattr(stylesheet, "update_nodes"):
+            stylesheet.update = update  # type: ignore[method-assign]
+
+    def watch(self, switcher: ContentSwitcher) -> None:
+        """Leave ``switcher``'s hidden children out of restyles; a child it shows is restyled before it is drawn
+        (the switcher's ``current`` changes, and the child's ``display`` with it, before the next frame)."""
+        self._switchers.add(switcher)
+        switcher.watch(switcher, "current", self._shown, init=False)
+
+    def _walk(self, root: DOMNode) -> list[DOMNode]:
+        """``root`` and the nodes under it, depth first as ``walk_children``, less what is under a hidden pane."""
+        nodes: list[DOMNode] = []
+        stack = [iter((root,))]
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                stack.pop()
+                continue
+            nodes.append(node)
+            if node._parent in self._switchers:
+                if not node.display:
+                    self._stale.add(node)
+                    continue
+                self._stale.discard(node)  # restyled whole here
+            stack.append(iter(node.children))
+        return nodes
+
+    def _shown(self) -> None:
+        for pane in [pane for pane in self._stale if pane.display]:
+            self._restyle(pane)
+
+    def _restyle(self, pane: DOMNode) -> None:
+        self._stale.discard(pane)
+        if pane.is_attached:
+            pane.app.stylesheet.update_nodes(pane.walk_children(with_self=False), animate=False)
+
+    @property
+    def stale(self) -> bool:
+        """Whether a pane is still to be restyled."""
+        return bool(self._stale)
+
+    def restyle_one(self) -> None:
+        """Restyle one pane left out (while the app is idle: a pane key then finds it styled)."""
+        pane = next(iter(self._stale), None)
+        if pane is not None:
+            self._restyle(pane)
 
 
 _FOCUS_STATES = frozenset({"focus", "blur"})
