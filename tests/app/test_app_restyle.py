@@ -42,7 +42,7 @@ def textuals_own(app: MemtuiApp) -> MemtuiApp:
 PANES = ("2", "3", "4", "5", "1")
 
 
-async def _screens_through_themes(app: MemtuiApp, idle: bool = False) -> list[str]:
+async def _screens_through_themes(app: MemtuiApp, idle: bool = False, themes: tuple[str, ...] = THEMES) -> list[str]:
     """The screen after each theme change, then each pane shown after the last (each pane shown once before, so
     that each has drawn what the theme recolours: the Compare pane its grid). ``idle``: the app's idle work done
     after each change (the panes left out restyled then), else the panes are shown at once."""
@@ -52,7 +52,7 @@ async def _screens_through_themes(app: MemtuiApp, idle: bool = False) -> list[st
         for key in PANES:
             await pilot.press(key)
             await settle(pilot)
-        for theme in THEMES:
+        for theme in themes:
             app.theme = theme
             await settle(pilot)
             if idle:
@@ -85,9 +85,10 @@ async def test_theme_changes_paint_what_textuals_own_restyle_paints(suite_paths)
 @run_async
 async def test_panes_restyled_while_idle_paint_what_textuals_own_restyle_paints(suite_paths):
     app = open_app(suite_paths)
-    ours = await _screens_through_themes(app, idle=True)
+    themes = ("textual-light", "nord")  # to a light theme and to a dark one: the test above takes four changes
+    ours = await _screens_through_themes(app, idle=True, themes=themes)
     assert not app.hidden_panes.stale
-    theirs = await _screens_through_themes(textuals_own(open_app(suite_paths)))
+    theirs = await _screens_through_themes(textuals_own(open_app(suite_paths)), themes=themes)
     assert ours == theirs
 
 

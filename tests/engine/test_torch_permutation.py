@@ -174,6 +174,7 @@ def test_the_torch_path_runs_when_named_and_never_under_auto(monkeypatch):
     assert sum(n for _, n in calls) == 40 and {d for d, _ in calls} == {"cpu"} and seen == {"torch-cpu"}
 
 
+@pytest.mark.simulation  # a benchmark script's run: once per CI, not again under the second BLAS kernel
 def test_the_gpu_checks_tiny_mode_runs_on_the_cpu(tmp_path):
     import subprocess
     import sys
