@@ -66,7 +66,6 @@ def plan_lines(panel_path: Path, options: ExtractOptions, *, mode: str) -> list[
 def _scoring_lines(panel, options: ExtractOptions, mode: str) -> list[str]:
     """How this launch would score (on this machine; SLURM's nodes decide for themselves), how the panel's completed
     checkpoints were scored, and the warning a worker would give before mixing the two."""
-    from memtui.core.text import clean
     from memtui.panel import scoring
 
     lines = []
@@ -78,8 +77,7 @@ def _scoring_lines(panel, options: ExtractOptions, mode: str) -> list[str]:
         way = scoring_way(dev, resolve_dtype(options.dtype, dev), options.batch_invariant)
         lines.append(f"  scored as:   {way}")
     if seen := scoring.counts(panel.scorings, panel.done):
-        shown = "; ".join(f"{clean(s, scoring.SCORING_BYTES)} ({n})" for s, n in seen.most_common(4))
-        lines.append(f"  scored so far: {shown}")
+        lines.append(f"  scored so far: {scoring.listed(seen, 4)}")
     if way and (warning := scoring.resume_warning(panel.scorings, panel.done, way)):
         lines.append(f"  {warning}")
     return lines

@@ -34,13 +34,18 @@ def counts(scorings: list[str], done) -> Counter:
     return Counter(s.strip() for s, d in zip(scorings, done, strict=False) if d and s.strip())
 
 
+def listed(seen: Counter, most: int, pattern: str = "{way} ({n})") -> str:
+    """The ``most`` commonest ways of ``seen`` with their counts, each as ``pattern`` says, cleaned for the terminal."""
+    return "; ".join(pattern.format(way=clean(s, SCORING_BYTES), n=n) for s, n in seen.most_common(most))
+
+
 def mixed_note(scorings: list[str], done) -> str | None:
     """The estimate's note when its completed checkpoints were scored in more than one way (or one column by
     several); None when they agree or record nothing."""
     seen = counts(scorings, done)
     if len(seen) < 2 and not any(" + " in s for s in seen):
         return None
-    shown = "; ".join(f"{clean(s, SCORING_BYTES)}: {n}" for s, n in seen.most_common(4))
+    shown = listed(seen, 4, "{way}: {n}")
     return (
         f"the checkpoints were scored in different ways ({shown} checkpoint(s)): one row's scores differ between "
         "such ways (bf16 against fp32: up to 1.2e-4 of a row's loglik on an H100), which adds noise to every "
@@ -55,7 +60,7 @@ def resume_warning(scorings: list[str], done, way: str) -> str | None:
     seen = counts(scorings, done)
     if not seen or set(seen) == {way}:
         return None
-    shown = "; ".join(f"{clean(s, SCORING_BYTES)} ({n})" for s, n in seen.most_common(3))
+    shown = listed(seen, 3)
     return (
         f"warning: this panel's completed checkpoints were scored {shown}, and this worker scores {way}: the panel "
         "will mix them, which adds noise to every difference across them (match --device, --dtype and "
