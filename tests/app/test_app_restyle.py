@@ -231,3 +231,37 @@ def test_the_current_theme_follows_the_theme_and_a_theme_registered_again(panel_
     assert app.current_theme is again  # the same name, registered anew: not the one looked up before
     app.unregister_theme("nord")
     assert app.current_theme.name == "textual-dark"  # as Textual: a theme gone falls back to textual-dark
+
+
+def _legend_colours(app: MemtuiApp) -> set:
+    from textual.widgets import Static
+
+    from memtui.app.compare import ComparePane
+
+    text = app.query_one(ComparePane).query_one(".compare-legend", Static).content  # the rich Text it was given
+    return {span.style.color for span in text.spans if getattr(span.style, "color", None) is not None}
+
+
+@run_async
+async def test_the_compare_pane_is_drawn_in_a_new_theme_when_shown_not_while_hidden(suite_paths):
+    """Its legends and grid are coloured by the theme: a change while it is hidden redraws them when it is shown
+    (restyled then), not on the theme's key."""
+    from memtui.app.legend import swatch
+    from memtui.app.plots import plot_colours
+
+    app = open_app(suite_paths)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await pilot.press("5")
+        await settle(pilot)
+        dark = _legend_colours(app)
+        assert dark == {swatch(c) for c in plot_colours(app.theme_variables, True).models[:2]}
+        await pilot.press("1")
+        await settle(pilot)
+        app.theme = "textual-light"
+        await settle(pilot)
+        assert _legend_colours(app) == dark  # hidden: not redrawn on the key
+        await pilot.press("5")
+        await settle(pilot)
+        light = {swatch(c) for c in plot_colours(app.theme_variables, False).models[:2]}
+        assert light != dark and _legend_colours(app) == light

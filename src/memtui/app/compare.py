@@ -149,6 +149,7 @@ class ComparePane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
         self.by = ""
         self.group = 0  # the group of the split whose plots and grids are shown
         self._ready: dict[tuple[Settings, str], ComparePane.Ready] = {}
+        self._drawn_theme: str | None = None  # the theme the legends and the grid were drawn in
         self._pending: tuple[Settings, str] | None = None  # what the running worker estimates
 
     def compose(self) -> ComposeResult:
@@ -159,13 +160,14 @@ class ComparePane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
             yield OverlayPlot(id=f"compare-{name}", classes="compare-plot")
         yield Static("", id="compare-grid", markup=False)
 
-    def on_mount(self) -> None:
-        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
-
-    def _theme_changed(self, _theme) -> None:
-        """The grid's cells are coloured on the heatmap's palette, and the legends in the plots' colours, which
-        differ between dark and light themes."""
-        self._redraw_text()
+    def notify_style_update(self) -> None:
+        """A restyle: after a new theme, the grid's cells (coloured on the heatmap's palette) and the legends (in
+        the plots' colours) are drawn in its colours. Restyled, not on the theme's signal: a theme change leaves the
+        pane out while it is hidden and restyles it before it is shown (``restyle.HiddenPanes``), so a hidden pane
+        no longer redraws its text on the theme's key."""
+        super().notify_style_update()
+        if self._drawn_theme is not None and self._drawn_theme != self.app.theme:
+            self._redraw_text()
 
     def on_resize(self) -> None:
         """The legends and the intervals are packed into lines of the pane's width."""
@@ -348,6 +350,7 @@ class ComparePane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
     def _show_legends(self, ready: Ready) -> None:
         names = [f"{i + 1} {clean(name, 20)}" for i, name in enumerate(self._shown(ready)[0].names)]
         colours = plot_colours(self.app.theme_variables, self.app.current_theme.dark).models
+        self._drawn_theme = self.app.theme
         text = legend(names, colours, self._width())
         for line in self.query(".compare-legend"):
             line.update(text)
@@ -356,6 +359,7 @@ class ComparePane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
         sr, c = self._shown(ready)
         names = sr.names
         scheme = palette.scheme(self.app.current_theme.dark)
+        self._drawn_theme = self.app.theme
         title = f"Pearson correlation of the true profiles, corrected for noise ({c.n_cells} cells)"
         width = self._width()
         grid = correlation_grid(names, c.pearson_corrected, c.pearson_corrected_low, c.pearson_corrected_high, title,

@@ -20,6 +20,7 @@ from textual.strip import Strip
 from textual.widgets import Static
 
 from memtui.app.fmt import cell, float_format
+from memtui.app.paint_style import BaseStylePerPaint
 from memtui.app.scrolling import scroll_to_cursor
 from memtui.core.text import clean
 from memtui.estimation.estimate import SCOPES, EstimateResult
@@ -80,7 +81,7 @@ def _width(frame: pl.DataFrame, name: str, spec: str | None) -> int:
     return max(len(header(name)) + 2, body)  # + 2: room for the sort arrow
 
 
-class EstimatesTable(ScrollView, can_focus=True):
+class EstimatesTable(BaseStylePerPaint, ScrollView, can_focus=True):
     """Rows of a polars frame; a row cursor and a column cursor (the sort column is chosen with it)."""
 
     BINDINGS = [
@@ -199,7 +200,7 @@ class EstimatesTable(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self.base_style
         if not self._columns:
             return Strip.blank(width, base)
         sx, sy = self.scroll_offset

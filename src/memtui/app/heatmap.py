@@ -23,6 +23,7 @@ from textual.strip import Strip
 
 from memtui.app import palette
 from memtui.app.fmt import short_step
+from memtui.app.paint_style import BaseStylePerPaint
 from memtui.app.scrolling import scroll_to_cursor
 
 HEADER = 1  # checkpoint label line
@@ -65,7 +66,7 @@ def _cell_table(scheme: palette.Scheme) -> tuple[list[Style | None], list[str], 
     return styles, glyphs, lv
 
 
-class Heatmap(ScrollView, can_focus=True):
+class Heatmap(BaseStylePerPaint, ScrollView, can_focus=True):
     """Cohorts down, checkpoints across; a cursor picks one (g, c) cell."""
 
     BINDINGS = [
@@ -206,7 +207,7 @@ class Heatmap(ScrollView, can_focus=True):
         starts = np.concatenate(([0], cuts))
         ends = np.concatenate((cuts, [len(codes)]))
         segments = []
-        base = self.rich_style
+        base = self.base_style
         for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
             code = int(codes[start])
             style = self._styles[code] or base
@@ -263,7 +264,7 @@ class Heatmap(ScrollView, can_focus=True):
 
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self.base_style
         d = self.data
         if d is None or not self._codes.size:
             text = " no estimate" if y == 0 else ""

@@ -285,7 +285,8 @@ class MemtuiApp(App):
 
     def _remember_theme(self, theme) -> None:
         self._themes_changed = self._themes_changed or theme.name != self.preferences.theme
-        self._save_preferences(dataclasses.replace(self.preferences, theme=theme.name))
+        # written after the theme's first frame: the file's write is no part of what the key shows
+        self.call_after_refresh(lambda: self._save_preferences(dataclasses.replace(self.preferences, theme=theme.name)))
 
     def action_toggle_animations(self) -> None:
         on = not self.preferences.animations

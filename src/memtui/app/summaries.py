@@ -212,7 +212,8 @@ class SummariesPane(RestyleSelfOnFocus, VerticalScroll, can_focus=True):
                 series(scope, x), title=titles, marks=marks, band_marker="dot"
             )
 
-    @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False)
+    # described: Textual otherwise describes a worker by its arguments' reprs, the result's arrays printed on the key
+    @work(thread=True, exclusive=True, group="summary-extras", exit_on_error=False, description="summary extras")
     def _compute_extras(self, panel, result: EstimateResult) -> None:
         from memtui.estimation import cache
         from memtui.estimation.compare import compare

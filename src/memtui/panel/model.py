@@ -25,7 +25,7 @@ EXTRACTABLE_METRICS = registry.EXTRACTABILITY
 EXTRACTABLE_DEFAULT = (32, 32)
 
 
-@dataclass
+@dataclass(repr=False)
 class Panel:
     """A panel read into memory. Metric matrices are (instances, checkpoints) float64, NaN where not computed."""
 
@@ -57,6 +57,15 @@ class Panel:
     # per-instance covariates (``instances/covariates/NAME``; empty for panels without them): float64 arrays (NaN =
     # unknown) for numeric ones, object arrays of str for categorical ones
     covariates: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        # Short: a repr is made where nobody reads it (Textual's ``@work`` describes each worker by its arguments'
+        # reprs, on the key that starts it), and the dataclass's printed every array (6 ms on a pane switch).
+        where = f" {self.path.name}" if self.path is not None else ""
+        return (
+            f"<Panel{where}: {self.n_instances} instances x {self.n_checkpoints} checkpoints, "
+            f"metrics {', '.join(self.metrics)}>"
+        )
 
     @property
     def n_instances(self) -> int:
