@@ -25,6 +25,7 @@ from textual.widgets import ContentSwitcher, Footer, ProgressBar, Static, Tabbed
 from textual.worker import Worker
 
 from memtui.app import config
+from memtui.app.backdrop import Backdrop
 from memtui.app.by_view import by_options, view_result, views
 from memtui.app.compare import ComparePane
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
@@ -75,6 +76,25 @@ def same_data(a: Panel, b: Panel) -> bool:
 class MainScreen(Screen):
     """The panes and the keys that work on every pane. The screen owns these bindings (as posting's MainScreen
     does), so a dialog pushed over it never sees them: q under a dialog cannot quit, m cannot change its result."""
+
+    dims_from_backdrop = True  # a dialog over it draws it dimmed from the app's Backdrop (backdrop.py)
+
+    def _compositor_refresh(self) -> None:
+        # Where Textual draws what changed on it: a frame when it is shown, or the dialog over it redrawn there
+        # (the changes seen through the dialog's background). Either way the panes dimmed ahead are out of date,
+        # unless only the screen itself asked to be drawn again (pushing a dialog does): what it draws, its plain
+        # background, changes only with its styles (notify_style_update, below), and its widgets did not change.
+        if self._dirty_widgets - {self} or (self._compositor._dirty_regions and not self._dirty_widgets):
+            self.app.backdrop.drawn()
+        super()._compositor_refresh()
+
+    def _refresh_layout(self, size=None, scroll: bool = False) -> None:
+        self.app.backdrop.drawn()  # laid out anew: widgets may have moved
+        super()._refresh_layout(size, scroll)
+
+    def notify_style_update(self) -> None:
+        self.app.backdrop.drawn()
+        super().notify_style_update()
 
     # The same key does the same thing on every pane; descriptions are short so the footer keeps the important
     # ones at 80 columns (the pane's own keys come first, then these).
@@ -190,6 +210,7 @@ class MemtuiApp(App):
         self._heap_frozen = False
         self._gc_paused = False  # the collector paused until a theme's first frame (_watch_theme)
         self.spares = Spares(self)  # the dialogs' next instances, built while idle (spares.py says why)
+        self.backdrop = Backdrop()  # and the panes dimmed behind a dialog, drawn while idle (backdrop.py)
         batch_restyles(self.stylesheet)  # a theme change refreshes each widget once (restyle.py says why)
         self.parsed_themes = ParsedThemes(self.stylesheet)  # and parses the CSS once per theme, ahead while idle
         self._themes_changed = False  # the user changed the theme while the app ran: every theme parsed ahead
@@ -642,6 +663,8 @@ class MemtuiApp(App):
             self.call_after_refresh(self._restyle_hidden_pane)
         elif not self.spares_ready():
             self.call_after_refresh(self._build_spare)
+        elif self._backdrop_colour() is not None:
+            self.call_after_refresh(self._dim_ahead)
         elif self._theme_to_parse() is not None:
             self.call_after_refresh(self._parse_theme_ahead)
         else:
@@ -663,6 +686,22 @@ class MemtuiApp(App):
             if not self.parsed_themes.parsed(known[1]):
                 return known[1]
         return None
+
+    def _backdrop_colour(self):
+        """The dialogs' background colour where the panes dimmed in it are to be drawn ahead (``backdrop``): not
+        drawn since the main screen's last frame. None when they are, or no dialog is built to take it from."""
+        colour = self.spares.background()
+        if colour is None or colour.a >= 1 or self.backdrop.fresh(self.screen, colour):
+            return None
+        return colour
+
+    @while_running
+    def _dim_ahead(self) -> None:
+        """The panes dimmed as a dialog shows them, drawn while idle, a tick: its first frame then takes them as
+        they are (30-40 ms of a dialog key at 120 x 40)."""
+        colour = self._backdrop_colour() if self._idle_on_panes() else None
+        if colour is not None:
+            self.backdrop.make(self.screen, colour, self.console, self.console.options)
 
     @while_running
     def _parse_theme_ahead(self) -> None:
@@ -693,7 +732,8 @@ class MemtuiApp(App):
         """Whether an idle app has nothing left to do ahead (panes left out of a theme change to restyle, dialogs to
         build, themes to parse, a collection to make): what a benchmark waits for between keys, as a user's pause
         would."""
-        ahead = self.hidden_panes.stale or self._theme_to_parse() is not None or self._collection_due()
+        ahead = self.hidden_panes.stale or self._backdrop_colour() is not None
+        ahead = ahead or self._theme_to_parse() is not None or self._collection_due()
         return self.spares_ready() and not (self._idle_on_panes() and ahead)
 
     @while_running

@@ -18,6 +18,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DirectoryTree, Footer, Input, Static
 
+from memtui.app.backdrop import DimmedBackdrop
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
@@ -63,7 +64,7 @@ class OpenField(Input):
     BINDINGS = [Binding("enter", "submit", "Open", tooltip="Open the path in the field")]
 
 
-class OpenPanelDialog(ModalScreen[Panel | None]):
+class OpenPanelDialog(DimmedBackdrop, ModalScreen[Panel | None]):
     """Pick a panel file; dismisses with the panel read, or None."""
 
     BINDINGS = [

@@ -80,6 +80,14 @@ class Spares:
         self._app = app
         self._built: dict[str, Spare] = {}
 
+    def background(self):
+        """The background colour a built dialog draws over the panes (all are ``ModalScreen``s, one colour for a
+        theme), None before one is built and styled."""
+        for spare in self._built.values():
+            if spare.screen.is_mounted and spare.styled_with is self._app.stylesheet.rules:
+                return spare.screen.styles.background  # type: ignore[attr-defined]
+        return None
+
     def take(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> SpareScreen:
         """The dialog to push: the spare built from ``key`` if it is ready (mounted and laid out for the terminal's
         size), else one built now."""

@@ -1,0 +1,89 @@
+"""The panes dimmed behind a dialog, drawn while idle (app/backdrop.py): a dialog drawn on them paints what Textual's
+own see-through background paints, and they are drawn anew whenever the panes changed since."""
+
+from __future__ import annotations
+
+import pytest
+from app_pilot import run_async, settle
+from test_app_spares import _dialog_shot, _spares_built
+
+from memtui.app.dialogs import ExportDialog, HelpScreen, SettingsDialog
+from memtui.app.heatmap import Heatmap
+from memtui.app.main import MemtuiApp
+from memtui.app.open_dialog import OpenPanelDialog
+from memtui.panel.hdf5 import read_panel
+from memtui.panel.synthetic import Simulation, write_synthetic
+
+SIM = Simulation(n_cohorts=6, per_cohort=12, n_never=60, n_checkpoints=8, seed=1)
+
+pytestmark = pytest.mark.spares  # drawn ahead from a built dialog's colour: the spares on
+
+
+@pytest.fixture
+def panel_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.chdir(tmp_path)
+    # built by hand (_spares_built, _dim_ahead): the idle timer drawing the panes ahead again between two steps of
+    # a test would hide what it tests
+    monkeypatch.setattr(MemtuiApp, "spares_every_s", None)
+    return write_synthetic(tmp_path / "panel.h5", SIM)
+
+
+async def _dimmed_ahead(app: MemtuiApp, pilot) -> None:
+    await _spares_built(app, pilot)
+    app._dim_ahead()
+    colour = app.spares.background()
+    assert colour is not None and colour.a < 1
+    assert app.backdrop.fresh(app.screen, colour) and app._backdrop_colour() is None
+
+
+@run_async
+async def test_a_dialog_on_the_panes_dimmed_ahead_paints_what_textual_paints(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        for key, kind in (("o", SettingsDialog), ("e", ExportDialog), ("question_mark", HelpScreen),
+                          ("ctrl+o", OpenPanelDialog)):  # fmt: skip
+            await _dimmed_ahead(app, pilot)
+            hits = app.backdrop.hits
+            kept = await _dialog_shot(app, pilot, key, kind)
+            assert app.backdrop.hits > hits, key  # drawn on the segments made ahead
+            await _spares_built(app, pilot)
+            app.backdrop._key = None  # nothing kept: Textual's BackgroundScreen draws the panes, as it always did
+            misses = app.backdrop.misses
+            drawn = await _dialog_shot(app, pilot, key, kind)
+            assert app.backdrop.misses > misses, key
+            assert kept == drawn, key
+
+
+@run_async
+async def test_the_panes_changed_since_are_dimmed_anew(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _dimmed_ahead(app, pilot)
+        before = app.export_screenshot()
+        await pilot.press("right")  # the cursor moves: the main screen draws a frame
+        await pilot.pause()
+        assert app.export_screenshot() != before
+        colour = app.spares.background()
+        assert not app.backdrop.fresh(app.screen, colour) and app._backdrop_colour() == colour
+        hits = app.backdrop.hits
+        moved = await _dialog_shot(app, pilot, "o", SettingsDialog)
+        assert app.backdrop.hits == hits  # not the panes as they were: drawn anew
+        await _spares_built(app, pilot)
+        app.backdrop._key = None
+        assert moved == await _dialog_shot(app, pilot, "o", SettingsDialog)
+
+
+@run_async
+async def test_panes_waiting_to_be_drawn_are_not_taken_as_kept(panel_path):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _dimmed_ahead(app, pilot)
+        heatmap = app.query_one(Heatmap)
+        heatmap.refresh()  # marked to be drawn, no frame yet: the next frame may differ from the one kept
+        assert not app.backdrop.fresh(app.screen, app.spares.background())
+        await pilot.pause()
+        await pilot.pause()
