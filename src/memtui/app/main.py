@@ -156,6 +156,7 @@ class MainScreen(Screen):
         # Keys 1-5 (and clicks) switch panes, so the tab bar never takes the focus: Tab stays within the pane (on
         # the Extraction pane it went from Launch to the tab bar, where typed letters then ran the app's keys)
         self.query_one("#panes Tabs", Tabs).can_focus = False
+        self.panes = self.query_one(TabbedContent)  # what the idle app checks every tick (a query walked the DOM)
         self.app.hidden_panes.watch(self.query_one("#panes ContentSwitcher", ContentSwitcher))
         self.app.main_screen_ready()
 
@@ -649,7 +650,8 @@ class MemtuiApp(App):
         stack = self.screen_stack
         if self.computing is not None or not stack or not isinstance(stack[-1], MainScreen):
             return False
-        return bool(stack[-1].query(TabbedContent))  # the panes are gone while the app shuts down
+        panes = getattr(stack[-1], "panes", None)
+        return panes is not None and panes.is_attached  # the panes are gone while the app shuts down
 
     @while_running
     def _keep_spares(self) -> None:
