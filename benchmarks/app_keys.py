@@ -65,7 +65,8 @@ def answered(app: MemtuiApp, screen, renderable, what: str, before) -> bool:
         return app.settings != before and app.result is not None and app.result.settings == app.settings
     if what == "theme":
         return True
-    return type(screen).__name__ == what and type(renderable).__name__ == "LayoutUpdate"
+    shown = {cls.__name__ for cls in type(screen).__mro__}  # the app's own palette is a CommandPalette
+    return what in shown and type(renderable).__name__ == "LayoutUpdate"
 
 
 def _send_key(app: MemtuiApp, key: str) -> None:

@@ -87,3 +87,26 @@ async def test_panes_waiting_to_be_drawn_are_not_taken_as_kept(panel_path):
         assert not app.backdrop.fresh(app.screen, app.spares.background())
         await pilot.pause()
         await pilot.pause()
+
+
+@run_async
+async def test_the_command_palette_on_the_panes_dimmed_ahead_paints_what_textual_paints(panel_path):
+    from textual.command import CommandPalette
+
+    app = MemtuiApp(read_panel(panel_path))
+    shots = []
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        for kept in (True, False):
+            await _dimmed_ahead(app, pilot)
+            if not kept:
+                app.backdrop._key = None  # Textual's BackgroundScreen draws the panes
+            hits, misses = app.backdrop.hits, app.backdrop.misses
+            await pilot.press("ctrl+p")
+            await settle(pilot, (CommandPalette._GATHER_COMMANDS_GROUP,))
+            assert isinstance(app.screen, CommandPalette)
+            assert (app.backdrop.hits > hits) if kept else (app.backdrop.misses > misses)
+            shots.append(app.export_screenshot())
+            await pilot.press("escape")
+            await pilot.pause()
+    assert shots[0] == shots[1]

@@ -17,6 +17,7 @@ import numpy as np
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
+from textual.command import CommandPalette
 from textual.containers import Horizontal
 from textual.notifications import Notify
 from textual.screen import Screen
@@ -25,7 +26,7 @@ from textual.widgets import ContentSwitcher, Footer, ProgressBar, Static, Tabbed
 from textual.worker import Worker
 
 from memtui.app import config
-from memtui.app.backdrop import Backdrop
+from memtui.app.backdrop import Backdrop, DimmedBackdrop
 from memtui.app.by_view import by_options, view_result, views
 from memtui.app.compare import ComparePane
 from memtui.app.dialogs import ConfirmDialog, ExportDialog, HelpScreen, SettingsDialog
@@ -71,6 +72,11 @@ def same_data(a: Panel, b: Panel) -> bool:
     arrays = [(a.ids, b.ids), (a.treatment, b.treatment), (a.steps, b.steps), (a.done, b.done)]
     arrays += [(a.metrics[k], b.metrics[k]) for k in a.metrics]
     return all(x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f") for x, y in arrays)
+
+
+class Palette(DimmedBackdrop, CommandPalette):
+    """Textual's command palette, drawn over the panes dimmed ahead (its CSS is CommandPalette's: a type selector
+    matches a subclass)."""
 
 
 class MainScreen(Screen):
@@ -931,6 +937,11 @@ class MemtuiApp(App):
             prompt.ask(self._quit_question())
 
     # ---- command palette ----------------------------------------------------------------------------------------
+
+    def action_command_palette(self) -> None:
+        """Textual's palette, over the panes dimmed ahead while idle (``backdrop.DimmedBackdrop``)."""
+        if self.use_command_palette and not CommandPalette.is_open(self):
+            self.push_screen(Palette(id="--command-palette"))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         for command in super().get_system_commands(screen):
