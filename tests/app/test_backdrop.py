@@ -110,3 +110,16 @@ async def test_the_command_palette_on_the_panes_dimmed_ahead_paints_what_textual
             await pilot.press("escape")
             await pilot.pause()
     assert shots[0] == shots[1]
+
+
+def test_the_panes_are_dimmed_ahead_once_they_drew_nothing_for_a_tick():
+    from memtui.app.backdrop import Backdrop
+
+    backdrop = Backdrop()
+    assert not backdrop.quiet()  # never asked: a tick first
+    assert backdrop.quiet()
+    backdrop.drawn()  # a frame (a cursor held down draws one after another)
+    assert not backdrop.quiet()
+    backdrop.drawn()
+    assert not backdrop.quiet()
+    assert backdrop.quiet()  # a tick without a frame

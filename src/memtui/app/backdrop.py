@@ -33,7 +33,16 @@ class Backdrop:
         self.frames = 0  # redraws of the main screen's changes (``MainScreen._compositor_refresh``)
         self._key: tuple | None = None  # (screen, size, colour, frames) the segments were made for
         self._segments: list[Segment] = []
+        self._frames_asked = -1
         self.hits = self.misses = 0  # dialogs drawn on kept segments / on segments made at once (for tests)
+
+    def quiet(self) -> bool:
+        """Whether the main screen drew nothing since this was last asked (the idle app asks once a tick): the
+        panes are dimmed ahead once they have stopped changing, not between the frames of a cursor held down (a
+        key arriving meanwhile would wait for the 30-40 ms it takes)."""
+        still = self.frames == self._frames_asked
+        self._frames_asked = self.frames
+        return still
 
     def drawn(self) -> None:
         """The main screen drew a frame: what is kept may no longer be what it shows."""

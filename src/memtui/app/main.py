@@ -663,8 +663,8 @@ class MemtuiApp(App):
     def _keep_spares(self) -> None:
         """While nothing is computed and no dialog is open, do one thing ahead a tick, after the frame pending is
         drawn (a key's answer, painted first, is never behind it): restyle a pane left out of a theme change, build
-        a dialog's next instance, parse a theme's stylesheet; once all are done, the collector's next full
-        collection (:meth:`_collect_ahead`)."""
+        a dialog's next instance, dim the panes as a dialog shows them (once they drew nothing for a tick), parse a
+        theme's stylesheet; once all are done, the collector's next full collection (:meth:`_collect_ahead`)."""
         if not self._idle_on_panes():
             return
         if self.hidden_panes.stale:  # first: a pane key is the likeliest next
@@ -672,7 +672,8 @@ class MemtuiApp(App):
         elif not self.spares_ready():
             self.call_after_refresh(self._build_spare)
         elif self._backdrop_colour() is not None:
-            self.call_after_refresh(self._dim_ahead)
+            if self.backdrop.quiet():
+                self.call_after_refresh(self._dim_ahead)
         elif self._theme_to_parse() is not None:
             self.call_after_refresh(self._parse_theme_ahead)
         else:
