@@ -123,3 +123,29 @@ def test_the_panes_are_dimmed_ahead_once_they_drew_nothing_for_a_tick():
     backdrop.drawn()
     assert not backdrop.quiet()
     assert backdrop.quiet()  # a tick without a frame
+
+
+@run_async
+async def test_a_pane_filled_while_idle_paints_what_one_filled_on_its_key_paints(panel_path):
+    """The Estimates and Profile panes, not shown when a new estimate comes, are filled with it while idle: their
+    key then paints what it painted when it filled them."""
+    shots = {}
+    for ahead in (True, False):
+        app = MemtuiApp(read_panel(panel_path))
+        async with app.run_test(size=(100, 32)) as pilot:
+            await settle(pilot)
+            await pilot.press("2")  # Summaries shown: the next estimate reaches the other panes later
+            await settle(pilot)
+            await pilot.press("m")  # another metric: a new estimate
+            await settle(pilot)
+            assert app._pane_to_fill() == "estimates"
+            if ahead:
+                app._fill_pane_ahead()
+                assert app._pane_to_fill() == "profile"
+                app._fill_pane_ahead()
+                assert app._pane_to_fill() is None
+            for key in ("3", "1"):
+                await pilot.press(key)
+                await settle(pilot)
+                shots.setdefault(key, []).append(app.export_screenshot())
+    assert shots["3"][0] == shots["3"][1] and shots["1"][0] == shots["1"][1]

@@ -52,6 +52,9 @@ from memtui.estimation.subgroups import ByResult
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import METRIC_LABEL, Panel
 
+# panes drawn from the estimate alone (no worker of their own), filled while idle when not shown (_fill_pane_ahead);
+# the Summaries start a worker for their extras, Compare one per model: they are filled when shown
+AHEAD_PANES = ("estimates", "profile")
 GC_AHEAD = 4  # generation-1 collections since the last full one after which an idle app does the next (_collect_ahead)
 SPARES_S = 0.5  # how often an idle app checks that the dialogs' next instances match the state (spares.py)
 PANES = ("profile", "summaries", "estimates", "extraction", "compare")
@@ -433,9 +436,8 @@ class MemtuiApp(App):
             self.query_one(ComparePane).show_settings(self.settings, self.by)
         if name in ("profile", "summaries", "estimates"):
             pane = self._pane_widget(name)
-            split = (id(self.by_result), self.by_view) if name != "estimates" else None
-            if getattr(pane, "_shown", None) != (id(self.result), self.message, split):
-                pane._shown = (id(self.result), self.message, split)
+            if getattr(pane, "_shown", None) != self._pane_state(name):
+                pane._shown = self._pane_state(name)
                 message = self.message
                 if self.result is None and not message:
                     message = "Computing the estimate…"
@@ -443,6 +445,28 @@ class MemtuiApp(App):
                     pane.show(self.result, message)
                 else:
                     self._show_split(pane, message)
+
+    def _pane_state(self, name: str) -> tuple:
+        """What a pane shows is drawn from: the estimate, the message and (but on Estimates) the split's view."""
+        split = (id(self.by_result), self.by_view) if name != "estimates" else None
+        return (id(self.result), self.message, split)
+
+    def _pane_to_fill(self) -> str | None:
+        """A pane not shown whose content is behind the estimate shown (``AHEAD_PANES``), to fill while idle: its
+        key then only lays it out and draws it (the Estimates table's rows formatted on `3` were a fifth of it)."""
+        if self.result is None:
+            return None
+        active = self.active_pane
+        for name in AHEAD_PANES:
+            if name != active and getattr(self._pane_widget(name), "_shown", None) != self._pane_state(name):
+                return name
+        return None
+
+    @while_running
+    def _fill_pane_ahead(self) -> None:
+        name = self._pane_to_fill() if self._idle_on_panes() else None
+        if name is not None:
+            self._refresh_pane(name)
 
     def _show_split(self, pane, message: str) -> None:
         """Profile and Summaries with the split: the heatmap draws the chosen group (or difference), the plots one
@@ -662,13 +686,15 @@ class MemtuiApp(App):
     @while_running
     def _keep_spares(self) -> None:
         """While nothing is computed and no dialog is open, do one thing ahead a tick, after the frame pending is
-        drawn (a key's answer, painted first, is never behind it): restyle a pane left out of a theme change, build
-        a dialog's next instance, dim the panes as a dialog shows them (once they drew nothing for a tick), parse a
+        drawn (a key's answer, painted first, is never behind it): restyle a pane left out of a theme change, fill a
+        pane not shown with the estimate shown, build a dialog's next instance, dim the panes as a dialog shows them (once they drew nothing for a tick), parse a
         theme's stylesheet; once all are done, the collector's next full collection (:meth:`_collect_ahead`)."""
         if not self._idle_on_panes():
             return
         if self.hidden_panes.stale:  # first: a pane key is the likeliest next
             self.call_after_refresh(self._restyle_hidden_pane)
+        elif self._pane_to_fill() is not None:
+            self.call_after_refresh(self._fill_pane_ahead)
         elif not self.spares_ready():
             self.call_after_refresh(self._build_spare)
         elif self._backdrop_colour() is not None:
@@ -741,7 +767,7 @@ class MemtuiApp(App):
         """Whether an idle app has nothing left to do ahead (panes left out of a theme change to restyle, dialogs to
         build, themes to parse, a collection to make): what a benchmark waits for between keys, as a user's pause
         would."""
-        ahead = self.hidden_panes.stale or self._backdrop_colour() is not None
+        ahead = self.hidden_panes.stale or self._pane_to_fill() is not None or self._backdrop_colour() is not None
         ahead = ahead or self._theme_to_parse() is not None or self._collection_due()
         return self.spares_ready() and not (self._idle_on_panes() and ahead)
 
