@@ -231,6 +231,7 @@ class KeyBar(Widget, can_focus=False):
         self._hover: BarKey | None = None
         self._scroll_x = 0
         self._flow_total = 0  # the flow's width in cells, uncut (how far it scrolls)
+        self._stale = False  # the screen's bindings changed since they were read
 
     # ---- the bindings ----------------------------------------------------------------------------------------
 
@@ -241,27 +242,29 @@ class KeyBar(Widget, can_focus=False):
         self.screen.bindings_updated_signal.unsubscribe(self)
 
     def bindings_changed(self, screen: Screen) -> None:
-        """The screen's bindings changed (a focus change, a check_action's answer): read them after this refresh,
-        as Footer recomposed after it; only a change is drawn."""
+        """The screen's bindings changed (a focus change, a check_action's answer): they are read when the line is
+        next drawn, once however many changes came before it (Footer recomposed after the next refresh, once per
+        change), so the frame that shows a focus change shows its keys."""
         if not screen.app.app_focus:
             return
         if self.is_attached and screen is self.screen:
-            self.call_after_refresh(self.update_keys)
-
-    def update_keys(self) -> None:
-        """Read the screen's bindings now; redraw the line only if its keys changed."""
-        if not self.is_attached:
-            return
-        boxes, palette = bar_boxes(self.screen, self.show_command_palette)
-        if (boxes, palette) != (self._boxes, self._palette):
-            self._boxes, self._palette = boxes, palette
-            if self._hover is not None:
-                self._set_hover(None)
+            self._stale = True
             self.refresh()
+
+    def _read_keys(self) -> None:
+        """Read the screen's bindings if they changed since they were last read."""
+        if not self._stale or not self.is_attached:
+            return
+        self._stale = False
+        self._boxes, self._palette = bar_boxes(self.screen, self.show_command_palette)
+        if self._hover is not None and self._hover not in self.keys:
+            self._hover = None
+            self.call_later(self._set_hover, None, force=True)  # its tooltip and pointer (not while drawing)
 
     @property
     def keys(self) -> list[BarKey]:
         """Every key of the line, in order (the palette's last), whether or not it fits."""
+        self._read_keys()
         keys: list[BarKey] = []
         for box in self._boxes:
             if box.kind == "key":
@@ -274,6 +277,7 @@ class KeyBar(Widget, can_focus=False):
     def visible_keys(self) -> list[BarKey]:
         """The keys drawn whole on the bar as last drawn (not under the palette key), in order (the palette's
         last)."""
+        self.render_line(0)
         keys = [key for start, end, key in self._spans if start >= 0 and end <= self._flow_width]
         if self._palette_span is not None and self._palette_span[1] <= self.size.width:
             keys.append(self._palette)
@@ -285,6 +289,7 @@ class KeyBar(Widget, can_focus=False):
         width = self.size.width
         if y != 0:
             return Strip.blank(width, self._gap_style())
+        self._read_keys()
         return self._draw(width)
 
     def _chain(self) -> list:
@@ -427,8 +432,8 @@ class KeyBar(Widget, can_focus=False):
     def on_leave(self, event: events.Leave) -> None:
         self._set_hover(None)
 
-    def _set_hover(self, key: BarKey | None) -> None:
-        if key == self._hover:
+    def _set_hover(self, key: BarKey | None, force: bool = False) -> None:
+        if key == self._hover and not force:
             return
         self._hover = key
         self.styles.pointer = "default" if key is None else "pointer"
