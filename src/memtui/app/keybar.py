@@ -14,7 +14,7 @@ What it copies from textual/widgets/_footer.py (Textual 8), so the line stays ce
 - the look: the same CSS variables through component classes that stand for FooterKey (``keybar--item``, with its
   ``:hover`` and ``.-disabled`` states as ``keybar--hover`` and ``keybar--disabled``), its two components
   (``keybar--key``, ``keybar--description``), the group's label and the palette key's border; each part's style is
-  layered over the bar's ancestors exactly as ``DOMNode.rich_style`` layers a FooterKey's (``_layered``); the gaps
+  layered over the bar's ancestors exactly as ``DOMNode.rich_style`` layers a FooterKey's (``_walk``); the gaps
   between keys (the compact Footer's margins) have only the bar's background, as the container's blank area had;
 - clicks: a key's cells (its border too) press its key (``app.simulate_key``), or ring the bell when it is disabled;
   a gap does nothing; the key under the mouse is drawn hovered, shows its tooltip and the pointer shape;
@@ -122,13 +122,14 @@ def bar_boxes(screen: Screen, show_command_palette: bool) -> tuple[tuple[Box, ..
     return tuple(boxes), palette
 
 
-def _layered(chain) -> Style:
-    """The Rich style of a node whose styles and ancestors' styles are ``chain`` (root first): the loop of Textual's
-    ``DOMNode.rich_style``, over a chain that may hold component styles (a FooterKey's part under the FooterKey)."""
-    background = Color(0, 0, 0, 0)
-    color = Color(255, 255, 255, 0)
-    style = Style()
-    opacity = 1.0
+# a node's walk so far: its background, its colour, its style, its opacity (Textual's DOMNode.rich_style keeps these)
+ROOT = (Color(0, 0, 0, 0), Color(255, 255, 255, 0), Style(), 1.0)
+
+
+def _walk(chain, state=ROOT) -> tuple[Color, Color, Style, float]:
+    """Walk ``state`` down through ``chain`` (styles, parent first): the loop of Textual's ``DOMNode.rich_style``,
+    over a chain that may hold component styles (a FooterKey's part under the FooterKey)."""
+    background, color, style, opacity = state
     for styles in chain:
         has_rule = styles.has_rule
         opacity *= styles.opacity
@@ -142,21 +143,44 @@ def _layered(chain) -> Style:
         style += styles.text_style
         if has_rule("auto_color") and styles.auto_color:
             color = text_background.get_contrast_text(color.a)
-    style += Style.from_color(
+    return background, color, style, opacity
+
+
+def _rich(state) -> Style:
+    """The Rich style at the end of a walk (the end of ``DOMNode.rich_style``)."""
+    background, color, style, _ = state
+    return style + Style.from_color(
         (background + color).rich_color if (background.a or color.a) else None,
         background.rich_color if background.a else None,
     )
-    return style
 
 
-def _background(chain) -> Color:
-    """The background a node with these styles is drawn on (``DOMNode.background_colors``' second colour)."""
-    background = Color(0, 0, 0, 0)
-    opacity = 1.0
-    for styles in chain:
-        opacity *= styles.opacity
-        background += styles.background.tint(styles.background_tint).multiply_alpha(opacity)
-    return background
+class Looks:
+    """The styles of one drawing of the line: the bar's ancestors walked once, each state of a key (hovered,
+    disabled) once, not once per key."""
+
+    def __init__(self, bar: KeyBar) -> None:
+        self.bar = bar
+        self.base = _walk([node.styles for node in reversed(bar.ancestors_with_self)])
+        background = self.base[0]
+        # the bar's blank cells: only its background (a container's blank area, as between FooterKeys)
+        self.gap = Style(bgcolor=background.rich_color) if background.a else Style()
+        self._keys: dict[tuple[bool, bool], tuple] = {}
+
+    def key(self, hover: bool, enabled: bool) -> tuple[Color, Style, Style]:
+        """A FooterKey's background and its key's and description's styles (each on the FooterKey's own style, as
+        FooterKey.render stylized them), for its state."""
+        if (hover, enabled) not in self._keys:
+            names = ["keybar--item"] + ["keybar--hover"] * hover + ["keybar--disabled"] * (not enabled)
+            item = _walk([self.bar.get_component_styles(*names)], self.base)
+            item_style = _rich(item)
+            key = item_style + _rich(_walk([self.bar.get_component_styles("keybar--key")], item))
+            description = item_style + _rich(_walk([self.bar.get_component_styles("keybar--description")], item))
+            self._keys[hover, enabled] = (item[0], key, description)
+        return self._keys[hover, enabled]
+
+    def label(self) -> Style:
+        return _rich(_walk([self.bar.get_component_styles("keybar--label")], self.base))
 
 
 class KeyBar(Widget, can_focus=False):
@@ -288,51 +312,29 @@ class KeyBar(Widget, can_focus=False):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         if y != 0:
-            return Strip.blank(width, self._gap_style())
+            return Strip.blank(width, Looks(self).gap)
         self._read_keys()
         return self._draw(width)
 
-    def _chain(self) -> list:
-        return [node.styles for node in reversed(self.ancestors_with_self)]
-
-    def _gap_style(self) -> Style:
-        """The bar's blank cells: only its background (a container's blank area, as between FooterKeys)."""
-        background = _background(self._chain())
-        return Style(bgcolor=background.rich_color) if background.a else Style()
-
-    def _item_styles(self, key: BarKey):
-        """A FooterKey's own styles, with its hover and disabled states."""
-        names = ["keybar--item"]
-        if key == self._hover:
-            names.append("keybar--hover")
-        if not key.enabled:
-            names.append("keybar--disabled")
-        return self.get_component_styles(*names)
-
-    def _key_segments(self, key: BarKey, chain: list) -> list[Segment]:
-        """What FooterKey.render drew: the key, then its description (each with its padding), on the FooterKey's
-        own style."""
-        item = [*chain, self._item_styles(key)]
-        item_style = _layered(item)
-        key_styles = self.get_component_styles("keybar--key")
-        key_style = item_style + _layered([*item, key_styles])
+    def _key_segments(self, key: BarKey, looks: Looks) -> list[Segment]:
+        """What FooterKey.render drew: the key, then its description (each with its padding)."""
+        _, key_style, description_style = looks.key(key == self._hover, key.enabled)
         if not key.description:
             return [Segment(key.key_display, key_style)]
-        description_styles = self.get_component_styles("keybar--description")
-        description_style = item_style + _layered([*item, description_styles])
-        kpad, dpad = key_styles.padding, description_styles.padding
+        kpad = self.get_component_styles("keybar--key").padding
+        dpad = self.get_component_styles("keybar--description").padding
         return [
             Segment(" " * kpad.left + key.key_display + " " * kpad.right, key_style),
             Segment(" " * dpad.left + key.description + " " * dpad.right, description_style),
         ]
 
-    def _box_segments(self, box: Box, chain: list, gap: Style) -> list[tuple[list[Segment], BarKey | None]]:
+    def _box_segments(self, box: Box, looks: Looks) -> list[tuple[list[Segment], BarKey | None]]:
         """A box's runs of cells, each with the key a click there presses (None: a gap or a label)."""
+        gap = looks.gap
         if box.kind == "key":
-            return [(self._key_segments(box.key, chain), box.key)]
+            return [(self._key_segments(box.key, looks), box.key)]
         if box.kind == "label":
-            label = self.get_component_styles("keybar--label")
-            return [([Segment(box.text, _layered([*chain, label]))], None)]
+            return [([Segment(box.text, looks.label())], None)]
         runs: list[tuple[list[Segment], BarKey | None]] = []
         margin = 0 if box.compact else GROUPED_MARGIN
         if box.compact:
@@ -341,49 +343,47 @@ class KeyBar(Widget, can_focus=False):
             # the grouped keys' margins collapse between neighbours: one margin before each and after the last
             if margin:
                 runs.append(([Segment(" " * margin, gap)], None))
-            runs.append((self._key_segments(key, chain), key))
+            runs.append((self._key_segments(key, looks), key))
         if margin and box.keys:
             runs.append(([Segment(" " * margin, gap)], None))
         return runs
 
-    def _flow(self, chain: list, gap: Style) -> list[tuple[list[Segment], BarKey | None]]:
+    def _flow(self, looks: Looks) -> list[tuple[list[Segment], BarKey | None]]:
         """The Footer's horizontal layout: its boxes with their collapsed margins, from the left edge."""
         runs: list[tuple[list[Segment], BarKey | None]] = []
         previous_right = None
         for box in self._boxes:
             space = box.margin_left if previous_right is None else max(previous_right, box.margin_left)
             if space:
-                runs.append(([Segment(" " * space, gap)], None))
-            runs.extend(self._box_segments(box, chain, gap))
+                runs.append(([Segment(" " * space, looks.gap)], None))
+            runs.extend(self._box_segments(box, looks))
             previous_right = box.margin_right
         return runs
 
-    def _palette_segments(self, chain: list) -> list[Segment]:
-        """The palette's key with its left border, drawn as the styles cache draws a FooterKey's border."""
+    def _palette_segments(self, looks: Looks) -> list[Segment]:
+        """The palette's key with its left border, drawn as the styles cache draws a FooterKey's border: the border's
+        colour over the bar's background, on the key's."""
         key = self._palette
-        item = [*chain, self._item_styles(key)]
         edge, border_color = self.get_component_styles("keybar--palette").border_left
-        segments = self._key_segments(key, chain)
+        segments = self._key_segments(key, looks)
         if edge in ("", "none", "hidden"):
             return segments
-        base = _background(chain)
-        inner = _background(item)
-        char = BORDER_CHARS[edge][1][0]
-        border = Style.from_color((base + border_color).rich_color, inner.rich_color)
-        return [Segment(char, border), *segments]
+        inner, _, _ = looks.key(key == self._hover, key.enabled)
+        border = Style.from_color((looks.base[0] + border_color).rich_color, inner.rich_color)
+        return [Segment(BORDER_CHARS[edge][1][0], border), *segments]
 
     def _draw(self, width: int) -> Strip:
         """The line: the flow from the left edge (scrolled), and the palette key docked on the right over it (its
         margin cell shows the flow beneath, as the Footer's did); and where each key landed."""
-        chain = self._chain()
-        gap = self._gap_style()
-        runs = self._flow(chain, gap)
+        looks = Looks(self)
+        gap = looks.gap
+        runs = self._flow(looks)
         self._flow_total = sum(segment.cell_length for segments, _ in runs for segment in segments)
         self._flow_width = width
         self._palette_span = None
         palette: list[Segment] = []
         if self._palette is not None:
-            palette = self._palette_segments(chain)
+            palette = self._palette_segments(looks)
             palette_width = sum(segment.cell_length for segment in palette)
             # the docked key's width and margin come off the layout's region (how far the flow scrolls)
             self._flow_width = max(0, width - palette_width - KEY_MARGIN_RIGHT)
