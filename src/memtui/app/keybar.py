@@ -280,8 +280,11 @@ class KeyBar(Widget, can_focus=False):
         if not self._stale or not self.is_attached:
             return
         self._stale = False
-        self._boxes, self._palette = bar_boxes(self.screen, self.show_command_palette)
-        if self._hover is not None and self._hover not in self.keys:
+        read = bar_boxes(self.screen, self.show_command_palette)
+        if read == (self._boxes, self._palette):
+            return  # the same keys: the same objects, so a key under the mouse stays hovered
+        self._boxes, self._palette = read
+        if self._hover is not None:  # new keys (a Footer mounted new FooterKeys): none hovered until the mouse moves
             self._hover = None
             self.call_later(self._set_hover, None, force=True)  # its tooltip and pointer (not while drawing)
 
@@ -318,7 +321,8 @@ class KeyBar(Widget, can_focus=False):
 
     def _key_segments(self, key: BarKey, looks: Looks) -> list[Segment]:
         """What FooterKey.render drew: the key, then its description (each with its padding)."""
-        _, key_style, description_style = looks.key(key == self._hover, key.enabled)
+        # this key, not one equal to it: the palette's key is in the flow too, and only the one under the mouse lights
+        _, key_style, description_style = looks.key(key is self._hover, key.enabled)
         if not key.description:
             return [Segment(key.key_display, key_style)]
         kpad = self.get_component_styles("keybar--key").padding
@@ -368,7 +372,7 @@ class KeyBar(Widget, can_focus=False):
         segments = self._key_segments(key, looks)
         if edge in ("", "none", "hidden"):
             return segments
-        inner, _, _ = looks.key(key == self._hover, key.enabled)
+        inner, _, _ = looks.key(key is self._hover, key.enabled)
         border = Style.from_color((looks.base[0] + border_color).rich_color, inner.rich_color)
         return [Segment(BORDER_CHARS[edge][1][0], border), *segments]
 
@@ -433,7 +437,7 @@ class KeyBar(Widget, can_focus=False):
         self._set_hover(None)
 
     def _set_hover(self, key: BarKey | None, force: bool = False) -> None:
-        if key == self._hover and not force:
+        if key is self._hover and not force:
             return
         self._hover = key
         self.styles.pointer = "default" if key is None else "pointer"
