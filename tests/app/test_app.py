@@ -21,6 +21,7 @@ from memtui.app.estimates import EstimatesPane, EstimatesTable, table_frame
 from memtui.app.extraction import ExtractionPane, job_indicator, progress_text
 from memtui.app.fmt import nums, short_step
 from memtui.app.heatmap import DIMMED, HIDDEN, PRE, SOLID, Heatmap
+from memtui.app.keybar import KeyBar
 from memtui.app.main import MemtuiApp, PanelReloaded, key_sections
 from memtui.app.messages import EstimateReady
 from memtui.app.palette import DARK, LIGHT, levels, robust_scale, xterm_rgb
@@ -918,9 +919,8 @@ async def test_status_line_is_one_line_at_80_columns_and_shortens_in_order(panel
 
 
 def _footer_keys(screen) -> list[str]:
-    from textual.widgets._footer import FooterKey
-
-    return [k.key_display for k in screen.query(FooterKey) if k.region.right <= screen.size.width]
+    """The keys the screen's key bar shows whole."""
+    return [k.key_display for k in screen.query_one(KeyBar).visible_keys()]
 
 
 @run_async
@@ -937,7 +937,7 @@ async def test_every_pane_has_the_same_main_keys_visible_at_80_columns(panel_pat
             for key in ("m", "d", "o", "e", "?"):
                 assert key in shown, (pane, shown)
         await pilot.press("3")
-        assert app.screen.query_one("Footer").region.height == 1
+        assert app.screen.query_one(KeyBar).region.height == 1
         await pilot.press("o")
         assert isinstance(app.screen, SettingsDialog)  # o is Settings on the Estimates pane too
         assert "esc" in _footer_keys(app.screen) and "m" not in _footer_keys(app.screen)  # the dialog's own keys

@@ -12,6 +12,7 @@ import pytest
 from app_pilot import run_async, settle
 
 from memtui.app.instances import InstanceScreen, InstancesScreen
+from memtui.app.keybar import KeyBar
 from memtui.app.main import MemtuiApp, key_sections
 from memtui.app.plots import BandPlot
 from memtui.panel.hdf5 import create_panel, read_panel
@@ -275,17 +276,16 @@ def test_instances_list_snapshot(snap_compare, panel_path, size):
 async def test_w_is_in_the_footer_at_80_columns_where_there_is_room_and_in_the_help_always(sample, in_footer):
     """A panel of texts (no known truth, one model) lists w in the footer, whole at 80 columns; a simulated panel's
     footer keeps its slot for t, and ? lists w there."""
-    from textual.widgets._footer import FooterKey
-
     from memtui.panel.samples import sample_paths
 
     app = MemtuiApp(read_panel(sample_paths(sample)[0]))
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
         await pilot.pause()
-        keys = {k.key_display: k for k in app.screen.query(FooterKey)}
+        bar = app.screen.query_one(KeyBar)
+        keys = {k.key_display: k for k in bar.keys}
         assert ("w" in keys) == in_footer
-        assert all(k.region.right <= 80 for k in keys.values()), [(d, k.region) for d, k in keys.items()]
+        assert bar.visible_keys() == bar.keys, [k.key_display for k in bar.visible_keys()]  # each whole on screen
         assert "q" in keys
         assert "w" in dict(dict(key_sections(app))["Profile (heatmap)"])
         await pilot.press("i", "l", "w")

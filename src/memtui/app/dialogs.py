@@ -19,10 +19,11 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widget import Widget
-from textual.widgets import Button, Checkbox, Footer, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Label, Static
 from textual.widgets.input import Selection
 
 from memtui.app.backdrop import DimmedBackdrop
+from memtui.app.keybar import KeyBar
 from memtui.app.spares import SpareScreen
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
@@ -130,7 +131,7 @@ class ExportDialog(DimmedBackdrop, SpareScreen, ModalScreen[str | None]):
                 yield Button("Write", variant="primary", id="export-write")
                 yield Button("Cancel", id="export-cancel")
             yield Static(f"relative paths are under {clean(Path.cwd())}", classes="hint", markup=False)
-        yield Footer(compact=True)
+        yield KeyBar()
 
     @on(Choice.Changed, "#export-scope")
     def _scope_changed(self, event: Choice.Changed) -> None:
@@ -234,7 +235,7 @@ class SettingsDialog(DimmedBackdrop, SpareScreen, ModalScreen[Settings | None]):
             with Horizontal(classes="buttons"):
                 yield Button("Apply", variant="primary", id="settings-apply")
                 yield Button("Cancel", id="settings-cancel")
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def read(self) -> Settings:
         """The settings in the form, validated; a MemtuiError says which field is wrong."""
@@ -305,7 +306,7 @@ class ConfirmDialog(DimmedBackdrop, ModalScreen[bool]):
             with Horizontal(classes="buttons"):
                 yield Button(f"{self.yes} (y)", variant="error", id="yes")
                 yield Button("No (n)", variant="primary", id="no")
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         self.dismiss(event.button.id == "yes")
@@ -346,7 +347,7 @@ class HelpScreen(DimmedBackdrop, SpareScreen, ModalScreen[None]):
         with VerticalScroll(id="help", classes="dialog") as box:
             box.border_title = "Keys"
             yield Static(text, id="help-text")
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def action_close(self) -> None:
         self.dismiss(None)

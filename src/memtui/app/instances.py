@@ -23,10 +23,11 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from memtui.app import palette, token_colours
 from memtui.app.fmt import short_step
+from memtui.app.keybar import KeyBar
 from memtui.app.plots import BandPlot, Series
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
@@ -110,7 +111,7 @@ class InstancesScreen(Screen[None]):
         yield Static(self._head("scoring…"), id="instances-head", markup=False)
         table = DataTable(id="instances-table", cursor_type="row", zebra_stripes=True)
         yield table
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def _head(self, status: str) -> str:
         group = f"group {clean(self.group, 40)} of {clean(self.by, 40)}" if self.by else "all instances"
@@ -259,7 +260,7 @@ class InstanceScreen(Screen[None]):
             yield Static(self._text(), id="instance-text")
         yield Static("", id="instance-legend", markup=False)
         yield BandPlot(id="instance-path")
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def _text(self) -> Text:
         if not self.row.tokens:

@@ -22,7 +22,7 @@ from textual.containers import Horizontal
 from textual.notifications import Notify
 from textual.screen import Screen
 from textual.theme import Theme
-from textual.widgets import ContentSwitcher, Footer, ProgressBar, Static, TabbedContent, TabPane, Tabs
+from textual.widgets import ContentSwitcher, ProgressBar, Static, TabbedContent, TabPane, Tabs
 from textual.worker import Worker
 
 from memtui.app import config
@@ -35,6 +35,7 @@ from memtui.app.estimates import EstimatesPane, EstimatesTable
 from memtui.app.extraction import POLL_S, ExtractionPane, job_indicator
 from memtui.app.fmt import markup_literal
 from memtui.app.heatmap import Heatmap
+from memtui.app.keybar import KeyBar
 from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateReady, PanelReloaded, while_running
 from memtui.app.notices import fit_paths, toast_text_width
 from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_default_band
@@ -159,7 +160,7 @@ class MainScreen(Screen):
                 with TabPane("Compare 5", id="compare"):
                     yield ComparePane(app.suite, id="compare-pane")
         # the palette's key is in the help (?) and the top of the list: its slot goes to the panes' own keys
-        yield Footer(compact=True, show_command_palette=False)
+        yield KeyBar(show_command_palette=False)
 
     def on_mount(self) -> None:
         # Keys 1-5 (and clicks) switch panes, so the tab bar never takes the focus: Tab stays within the pane (on

@@ -16,9 +16,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import DirectoryTree, Footer, Input, Static
+from textual.widgets import DirectoryTree, Input, Static
 
 from memtui.app.backdrop import DimmedBackdrop
+from memtui.app.keybar import KeyBar
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
@@ -82,7 +83,7 @@ class OpenPanelDialog(DimmedBackdrop, ModalScreen[Panel | None]):
             yield PanelTree(self.start, id="open-tree")
             yield OpenField(str(self.start) + "/", id="open-path", placeholder="path to a panel (.h5)")
             yield Static("", id="open-error", classes="error", markup=False)
-        yield Footer(compact=True)
+        yield KeyBar()
 
     def on_mount(self) -> None:
         field = self.query_one(OpenField)
