@@ -688,8 +688,9 @@ class MemtuiApp(App):
     def _keep_spares(self) -> None:
         """While nothing is computed and no dialog is open, do one thing ahead a tick, after the frame pending is
         drawn (a key's answer, painted first, is never behind it): restyle a pane left out of a theme change, fill a
-        pane not shown with the estimate shown, build a dialog's next instance, dim the panes as a dialog shows them (once they drew nothing for a tick), parse a
-        theme's stylesheet; once all are done, the collector's next full collection (:meth:`_collect_ahead`)."""
+        pane not shown with the estimate shown, build a dialog's next instance, dim the panes as a dialog shows them
+        (once they drew nothing for a tick), parse a theme's stylesheet; once all are done, the collector's next
+        full collection (:meth:`_collect_ahead`)."""
         if not self._idle_on_panes():
             return
         if self.hidden_panes.stale:  # first: a pane key is the likeliest next
