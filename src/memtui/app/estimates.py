@@ -66,18 +66,25 @@ def _spec(frame: pl.DataFrame, name: str) -> str | None:
 
 def _width(frame: pl.DataFrame, name: str, spec: str | None) -> int:
     """Column width from the header and the widest value, without formatting every row."""
-    dtype = frame.schema[name]
-    series = frame[name]
+    dtype, series = frame.schema[name], frame[name]
+    numeric = dtype.is_float() or dtype.is_integer()
+    text = not numeric and dtype != pl.Boolean
+    longest = series.cast(pl.String).str.len_chars().max() if text else None
+    lo, hi = (series.min(), series.max()) if numeric else (None, None)
+    return _fitted(name, dtype, lo, hi, longest, spec)
+
+
+def _fitted(name: str, dtype: pl.DataType, lo, hi, longest, spec: str | None) -> int:
+    """A column's width from its statistics: its extremes (numbers), its longest value (text)."""
     if dtype == pl.Boolean:
         body = 5
     elif dtype.is_float():
-        extremes = [v for v in (series.min(), series.max()) if v is not None]
-        body = max((len(cell(float(v), spec)) for v in extremes), default=3)
-        body = max(body, 3)  # NaN
+        extremes = [v for v in (lo, hi) if v is not None]
+        body = max(max((len(cell(float(v), spec)) for v in extremes), default=3), 3)  # 3: NaN
     elif dtype.is_integer():
-        body = max((len(str(v)) for v in (series.min(), series.max()) if v is not None), default=1)
+        body = max((len(str(v)) for v in (lo, hi) if v is not None), default=1)
     else:
-        body = min(int(series.cast(pl.String).str.len_chars().max() or 1), CELL_LIMIT)
+        body = min(int(longest or 1), CELL_LIMIT)
     return max(len(header(name)) + 2, body)  # + 2: room for the sort arrow
 
 
@@ -100,18 +107,10 @@ def column_formats(frame: pl.DataFrame) -> tuple[list[str | None], list[int]]:
     widths: list[int] = []
     for i, name in enumerate(frame.columns):
         dtype = frame.schema[name]
-        spec = float_format(None if row[f"{i}a"] is None else float(row[f"{i}a"])) if dtype.is_float() else None
-        if dtype == pl.Boolean:
-            body = 5
-        elif dtype.is_float():
-            extremes = [v for v in (row[f"{i}n"], row[f"{i}x"]) if v is not None]
-            body = max(max((len(cell(float(v), spec)) for v in extremes), default=3), 3)
-        elif dtype.is_integer():
-            body = max((len(str(v)) for v in (row[f"{i}n"], row[f"{i}x"]) if v is not None), default=1)
-        else:
-            body = min(int(row[f"{i}s"] or 1), CELL_LIMIT)
+        largest = row.get(f"{i}a")
+        spec = float_format(None if largest is None else float(largest)) if dtype.is_float() else None
         specs.append(spec)
-        widths.append(max(len(header(name)) + 2, body))
+        widths.append(_fitted(name, dtype, row.get(f"{i}n"), row.get(f"{i}x"), row.get(f"{i}s"), spec))
     return specs, widths
 
 
