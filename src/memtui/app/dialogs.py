@@ -24,6 +24,7 @@ from textual.widgets.input import Selection
 
 from memtui.app.backdrop import DimmedBackdrop
 from memtui.app.keybar import KeyBar
+from memtui.app.occlusion import OccludingScreen
 from memtui.app.spares import SpareScreen
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
@@ -102,7 +103,7 @@ def _row(label: str, widget: Widget) -> Horizontal:
     return Horizontal(Label(label, classes="field-label"), widget, classes="field")
 
 
-class ExportDialog(DimmedBackdrop, SpareScreen, ModalScreen[str | None]):
+class ExportDialog(OccludingScreen, DimmedBackdrop, SpareScreen, ModalScreen[str | None]):
     """Path, scope and significant-only; writes through ``memtui.report.export.export_csv`` like `memtui export`, asking
     first when the file exists."""
 
@@ -175,7 +176,7 @@ class ExportDialog(DimmedBackdrop, SpareScreen, ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class SettingsDialog(DimmedBackdrop, SpareScreen, ModalScreen[Settings | None]):
+class SettingsDialog(OccludingScreen, DimmedBackdrop, SpareScreen, ModalScreen[Settings | None]):
     """Estimator, band family, alpha, bootstrap draws and the residual checkpoint; validated before closing. With
     ``check_by``, also the split by group: a choice of the specs the panel's covariates offer, which fills the spec
     field (any spec can be typed there: ``length>=300``); after Apply the spec is ``by``."""
@@ -287,7 +288,7 @@ class SettingsDialog(DimmedBackdrop, SpareScreen, ModalScreen[Settings | None]):
         self.dismiss(None)
 
 
-class ConfirmDialog(DimmedBackdrop, ModalScreen[bool]):
+class ConfirmDialog(OccludingScreen, DimmedBackdrop, ModalScreen[bool]):
     """A yes/no question (quitting while an estimate is computed, overwriting a file, cancelling a job)."""
 
     BINDINGS = [
@@ -321,7 +322,7 @@ class ConfirmDialog(DimmedBackdrop, ModalScreen[bool]):
             self.query_one("#question", Static).update(question)
 
 
-class HelpScreen(DimmedBackdrop, SpareScreen, ModalScreen[None]):
+class HelpScreen(OccludingScreen, DimmedBackdrop, SpareScreen, ModalScreen[None]):
     """Every key, by where it works (built from the widgets' BINDINGS, so it cannot fall out of date)."""
 
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close", key_display="esc")]

@@ -38,6 +38,7 @@ from memtui.app.heatmap import Heatmap
 from memtui.app.keybar import KeyBar
 from memtui.app.messages import ByProgress, ByReady, EstimateProgress, EstimateReady, PanelReloaded, while_running
 from memtui.app.notices import fit_paths, toast_text_width
+from memtui.app.occlusion import OccludingScreen
 from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_default_band
 from memtui.app.profile import ProfilePane
 from memtui.app.restyle import HiddenPanes, ParsedThemes, batch_restyles, css_variables
@@ -78,12 +79,12 @@ def same_data(a: Panel, b: Panel) -> bool:
     return all(x.shape == y.shape and np.array_equal(x, y, equal_nan=x.dtype.kind == "f") for x, y in arrays)
 
 
-class Palette(DimmedBackdrop, CommandPalette):
+class Palette(OccludingScreen, DimmedBackdrop, CommandPalette):
     """Textual's command palette, drawn over the panes dimmed ahead (its CSS is CommandPalette's: a type selector
     matches a subclass)."""
 
 
-class MainScreen(Screen):
+class MainScreen(OccludingScreen, Screen):
     """The panes and the keys that work on every pane. The screen owns these bindings (as posting's MainScreen
     does), so a dialog pushed over it never sees them: q under a dialog cannot quit, m cannot change its result."""
 

@@ -20,6 +20,7 @@ from textual.widgets import DirectoryTree, Input, Static
 
 from memtui.app.backdrop import DimmedBackdrop
 from memtui.app.keybar import KeyBar
+from memtui.app.occlusion import OccludingScreen
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
@@ -65,7 +66,7 @@ class OpenField(Input):
     BINDINGS = [Binding("enter", "submit", "Open", tooltip="Open the path in the field")]
 
 
-class OpenPanelDialog(DimmedBackdrop, ModalScreen[Panel | None]):
+class OpenPanelDialog(OccludingScreen, DimmedBackdrop, ModalScreen[Panel | None]):
     """Pick a panel file; dismisses with the panel read, or None."""
 
     BINDINGS = [
