@@ -74,6 +74,10 @@ class OpenPanelDialog(OccludingScreen, DimmedBackdrop, ModalScreen[Panel | None]
         Binding("escape", "cancel", "Cancel", tooltip="Close without opening"),
     ]
 
+    # the field takes the focus when the dialog is composed (Textual's default gave it to the tree, and on_mount
+    # moved it: two restyles of each on the key)
+    AUTO_FOCUS = "#open-path"
+
     def __init__(self, start: Path) -> None:
         super().__init__()
         self.start = start if start.is_dir() else start.parent
