@@ -265,3 +265,51 @@ async def test_the_compare_pane_is_drawn_in_a_new_theme_when_shown_not_while_hid
         await settle(pilot)
         light = {swatch(c) for c in plot_colours(app.theme_variables, False).models[:2]}
         assert light != dark and _legend_colours(app) == light
+
+
+async def _extraction_rows_through_a_theme(app: MemtuiApp, styled: list | None = None, rows: list | None = None):
+    """On the Extraction pane: the theme changed while the SLURM rows are hidden, then each mode shown (its rows
+    drawn in the new theme's colours). ``styled`` collects the nodes restyled by the change, ``rows`` the rows of
+    the modes hidden then, each with what is in it."""
+    shots = []
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await pilot.press("4")
+        await settle(pilot)
+        if rows is not None:
+            rows += [(row, list(row.walk_children())) for row in app.query("#extract-form > .field") if not row.display]
+        if styled is not None:
+            update_nodes = app.stylesheet.update_nodes
+
+            def recorded(nodes, animate=False):
+                nodes = list(nodes)
+                styled.extend(nodes)
+                update_nodes(nodes, animate=animate)
+
+            app.stylesheet.update_nodes = recorded
+        app.theme = "textual-light"
+        await settle(pilot)
+        if styled is not None:
+            app.stylesheet.update_nodes = update_nodes
+        shots.append(app.export_screenshot())
+        app.query_one("#ex-mode").focus()
+        for _ in range(3):  # this machine's GPUs, a SLURM array, back to this machine
+            await pilot.press("right")
+            await settle(pilot)
+            shots.append(app.export_screenshot())
+    return shots
+
+
+@run_async
+async def test_a_forms_hidden_rows_are_restyled_when_shown_and_paint_what_textuals_restyle_paints(suite_paths):
+    styled: list = []
+    app = open_app(suite_paths)
+    rows: list = []
+    ours = await _extraction_rows_through_a_theme(app, styled, rows)
+    theirs = await _extraction_rows_through_a_theme(textuals_own(open_app(suite_paths)))
+    assert len(set(ours)) == 4  # each mode shows other rows (the last, back to the first, with the focus on its choice)
+    assert ours == theirs
+    assert len(rows) == 6  # the GPUs' row and the SLURM array's five
+    assert {row for row, _ in rows} <= set(styled)  # each row restyled by the change (it holds its display)
+    assert all(under for _, under in rows)
+    assert not any(node in styled for _, under in rows for node in under)  # what is in it was not

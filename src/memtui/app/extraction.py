@@ -238,6 +238,9 @@ class ExtractionPane(RestyleSelfOnFocus, VerticalScroll):
         yield Static(progress_text(None), id="ex-status", markup=False)
 
     def on_mount(self) -> None:
+        hidden_panes = getattr(self.app, "hidden_panes", None)
+        if hidden_panes is not None:  # the rows of the modes not chosen are left out of a theme change's restyle
+            hidden_panes.watch_rows(self.query_one("#extract-form"))
         self.describe_panel(self.panel)
         self._show_mode("local")
         # Importing the job API and polling cost a little CPU: let the first profile paint before they start,
@@ -349,6 +352,9 @@ class ExtractionPane(RestyleSelfOnFocus, VerticalScroll):
         for cls in ("mode-local", "mode-gpus", "mode-slurm"):
             for field in self.query(f".{cls}"):
                 field.display = f"mode-{mode}" in field.classes
+        hidden_panes = getattr(self.app, "hidden_panes", None)
+        if hidden_panes is not None:
+            hidden_panes.restyle_shown()  # a row left out of a restyle while hidden: styled before it is drawn
 
     # ---- actions ------------------------------------------------------------------------------------------------
 

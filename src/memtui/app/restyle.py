@@ -170,7 +170,8 @@ class HiddenPanes:
     into a hidden pane, as before."""
 
     def __init__(self, stylesheet: Stylesheet) -> None:
-        self._switchers: weakref.WeakSet[ContentSwitcher] = weakref.WeakSet()
+        # parents whose hidden children's subtrees are left out: the switchers, and forms' rows (watch_rows)
+        self._parents: weakref.WeakSet[DOMNode] = weakref.WeakSet()
         self._stale: weakref.WeakSet[DOMNode] = weakref.WeakSet()  # panes left out of a restyle since their last
 
         def update(root: DOMNode, animate: bool = False) -> None:  # as Stylesheet.update, less the hidden panes
@@ -182,8 +183,14 @@ class HiddenPanes:
     def watch(self, switcher: ContentSwitcher) -> None:
         """Leave ``switcher``'s hidden children out of restyles; a child it shows is restyled before it is drawn
         (the switcher's ``current`` changes, and the child's ``display`` with it, before the next frame)."""
-        self._switchers.add(switcher)
-        switcher.watch(switcher, "current", self._shown, init=False)
+        self._parents.add(switcher)
+        switcher.watch(switcher, "current", self.restyle_shown, init=False)
+
+    def watch_rows(self, parent: DOMNode) -> None:
+        """Leave what is under ``parent``'s hidden children (a form's rows that show only in some mode: the
+        Extraction pane's SLURM fields) out of restyles, as a switcher's hidden panes. Whatever shows one calls
+        :meth:`restyle_shown` before the next frame."""
+        self._parents.add(parent)
 
     def _walk(self, root: DOMNode) -> list[DOMNode]:
         """``root`` and the nodes under it, depth first as ``walk_children``, less what is under a hidden pane."""
@@ -195,7 +202,7 @@ class HiddenPanes:
                 stack.pop()
                 continue
             nodes.append(node)
-            if node._parent in self._switchers:
+            if node._parent in self._parents:
                 if not node.display:
                     self._stale.add(node)
                     continue
@@ -203,7 +210,8 @@ class HiddenPanes:
             stack.append(iter(node.children))
         return nodes
 
-    def _shown(self) -> None:
+    def restyle_shown(self) -> None:
+        """Restyle what was left out under a child shown since."""
         for pane in [pane for pane in self._stale if pane.display]:
             self._restyle(pane)
 
