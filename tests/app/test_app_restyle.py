@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+from contextlib import contextmanager
 
 import pytest
 from app_pilot import run_async, settle
@@ -37,6 +38,23 @@ def textuals_own(app: MemtuiApp) -> MemtuiApp:
     for name in ("update", "update_nodes", "reparse", "set_variables"):
         delattr(app.stylesheet, name)
     return app
+
+
+@contextmanager
+def recording_restyles(app: MemtuiApp, styled: list):
+    """Within it, every node the stylesheet restyles is appended to ``styled``."""
+    update_nodes = app.stylesheet.update_nodes
+
+    def recorded(nodes, animate=False):
+        nodes = list(nodes)
+        styled.extend(nodes)
+        update_nodes(nodes, animate=animate)
+
+    app.stylesheet.update_nodes = recorded
+    try:
+        yield styled
+    finally:
+        app.stylesheet.update_nodes = update_nodes
 
 
 PANES = ("2", "3", "4", "5", "1")
@@ -97,28 +115,21 @@ async def test_a_theme_change_leaves_the_hidden_panes_to_when_they_are_shown(sui
     app = open_app(suite_paths)
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
-        styled = []
-        update_nodes = app.stylesheet.update_nodes
-
-        def recorded(nodes, animate=False):
-            nodes = list(nodes)
-            styled.extend(nodes)
-            update_nodes(nodes, animate=animate)
-
-        app.stylesheet.update_nodes = recorded
-        app.theme = "textual-light"
-        await settle(pilot)
-        panes = {pane.id: pane for pane in app.query("#panes ContentSwitcher > TabPane")}
-        assert set(panes) == {"profile", "summaries", "estimates", "extraction", "compare"}
-        under = {name: set(pane.walk_children(with_self=False)) for name, pane in panes.items()}
-        assert under["profile"] <= set(styled)  # the pane shown: restyled
-        assert all(panes[name] in styled for name in under)  # each pane itself too (it holds its display)
-        assert not any(under[name] & set(styled) for name in under if name != "profile")  # not what is under them
-        styled.clear()
-        await pilot.press("3")  # shown: restyled before it is drawn
-        assert under["estimates"] <= set(styled)
-        assert not under["summaries"] & set(styled)
-        assert app.hidden_panes.stale  # the others still to do
+        styled: list = []
+        with recording_restyles(app, styled):
+            app.theme = "textual-light"
+            await settle(pilot)
+            panes = {pane.id: pane for pane in app.query("#panes ContentSwitcher > TabPane")}
+            assert set(panes) == {"profile", "summaries", "estimates", "extraction", "compare"}
+            under = {name: set(pane.walk_children(with_self=False)) for name, pane in panes.items()}
+            assert under["profile"] <= set(styled)  # the pane shown: restyled
+            assert all(panes[name] in styled for name in under)  # each pane itself too (it holds its display)
+            assert not any(under[name] & set(styled) for name in under if name != "profile")  # not what is under them
+            styled.clear()
+            await pilot.press("3")  # shown: restyled before it is drawn
+            assert under["estimates"] <= set(styled)
+            assert not under["summaries"] & set(styled)
+            assert app.hidden_panes.stale  # the others still to do
 
 
 def described(rule) -> tuple:
@@ -278,19 +289,9 @@ async def _extraction_rows_through_a_theme(app: MemtuiApp, styled: list | None =
         await settle(pilot)
         if rows is not None:
             rows += [(row, list(row.walk_children())) for row in app.query("#extract-form > .field") if not row.display]
-        if styled is not None:
-            update_nodes = app.stylesheet.update_nodes
-
-            def recorded(nodes, animate=False):
-                nodes = list(nodes)
-                styled.extend(nodes)
-                update_nodes(nodes, animate=animate)
-
-            app.stylesheet.update_nodes = recorded
-        app.theme = "textual-light"
-        await settle(pilot)
-        if styled is not None:
-            app.stylesheet.update_nodes = update_nodes
+        with recording_restyles(app, [] if styled is None else styled):
+            app.theme = "textual-light"
+            await settle(pilot)
         shots.append(app.export_screenshot())
         app.query_one("#ex-mode").focus()
         for _ in range(3):  # this machine's GPUs, a SLURM array, back to this machine
