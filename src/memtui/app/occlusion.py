@@ -21,7 +21,7 @@ from textual._compositor import Compositor
 from textual.geometry import Region
 from textual.strip import Strip
 
-_EXPECTED = all(hasattr(Compositor, name) for name in ("cuts", "visible_widgets", "_render_chops", "_get_renders"))
+_EXPECTED = all(hasattr(Compositor, name) for name in ("cuts", "visible_widgets", "_render_chops"))
 
 
 class OccludingCompositor(Compositor):
