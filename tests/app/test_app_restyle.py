@@ -34,8 +34,8 @@ def suite_paths(tmp_path):
 
 def textuals_own(app: MemtuiApp) -> MemtuiApp:
     """The app with Textual's restyle and parse (the instance's wrappers removed, the class's methods show again):
-    every node restyled on each change, the hidden panes' too."""
-    for name in ("update", "update_nodes", "reparse", "set_variables"):
+    every node restyled on each change, the hidden panes' too, nothing worked out ahead."""
+    for name in ("update", "update_nodes", "reparse", "set_variables", "apply"):
         delattr(app.stylesheet, name)
     return app
 

@@ -43,6 +43,7 @@ from memtui.app.prefetch import Prefetch, default_settings, metric_order, with_d
 from memtui.app.profile import ProfilePane
 from memtui.app.restyle import HiddenPanes, ParsedThemes, batch_restyles, css_variables
 from memtui.app.spares import Spares
+from memtui.app.styles_ahead import StylesAhead
 from memtui.app.summaries import SummariesPane
 from memtui.app.title import TitleBar, short_names, title_wordings
 from memtui.core.errors import MemtuiError
@@ -181,6 +182,10 @@ class MemtuiApp(App):
     # how often an idle app builds the dialogs' next instances (spares.py); None: never. The tests of other things
     # turn it off (tests/conftest.py): ~150 ms of CPU per build in every test that runs half a second
     spares_every_s: float | None = SPARES_S
+    # the theme a restyle ahead takes as the app's (styles_ahead.py), while it runs: no await within
+    _simulated_theme: Theme | None = None
+    _theme_now: str | None = None  # the theme shown, and the theme left (the likeliest next change: back)
+    _theme_left: str | None = None
 
     def __init__(
         self,
@@ -228,6 +233,8 @@ class MemtuiApp(App):
         self._themes_changed = False  # the user changed the theme while the app ran: every theme parsed ahead
         self._theme_variables: dict[str, tuple[Theme, dict[str, str]]] = {}  # theme name -> its CSS variables
         self.hidden_panes = HiddenPanes(self.stylesheet)  # and restyles the panes not shown when shown, or while idle
+        # and works out ahead, while idle, what the next theme's restyle sets on each widget shown
+        self.styles_ahead = StylesAhead(self, self.stylesheet, self.hidden_panes.walk)
         self.preferences = config.load()
         if self.preferences.theme in self.available_themes:
             self.theme = self.preferences.theme
@@ -287,6 +294,8 @@ class MemtuiApp(App):
         """As App.current_theme, looked up once per theme: Textual looks it up (copying its dict of ~20 themes twice)
         for every widget a rule with :dark, :light or :ansi is matched against, a sixth of restyling a pane when
         it takes the focus."""
+        if self._simulated_theme is not None:
+            return self._simulated_theme
         name, memo = self.theme, getattr(self, "_theme_memo", None)
         if memo is None or memo[0] != name:
             memo = self._theme_memo = (name, super().current_theme)
@@ -308,6 +317,8 @@ class MemtuiApp(App):
             gc.disable()
             self._gc_paused = True
             self.call_after_refresh(self._resume_gc)
+        if theme_name != self._theme_now:
+            self._theme_left, self._theme_now = self._theme_now, theme_name
         super()._watch_theme(theme_name)
 
     def _resume_gc(self) -> None:
@@ -705,6 +716,8 @@ class MemtuiApp(App):
                 self.call_after_refresh(self._dim_ahead)
         elif self._theme_to_parse() is not None:
             self.call_after_refresh(self._parse_theme_ahead)
+        elif self._styles_to_work_out():
+            self.call_after_refresh(self._style_ahead)
         else:
             self._collect_ahead()
 
@@ -724,6 +737,35 @@ class MemtuiApp(App):
             if not self.parsed_themes.parsed(known[1]):
                 return known[1]
         return None
+
+    def _theme_to_style(self) -> tuple[Theme, list] | None:
+        """The theme whose restyle is worked out ahead (``styles_ahead``), and its parsed rules: the theme left last,
+        else the other of the default dark and light themes; None while its stylesheet is not parsed."""
+        themes = self.available_themes
+        other = "textual-light" if self.theme == "textual-dark" else "textual-dark"
+        name = next((n for n in (self._theme_left, other) if n in themes and n != self.theme), None)
+        if name is None:
+            return None
+        theme = themes[name]
+        known = self._theme_variables.get(name)
+        if known is None or known[0] is not theme:
+            known = self._theme_variables[name] = (theme, css_variables(self, theme))
+        rules = self.parsed_themes.rules(known[1])
+        return None if rules is None else (theme, rules)
+
+    def _styles_to_work_out(self) -> bool:
+        """Whether widgets shown are still to be restyled ahead for the next theme likeliest."""
+        if not self.styles_ahead.enabled:
+            return False
+        self.styles_ahead.target(*(self._theme_to_style() or (None, None)))
+        return bool(self.styles_ahead.pending(self))
+
+    @while_running
+    def _style_ahead(self) -> None:
+        """Some of the next theme's restyle worked out while idle, about 10 ms a tick: the change then only sets
+        what was found (a third of its restyle)."""
+        if self._idle_on_panes() and self._styles_to_work_out():
+            self.styles_ahead.work(self)
 
     def _backdrop_colour(self):
         """The dialogs' background colour where the panes dimmed in it are to be drawn ahead (``backdrop``): not
@@ -771,7 +813,7 @@ class MemtuiApp(App):
         build, themes to parse, a collection to make): what a benchmark waits for between keys, as a user's pause
         would."""
         ahead = self.hidden_panes.stale or self._pane_to_fill() is not None or self._backdrop_colour() is not None
-        ahead = ahead or self._theme_to_parse() is not None or self._collection_due()
+        ahead = ahead or self._theme_to_parse() is not None or self._styles_to_work_out() or self._collection_due()
         return self.spares_ready() and not (self._idle_on_panes() and ahead)
 
     @while_running

@@ -123,6 +123,11 @@ class ParsedThemes:
         """Whether the rules for ``variables`` and the stylesheet's sources now are kept."""
         return not self._themes or self._key(variables) in self._parsed
 
+    def rules(self, variables: dict[str, str]) -> list | None:
+        """The rules kept for ``variables`` and the stylesheet's sources now (the list a change to them puts in
+        use), None where none are."""
+        return self._parsed.get(self._key(variables)) if self._themes else None
+
     def parse_ahead(self, variables: dict[str, str]) -> None:
         """Parse the stylesheet's sources with ``variables`` (a theme's) and keep the rules, as ``reparse`` would
         parse them (in a fresh stylesheet, from the same sources), so that a change to that theme skips the parse.
@@ -175,7 +180,7 @@ class HiddenPanes:
         self._stale: weakref.WeakSet[DOMNode] = weakref.WeakSet()  # panes left out of a restyle since their last
 
         def update(root: DOMNode, animate: bool = False) -> None:  # as Stylesheet.update, less the hidden panes
-            stylesheet.update_nodes(self._walk(root), animate=animate)
+            stylesheet.update_nodes(self.walk(root, restyling=True), animate=animate)
 
         if hasattr(stylesheet, "update_nodes"):
             stylesheet.update = update  # type: ignore[method-assign]
@@ -192,8 +197,9 @@ class HiddenPanes:
         :meth:`restyle_shown` before the next frame."""
         self._parents.add(parent)
 
-    def _walk(self, root: DOMNode) -> list[DOMNode]:
-        """``root`` and the nodes under it, depth first as ``walk_children``, less what is under a hidden pane."""
+    def walk(self, root: DOMNode, restyling: bool = False) -> list[DOMNode]:
+        """``root`` and the nodes under it, depth first as ``walk_children``, less what is under a hidden pane: what
+        a restyle of ``root`` restyles. ``restyling``: they are restyled, the panes left out are noted."""
         nodes: list[DOMNode] = []
         stack = [iter((root,))]
         while stack:
@@ -204,9 +210,11 @@ class HiddenPanes:
             nodes.append(node)
             if node._parent in self._parents:
                 if not node.display:
-                    self._stale.add(node)
+                    if restyling:
+                        self._stale.add(node)
                     continue
-                self._stale.discard(node)  # restyled whole here
+                if restyling:
+                    self._stale.discard(node)  # restyled whole here
             stack.append(iter(node.children))
         return nodes
 
