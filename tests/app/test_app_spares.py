@@ -14,6 +14,7 @@ from textual.widgets import Input, Label
 
 from memtui.app.dialogs import ExportDialog, HelpScreen, SettingsDialog
 from memtui.app.main import MemtuiApp
+from memtui.app.open_dialog import OpenPanelDialog, PanelTree
 from memtui.app.restyle import RestyleSelfOnFocus, _focus_ancestor_selectors
 from memtui.app.spares import same
 from memtui.estimation.settings import Settings
@@ -218,3 +219,45 @@ async def test_the_rules_styling_under_a_focused_widget_are_found(panel_path):
         parts = _focus_ancestor_selectors(app.stylesheet)
         assert {part.name for part in parts} >= {"Tabs", "ExtractionPane"}  # Textual's Tabs:focus .underline--bar
         assert _focus_ancestor_selectors(app.stylesheet) is parts  # kept while the rules are the same
+
+
+async def _open_dialog_shot(app: MemtuiApp, pilot, parses: list) -> str:
+    await settle(pilot)
+    parse = app.stylesheet.parse
+    app.stylesheet.parse = lambda: (parses.append(1), parse())[1]  # counted from the key on
+    try:
+        await pilot.press("ctrl+o")
+        await pilot.pause()
+        assert isinstance(app.screen, OpenPanelDialog)
+        tree = app.screen.query_one(PanelTree)
+        for _ in range(200):  # the listing is in (panel.h5)
+            if tree.root.children:
+                break
+            await pilot.pause(0.02)
+        await pilot.pause(0.2)
+        return await _shot(app, pilot)
+    finally:
+        app.stylesheet.parse = parse
+
+
+@run_async
+async def test_the_open_dialogs_css_parsed_while_idle_paints_what_its_first_mount_parses(panel_path, monkeypatch):
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        for _ in range(200):
+            if app.idle_work_done():
+                break
+            await pilot.pause(0.05)
+        assert app._open_dialog_ready
+        assert any(name == "DirectoryTree.DEFAULT_CSS" for _, name in app.stylesheet.source)
+        parses: list = []
+        ahead = await _open_dialog_shot(app, pilot, parses)
+        assert not parses  # nothing new to parse on the key
+    monkeypatch.setattr(MemtuiApp, "spares_every_s", None)  # nothing ahead: the dialog's mount adds its CSS
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        parses = []
+        on_the_key = await _open_dialog_shot(app, pilot, parses)
+        assert parses  # (what the work ahead saves)
+    assert ahead == on_the_key

@@ -128,3 +128,8 @@ class OpenPanelDialog(OccludingScreen, DimmedBackdrop, ModalScreen[Panel | None]
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+# the widget classes the dialog mounts: their default CSS is added to the stylesheet while the app is idle, before the
+# dialog's first key (MemtuiApp._ready_open_dialog)
+WIDGETS = (OpenPanelDialog, Vertical, PanelTree, OpenField, Static, KeyBar)

@@ -26,16 +26,17 @@ import inspect
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from textual._context import NoActiveAppError
 from textual.css.model import SelectorType
 from textual.css.styles import Styles
 from textual.css.stylesheet import Stylesheet
+from textual.dom import DOMNode
 
 if TYPE_CHECKING:
     from textual.app import App
-    from textual.dom import DOMNode
     from textual.theme import Theme
     from textual.widgets import ContentSwitcher
 
@@ -143,6 +144,20 @@ class ParsedThemes:
             self._keep(self._key(variables), None)  # type: ignore[arg-type] - tried: not again for these sources
             return
         self._keep(self._key(variables), fresh.rules)
+
+
+def add_default_css(stylesheet: Stylesheet, classes: Iterable[type]) -> bool:
+    """Add the default CSS of widgets of ``classes`` (and of their bases) to ``stylesheet``, as mounting the first
+    of each adds it (``Widget._post_register``): CSS already there is left as it is. False where Textual's internals
+    are not as expected (nothing added: the first mount adds it, as before)."""
+    get_default_css, css_bases = getattr(DOMNode, "_get_default_css", None), getattr(DOMNode, "_css_bases", None)
+    if get_default_css is None or css_bases is None:
+        return False
+    for cls in classes:
+        # what an instance's _get_default_css reads of it is its classes' chain (_node_bases): no instance is made
+        for read_from, css, tie_breaker, scope in get_default_css(SimpleNamespace(_node_bases=css_bases(cls))):
+            stylesheet.add_source(css, read_from=read_from, is_default_css=True, tie_breaker=tie_breaker, scope=scope)
+    return True
 
 
 def css_variables(app: App, theme: Theme) -> dict[str, str]:
