@@ -88,3 +88,13 @@ class Inbox:
             finally:
                 self._waiters.remove(waiter)
         raise AssertionError(f"no {what}")
+
+
+async def idle_work_done(pilot, tries: int = 400) -> None:
+    """Wait until the app's idle work (what it does ahead: panes restyled, dialogs built, themes parsed, restyles
+    worked out) is done, polling as its timer does it."""
+    for _ in range(tries):
+        if pilot.app.idle_work_done():
+            return
+        await pilot.pause(0.05)
+    raise AssertionError("the app's idle work was not done")

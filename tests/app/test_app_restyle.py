@@ -8,7 +8,7 @@ import gc
 from contextlib import contextmanager
 
 import pytest
-from app_pilot import run_async, settle
+from app_pilot import idle_work_done, run_async, settle
 from textual.css.stylesheet import Stylesheet
 
 from memtui.app import open_app
@@ -74,21 +74,13 @@ async def _screens_through_themes(app: MemtuiApp, idle: bool = False, themes: tu
             app.theme = theme
             await settle(pilot)
             if idle:
-                await _idle(app, pilot)
+                await idle_work_done(pilot)
             shots.append(app.export_screenshot())
         for key in PANES:  # shown after the changes: styled for the last theme
             await pilot.press(key)
             await settle(pilot)
             shots.append(app.export_screenshot())
     return shots
-
-
-async def _idle(app: MemtuiApp, pilot) -> None:
-    for _ in range(400):
-        if app.idle_work_done():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app's idle work was not done")
 
 
 @run_async
@@ -168,7 +160,7 @@ async def test_a_theme_parsed_ahead_is_not_parsed_on_the_change_and_is_a_fresh_p
     app = MemtuiApp(read_panel(panel_path))
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
-        await _idle(app, pilot)
+        await idle_work_done(pilot)
         sheet = app.stylesheet
         light, nord = (css_variables(app, app.get_theme(name)) for name in ("textual-light", "nord"))
         assert app.parsed_themes.parsed(light)  # the default pair's other half: parsed while idle
@@ -183,7 +175,7 @@ async def test_a_theme_parsed_ahead_is_not_parsed_on_the_change_and_is_a_fresh_p
         fresh = sheet.copy()
         fresh.parse()
         assert [described(r) for r in sheet.rules] == [described(r) for r in fresh.rules]
-        await _idle(app, pilot)  # changed once: every theme parsed ahead
+        await idle_work_done(pilot)  # changed once: every theme parsed ahead
         assert app.parsed_themes.parsed(nord)
         parses.clear()
         app.theme = "nord"

@@ -4,9 +4,10 @@ Textual's own restyle gives it, after whatever changed since it was worked out, 
 from __future__ import annotations
 
 import dataclasses
+from contextlib import asynccontextmanager
 
 import pytest
-from app_pilot import run_async, settle
+from app_pilot import idle_work_done, run_async, settle
 from textual.css.stylesheet import Stylesheet
 
 from memtui.app import open_app
@@ -44,12 +45,14 @@ def restyled_by_textual(app: MemtuiApp) -> dict:
     return styled(app)
 
 
-async def idle(app: MemtuiApp, pilot) -> None:
-    for _ in range(400):
-        if app.idle_work_done():
-            return
-        await pilot.pause(0.05)
-    raise AssertionError("the app's idle work was not done")
+@asynccontextmanager
+async def worked_ahead(paths):
+    """The app running, its idle work (the restyle worked out ahead among it) done."""
+    app = open_app(paths)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await idle_work_done(pilot)
+        yield app, pilot
 
 
 async def change(app: MemtuiApp, pilot, theme: str) -> dict:
@@ -68,7 +71,7 @@ async def test_a_change_worked_out_ahead_sets_what_textuals_restyle_sets(suite_p
             await pilot.press(pane)
             await settle(pilot)
             for theme in ("textual-light", "textual-dark"):  # to the other default theme, then back to the one left
-                await idle(app, pilot)
+                await idle_work_done(pilot)
                 assert not app.styles_ahead.pending(app)
                 ours = await change(app, pilot, theme)
                 used = app.styles_ahead.used
@@ -87,10 +90,7 @@ async def test_rules_that_read_the_apps_theme_are_worked_out_as_the_change_sets_
         "App.-theme-textual-light BandPlot { outline: solid green; }"
     )
     monkeypatch.setattr(MemtuiApp, "CSS", css)
-    app = open_app(suite_paths)
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        await idle(app, pilot)
+    async with worked_ahead(suite_paths) as (app, pilot):
         ours = await change(app, pilot, "textual-light")
         assert app.styles_ahead.used >= 0.9 * len(ours)
         pane = app.query_one(ProfilePane)
@@ -105,10 +105,7 @@ async def test_rules_that_read_the_apps_theme_are_worked_out_as_the_change_sets_
 
 @run_async
 async def test_what_changed_after_the_work_ahead_is_restyled_as_textual_restyles_it(suite_paths):
-    app = open_app(suite_paths)
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        await idle(app, pilot)
+    async with worked_ahead(suite_paths) as (app, pilot):
         panes = app.query_one("#panes")
         panes.add_class("-stale")  # a class an ancestor's selector reads (#panes.-stale ProfilePane: a tint)
         await pilot.press("tab")  # and the focus moved
@@ -121,14 +118,11 @@ async def test_what_changed_after_the_work_ahead_is_restyled_as_textual_restyles
 
 @run_async
 async def test_the_work_ahead_is_worked_out_again_for_what_changed(suite_paths):
-    app = open_app(suite_paths)
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        await idle(app, pilot)
+    async with worked_ahead(suite_paths) as (app, pilot):
         app.query_one("#panes").add_class("-stale")
         await pilot.pause(0.1)
         assert app.styles_ahead.pending(app)  # what was restyled is to be worked out again
-        await idle(app, pilot)
+        await idle_work_done(pilot)
         ours = await change(app, pilot, "textual-light")
         assert app.styles_ahead.used >= 0.9 * len(ours)
         assert ours == restyled_by_textual(app)
@@ -136,10 +130,7 @@ async def test_the_work_ahead_is_worked_out_again_for_what_changed(suite_paths):
 
 @run_async
 async def test_a_change_to_another_theme_uses_nothing_worked_out_ahead(suite_paths):
-    app = open_app(suite_paths)
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        await idle(app, pilot)
+    async with worked_ahead(suite_paths) as (app, pilot):
         ours = await change(app, pilot, "nord")  # the work ahead was for textual-light
         assert app.styles_ahead.used == 0
         assert ours == restyled_by_textual(app)
@@ -152,7 +143,7 @@ async def test_the_work_ahead_leaves_the_app_as_it_was(suite_paths):
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
         before = (set(app.classes), app.current_theme, styled(app))
-        await idle(app, pilot)
+        await idle_work_done(pilot)
         assert app.styles_ahead._worked  # worked out for textual-light
         assert (set(app.classes), app.current_theme, styled(app)) == before
         assert app.current_theme.name == "textual-dark"
