@@ -733,13 +733,17 @@ class MemtuiApp(App):
         names = ["textual-dark", "textual-light"] + (sorted(themes) if self._themes_changed else [])
         names = [name for name in dict.fromkeys(names) if name != self.theme and name in themes]
         for name in names[: self.parsed_themes.room - 2]:  # room left for the theme in use and the one left
-            theme = themes[name]
-            known = self._theme_variables.get(name)
-            if known is None or known[0] is not theme:
-                known = self._theme_variables[name] = (theme, css_variables(self, theme))
-            if not self.parsed_themes.parsed(known[1]):
-                return known[1]
+            variables = self._variables_of(themes[name])
+            if not self.parsed_themes.parsed(variables):
+                return variables
         return None
+
+    def _variables_of(self, theme: Theme) -> dict[str, str]:
+        """``theme``'s CSS variables (``restyle.css_variables``), computed once per theme registered."""
+        known = self._theme_variables.get(theme.name)
+        if known is None or known[0] is not theme:
+            known = self._theme_variables[theme.name] = (theme, css_variables(self, theme))
+        return known[1]
 
     def _theme_to_style(self) -> tuple[Theme, list] | None:
         """The theme whose restyle is worked out ahead (``styles_ahead``), and its parsed rules: the theme left last,
@@ -750,10 +754,7 @@ class MemtuiApp(App):
         if name is None:
             return None
         theme = themes[name]
-        known = self._theme_variables.get(name)
-        if known is None or known[0] is not theme:
-            known = self._theme_variables[name] = (theme, css_variables(self, theme))
-        rules = self.parsed_themes.rules(known[1])
+        rules = self.parsed_themes.rules(self._variables_of(theme))
         return None if rules is None else (theme, rules)
 
     def _styles_to_work_out(self) -> bool:
