@@ -250,6 +250,61 @@ def test_racing_committers_never_hold_the_lease_together(tmp_path, monkeypatch):
     assert not (work.root / "commit.lease").exists()
 
 
+def test_a_lease_released_while_looked_at_is_not_judged_a_dead_holders(tmp_path, monkeypatch):
+    """A committer with no worker lock (`covariates`) that released its lease and took it again while a taker
+    looked: the taker read the released file unlocked, judged its live holder gone, and went on to remove whatever
+    lease was there by then (CI: 1 of 75 holds overlapped in the race above). An observation is of the lease there
+    once its lock is tested, never of a file already gone from the name."""
+    from memtui.extract import commit
+    from memtui.extract.commit import Lease
+
+    work = WorkDir(tmp_path / "panel.h5").ensure()
+    holder, taker = Lease(work, Owner.me()), Lease(work, Owner.me())  # live, holding no worker lock
+    assert holder.acquire()
+    real, calls = commit.lock_state, []
+
+    def holder_lets_go_and_takes_again(fd):
+        if not calls:
+            calls.append(fd)
+            holder.release()  # between the taker's open and its look at the lock ...
+            assert holder.acquire()  # ... and at once takes a new lease
+        return real(fd)
+
+    monkeypatch.setattr(commit, "lock_state", holder_lets_go_and_takes_again)
+    seen = taker.observe()
+    monkeypatch.setattr(commit, "lock_state", real)
+    assert calls, "the taker never looked at the lock"
+    assert seen is not None and seen.held, "the released file was taken for the lease"
+    assert not taker.is_stale(seen) and not taker.acquire()
+    assert holder.still_ours()
+    holder.release()
+
+
+def test_a_lease_taken_again_by_its_owner_is_another_lease(tmp_path):
+    """A lease is known by its inode and its bytes. The same owner taking its lease again wrote the same bytes, and
+    the inode just freed is often the one reused: a taker that had judged the first lease gone then removed the
+    second, live one as "the same". Each taking writes a nonce, so a reused inode with new bytes is another lease."""
+    import hashlib
+
+    from memtui.extract.commit import Lease, Seen
+
+    work = WorkDir(tmp_path / "panel.h5").ensure()
+    holder, taker = Lease(work, Owner.me()), Lease(work, Owner.me())
+    assert holder.acquire()
+    first = (work.root / "commit.lease").read_bytes()
+    holder.release()
+    assert holder.acquire()
+    now = taker.observe()
+    assert now is not None and Owner.from_json((work.root / "commit.lease").read_text()) == holder.me
+    dev_ino = now.key.rsplit(":", 1)[0]
+    # the first lease as the taker saw it, had the second been put on its inode
+    as_first = Seen(f"{dev_ino}:{hashlib.blake2b(first, digest_size=8).hexdigest()}", now.mtime, holder.me, False)
+    assert as_first.key != now.key
+    assert not taker._remove(as_first), "a taker removed the live lease that replaced the one it judged"
+    assert holder.still_ours()
+    holder.release()
+
+
 def test_a_takers_marker_is_never_taken_from_it_however_slow(tmp_path, monkeypatch):
     """A taker that is slower than the stale limit between its takeover marker and the lease's removal (a loaded
     machine) used to lose its marker to a second taker: both then took the lease."""

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import stat
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,7 +86,7 @@ class Lease:
 
     def acquire(self) -> bool:
         for _ in range(3):
-            fd = create_held(self.path, self.me.to_json().encode(), self.me.token)
+            fd = create_held(self.path, self._content(), self.me.token)
             if fd is not None:
                 self._fd = fd
                 self._mine = self.observe()
@@ -99,19 +101,29 @@ class Lease:
                 return False
         return False
 
+    def _content(self) -> bytes:
+        """What a new lease holds: its owner, and a nonce of this taking. Without the nonce, an owner that released
+        its lease and took it again at once wrote the same bytes, often on the inode just freed: a taker that had
+        judged the first lease gone then found "the same" lease there, and removed the live second one."""
+        return json.dumps({**json.loads(self.me.to_json()), "lease": uuid.uuid4().hex}).encode()
+
     def observe(self) -> Seen | None:
         """The lease there now, or None."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except FileNotFoundError:
-            return None
-        except OSError:  # a link or something odd planted there: judge it by lstat, it has no holder
+        for _ in range(3):
             try:
-                st = os.stat(self.path, follow_symlinks=False)
+                fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
             except FileNotFoundError:
                 return None
-            return Seen(f"{st.st_dev}:{st.st_ino}:odd", st.st_mtime, None)
-        return _seen(fd)
+            except OSError:  # a link or something odd planted there: judge it by lstat, it has no holder
+                try:
+                    st = os.stat(self.path, follow_symlinks=False)
+                except FileNotFoundError:
+                    return None
+                return Seen(f"{st.st_dev}:{st.st_ino}:odd", st.st_mtime, None)
+            seen = _seen(fd, self.path)
+            if seen is not None:
+                return seen
+        return None  # released and taken again under our eyes each time: nothing stale to judge
 
     def is_stale(self, seen: Seen) -> bool:
         if seen.held:  # the kernel says its creator still holds it: a live committer, never taken over
@@ -140,21 +152,25 @@ class Lease:
                 continue
             except OSError:
                 return None
+            # ``other`` stays open until the marker is judged and moved: its inode cannot be freed and reused by
+            # a new taker's marker meanwhile, so the identity checks below tell the two apart
             try:
                 held, st = lock_state(other), os.fstat(other)
+                if _identity(marker) != (st.st_dev, st.st_ino):
+                    continue  # its taker finished and let go while we looked: unlocked says nothing, look again
+                if held or (held is None and age_s(st.st_mtime) <= stale_s()):
+                    return None
+                tomb = marker.with_name(f"{marker.name}.gone.{self.me.token}")
+                with contextlib.suppress(OSError):
+                    os.rename(marker, tomb)
+                    if _identity(tomb) == (st.st_dev, st.st_ino):
+                        os.unlink(tomb)
+                    else:  # a new taker's marker replaced the abandoned one meanwhile: give it back (link: never
+                        os.link(tomb, marker, follow_symlinks=False)  # over a third's), and leave this lease to it
+                        os.unlink(tomb)
+                        return None
             finally:
                 os.close(other)
-            if held or (held is None and age_s(st.st_mtime) <= stale_s()):
-                return None
-            tomb = marker.with_name(f"{marker.name}.gone.{self.me.token}")
-            with contextlib.suppress(OSError):
-                os.rename(marker, tomb)
-                if _identity(tomb) == (st.st_dev, st.st_ino):
-                    os.unlink(tomb)
-                else:  # a new taker's marker replaced the abandoned one meanwhile: give it back (link: never over
-                    os.link(tomb, marker, follow_symlinks=False)  # a third's), and leave this lease to it
-                    os.unlink(tomb)
-                    return None
         return None
 
     def _remove(self, seen: Seen) -> bool:
@@ -207,13 +223,18 @@ class Lease:
             self._fd = None
 
 
-def _seen(fd: int) -> Seen:
-    """The observation of the lease file open at ``fd`` (closed here)."""
+def _seen(fd: int, path: Path) -> Seen | None:
+    """The observation of the lease file open at ``fd`` (closed here); None if ``path`` no longer names that file
+    once its lock is tested. A holder lets go of its lock only after its lease is gone from the name, so a lease
+    removed while we looked reads unlocked although its holder lives: taken for a dead holder's, a taker went on to
+    remove whatever lease was there by then."""
     with open(fd, "rb") as f:
         st = os.fstat(fd)
         regular = stat.S_ISREG(st.st_mode)
         data = f.read(4096) if regular else b""
         held = lock_state(fd) if regular else None
+        if _identity(path) != (st.st_dev, st.st_ino):  # while fd is open the inode cannot be another file's
+            return None
     digest = hashlib.blake2b(data, digest_size=8).hexdigest()
     try:
         holder = Owner.from_json(data.decode())
