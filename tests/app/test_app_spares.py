@@ -140,7 +140,8 @@ async def _first_frame(app: MemtuiApp, pilot, key: str, kind: type):
 
 
 @run_async
-@pytest.mark.parametrize(("key", "kind"), [("o", SettingsDialog), ("e", ExportDialog), ("question_mark", HelpScreen)])
+@pytest.mark.parametrize(("key", "kind"), [("o", SettingsDialog), ("e", ExportDialog), ("question_mark", HelpScreen),
+                                         ("ctrl+o", OpenPanelDialog)])  # fmt: skip
 async def test_a_spare_dialogs_first_frame_is_the_whole_screen(panel_path, key, kind):
     """A spare is rendered once while idle (its widgets' lines kept): the first frame when it is shown still draws
     the whole screen (the panes dimmed around the dialog), not only what changed since that render."""
@@ -148,7 +149,8 @@ async def test_a_spare_dialogs_first_frame_is_the_whole_screen(panel_path, key, 
     async with app.run_test(size=(100, 32)) as pilot:
         await settle(pilot)
         await _spares_built(app, pilot)
-        spare = app.spares._built[{SettingsDialog: "settings", ExportDialog: "export", HelpScreen: "help"}[kind]].screen
+        kinds = {SettingsDialog: "settings", ExportDialog: "export", HelpScreen: "help", OpenPanelDialog: "open"}
+        spare = app.spares._built[kinds[kind]].screen
         first = await _first_frame(app, pilot, key, kind)
         assert app.screen is spare
         assert type(first).__name__ == "LayoutUpdate" and first.region == app.screen.region
@@ -261,3 +263,26 @@ async def test_the_open_dialogs_css_parsed_while_idle_paints_what_its_first_moun
         on_the_key = await _open_dialog_shot(app, pilot, parses)
         assert parses  # (what the work ahead saves)
     assert ahead == on_the_key
+
+
+@run_async
+async def test_a_spare_open_dialog_lists_its_folder_as_it_is_when_shown(panel_path, monkeypatch):
+    """The open dialog is built ahead like the others, but its tree lists nothing until it is shown: a panel written
+    after the spare was built is in the listing, and the dialog paints what one built on the key paints."""
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        await _spares_built(app, pilot)
+        spare = app.spares._built["open"].screen
+        tree = spare.query_one(PanelTree)
+        await pilot.pause(0.2)
+        assert not tree.root.children and not tree._listing  # nothing listed ahead
+        write_synthetic(panel_path.with_name("later.h5"), SIM)
+        from_spare = await _open_dialog_shot(app, pilot, [])
+        assert app.screen is spare
+        assert {child.data.path.name for child in tree.root.children} == {"panel.h5", "later.h5"}
+    monkeypatch.setattr(MemtuiApp, "spares_every_s", None)  # nothing ahead: built and listed on the key
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        on_the_key = await _open_dialog_shot(app, pilot, [])
+    assert ">later<" in from_spare and from_spare == on_the_key  # (the tree draws a suffix apart)

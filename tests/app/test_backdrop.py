@@ -3,6 +3,8 @@ own see-through background paints, and they are drawn anew whenever the panes ch
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from app_pilot import run_async, settle
 from test_app_spares import _dialog_shot, _spares_built
@@ -45,9 +47,10 @@ async def test_a_dialog_on_the_panes_dimmed_ahead_paints_what_textual_paints(pan
         for key, kind in (("o", SettingsDialog), ("e", ExportDialog), ("question_mark", HelpScreen),
                           ("ctrl+o", OpenPanelDialog)):  # fmt: skip
             await _dimmed_ahead(app, pilot)
-            hits = app.backdrop.hits
+            hits, lines = app.backdrop.hits, app.backdrop.lines_kept
             kept = await _dialog_shot(app, pilot, key, kind)
-            assert app.backdrop.hits > hits, key  # drawn on the segments made ahead
+            assert app.backdrop.lines_kept > lines, key  # drawn on the lines cut ahead from the segments made ahead
+            assert app.backdrop.hits == hits, key
             await _spares_built(app, pilot)
             app.backdrop._key = None  # nothing kept: Textual's BackgroundScreen draws the panes, as it always did
             misses = app.backdrop.misses
@@ -68,12 +71,41 @@ async def test_the_panes_changed_since_are_dimmed_anew(panel_path):
         assert app.export_screenshot() != before
         colour = app.spares.background()
         assert not app.backdrop.fresh(app.screen, colour) and app._backdrop_colour() == colour
-        hits = app.backdrop.hits
+        hits, lines = app.backdrop.hits, app.backdrop.lines_kept
         moved = await _dialog_shot(app, pilot, "o", SettingsDialog)
-        assert app.backdrop.hits == hits  # not the panes as they were: drawn anew
+        assert app.backdrop.hits == hits and app.backdrop.lines_kept == lines  # not the panes as they were
         await _spares_built(app, pilot)
         app.backdrop._key = None
         assert moved == await _dialog_shot(app, pilot, "o", SettingsDialog)
+
+
+@run_async
+async def test_the_lines_kept_are_taken_only_by_a_dialog_of_the_size_and_styles_they_were_cut_for(panel_path):
+    """A dialog's lines are the dimmed panes with its own style added to each segment: lines cut for a dialog of
+    another size or style are not its lines. It then cuts its own from the segments kept, and keeps them (its own
+    next render, before the panes draw again, takes those)."""
+    from textual.geometry import Size
+
+    app = MemtuiApp(read_panel(panel_path))
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot)
+        shots = []
+        for other in ("size", "style"):
+            await _dimmed_ahead(app, pilot)
+            key, lines = app.backdrop._lines
+            made, panes, size, style, *rest = key
+            if other == "size":
+                size = Size(size.width - 1, size.height)
+            else:
+                style = dataclasses.replace(style, italic=True)  # each segment of that dialog's made italic
+            app.backdrop._lines = ((made, panes, size, style, *rest), lines)
+            hits, kept = app.backdrop.hits, app.backdrop.lines_kept
+            shots.append(await _dialog_shot(app, pilot, "o", SettingsDialog))
+            assert app.backdrop.lines_kept == kept and app.backdrop.hits > hits, other  # cut anew from the segments
+            assert app.backdrop._lines[0] == key  # and kept
+        await _spares_built(app, pilot)
+        app.backdrop._key = None  # Textual's own
+        assert shots[0] == shots[1] == await _dialog_shot(app, pilot, "o", SettingsDialog)
 
 
 @run_async

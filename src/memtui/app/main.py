@@ -12,6 +12,7 @@ import dataclasses
 import gc
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from textual import on, work
@@ -54,6 +55,9 @@ from memtui.estimation.settings import DEFAULT_BAND, Settings
 from memtui.estimation.subgroups import ByResult
 from memtui.panel.hdf5 import read_panel
 from memtui.panel.model import METRIC_LABEL, Panel
+
+if TYPE_CHECKING:
+    from memtui.app.open_dialog import OpenPanelDialog  # imported while idle, or on the key: not at start
 
 # panes drawn from the estimate alone (no worker of their own), filled while idle when not shown (_fill_pane_ahead);
 # the Summaries start a worker for their extras, Compare one per model: they are filled when shown
@@ -682,9 +686,7 @@ class MemtuiApp(App):
 
     def _spare_dialogs(self) -> dict[str, tuple[tuple, Callable]]:
         """The dialogs kept built ahead (``spares``): what each is built from now, and how."""
-        # not the open dialog: built ahead, its tree is filled before its first frame, which then took longer
-        # (170-185 ms of CPU against 95-100 ms for one built on the key, near idle)
-        dialogs = {"settings": self._settings_dialog(), "help": self._help_dialog()}
+        dialogs = {"settings": self._settings_dialog(), "help": self._help_dialog(), "open": self._open_dialog()}
         if self.result is not None:
             dialogs["export"] = self._export_dialog()
         return dialogs
@@ -781,11 +783,14 @@ class MemtuiApp(App):
 
     @while_running
     def _dim_ahead(self) -> None:
-        """The panes dimmed as a dialog shows them, drawn while idle, a tick: its first frame then takes them as
-        they are (30-40 ms of a dialog key at 120 x 40)."""
+        """The panes dimmed as a dialog shows them, drawn while idle, a tick, and cut into a dialog's lines: its
+        first frame then takes them as they are (40-50 ms of a dialog key at 120 x 40)."""
         colour = self._backdrop_colour() if self._idle_on_panes() else None
         if colour is not None:
             self.backdrop.make(self.screen, colour, self.console, self.console.options)
+            dialog = self.spares.styled()
+            if dialog is not None:
+                self.backdrop.make_lines(dialog, self.screen, colour)
 
     @while_running
     def _ready_open_dialog(self) -> None:
@@ -898,7 +903,6 @@ class MemtuiApp(App):
 
     def action_open_panel(self) -> None:
         """Browse another panel: it replaces what is open (a suite becomes that one panel)."""
-        from memtui.app.open_dialog import OpenPanelDialog
 
         def done(panel: Panel | None) -> None:
             if panel is None:
@@ -910,7 +914,15 @@ class MemtuiApp(App):
             self._show_panel(panel)
             self.notify(f"Opened {clean(panel.path, 200)}", markup=False, timeout=4)
 
-        self.push_screen(OpenPanelDialog(self.panel.path or Path.cwd()), done)
+        self.push_screen(self.spares.take("open", *self._open_dialog()), done)
+
+    def _open_dialog(self) -> tuple[tuple, Callable[[], OpenPanelDialog]]:
+        """What the open dialog is built from now, and how (for ``spares``): the folder it starts in. Its listing is
+        made when it is shown, so a spare built long before lists the folder as it is then."""
+        from memtui.app.open_dialog import OpenPanelDialog
+
+        start = self.panel.path or Path.cwd()
+        return (start,), lambda: OpenPanelDialog(start)
 
     def action_help(self) -> None:
         self.push_screen(self.spares.take("help", *self._help_dialog()))

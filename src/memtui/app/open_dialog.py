@@ -21,6 +21,7 @@ from textual.widgets import DirectoryTree, Input, Static
 from memtui.app.backdrop import DimmedBackdrop
 from memtui.app.keybar import KeyBar
 from memtui.app.occlusion import OccludingScreen
+from memtui.app.spares import SpareScreen
 from memtui.core.errors import MemtuiError
 from memtui.core.text import clean
 from memtui.panel.model import Panel
@@ -33,7 +34,21 @@ PANEL_COMPANIONS = (".memtui-cache", ".work")
 
 
 class PanelTree(DirectoryTree):
-    """Folders and panel files only; hidden entries and memtui's own folders beside a panel left out."""
+    """Folders and panel files only; hidden entries and memtui's own folders beside a panel left out. The folder is
+    listed when the dialog is shown (:meth:`list_folder`), not when the tree is built: a dialog built ahead while
+    the app is idle (``spares``) would otherwise show a listing as old as itself."""
+
+    _listing = False  # the folder listed (from the dialog's first showing on)
+
+    async def watch_path(self) -> None:
+        if self._listing:
+            await super().watch_path()
+
+    def list_folder(self) -> None:
+        """List the folder now (once): Textual's own listing, as setting the path starts it."""
+        if not self._listing:
+            self._listing = True
+            self.path = self.path  # the path always updates: its watcher resets the root and lists it in a thread
 
     # the Tree's own enter is hidden from the footer; in this dialog it is the key that opens
     BINDINGS = [
@@ -66,8 +81,9 @@ class OpenField(Input):
     BINDINGS = [Binding("enter", "submit", "Open", tooltip="Open the path in the field")]
 
 
-class OpenPanelDialog(OccludingScreen, DimmedBackdrop, ModalScreen[Panel | None]):
-    """Pick a panel file; dismisses with the panel read, or None."""
+class OpenPanelDialog(OccludingScreen, DimmedBackdrop, SpareScreen, ModalScreen[Panel | None]):
+    """Pick a panel file; dismisses with the panel read, or None. It may be built ahead (``spares``): its folder is
+    listed once it is shown, after its first frame (a listing in before that frame made it the whole tree's)."""
 
     BINDINGS = [
         Binding("enter", "open", "Open", tooltip="Open the path in the field"),
@@ -94,6 +110,10 @@ class OpenPanelDialog(OccludingScreen, DimmedBackdrop, ModalScreen[Panel | None]
         field = self.query_one(OpenField)
         field.focus()
         field.cursor_position = len(field.value)
+
+    def _on_screen_resume(self) -> None:
+        # (SpareScreen's and Screen's own handlers run too: Textual calls each class's)
+        self.call_after_refresh(self.query_one(PanelTree).list_folder)
 
     def resolve(self, text: str) -> Path:
         """The path typed in the field: ``~`` expanded, a relative one under the folder the tree shows."""

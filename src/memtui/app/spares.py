@@ -83,9 +83,15 @@ class Spares:
     def background(self):
         """The background colour a built dialog draws over the panes (all are ``ModalScreen``s, one colour for a
         theme), None before one is built and styled."""
+        screen = self.styled(laid_out=False)
+        return None if screen is None else screen.styles.background  # type: ignore[attr-defined]
+
+    def styled(self, *, laid_out: bool = True) -> SpareScreen | None:
+        """A dialog built and styled with the rules now (and laid out for the terminal's size), or None."""
+        rules, size = self._app.stylesheet.rules, self._app.size
         for spare in self._built.values():
-            if spare.screen.is_mounted and spare.styled_with is self._app.stylesheet.rules:
-                return spare.screen.styles.background  # type: ignore[attr-defined]
+            if spare.screen.is_mounted and spare.styled_with is rules and (not laid_out or spare.laid_out == size):
+                return spare.screen
         return None
 
     def take(self, kind: str, key: tuple, build: Callable[[], SpareScreen]) -> SpareScreen:
