@@ -44,12 +44,26 @@ class SpareScreen:
     see-through background)."""
 
     _styled_with: object = None  # the stylesheet's rules a spare was styled with, set when it is taken to be shown
+    _first_frame_due = False  # shown, its first frame not drawn yet
 
     def _on_screen_resume(self, event: events.ScreenResume) -> None:
         # dispatched before Screen's own handler (Textual calls each class's, in method resolution order)
         if self._styled_with is not None and self._styled_with is self.app.stylesheet.rules:  # type: ignore[attr-defined]
             event.refresh_styles = False
         self._styled_with = None
+        self._first_frame_due = True
+
+    def _on_idle(self, event: events.Idle) -> None:
+        """The first frame drawn as soon as the messages its showing posted are handled. Textual draws a screen's
+        changes on its update timer's next tick (up to a 60th of a second later: it gathers the changes of a burst
+        into one frame); a dialog laid out when shown was drawn at once, one laid out ahead waited for the tick
+        (15 ms of the 30-35 from its key to its frame, near idle). Runs before Screen's own handler, which then
+        finds nothing left to draw. What the push changes on the screen below (it is refreshed, its focused widget
+        blurred) may reach the dialog after this frame: the tick then draws it again (with the lines kept, 2-3 ms),
+        where before it was drawn once, a tick later."""
+        if self._first_frame_due and self.is_current and not self.app._batch_count:  # type: ignore[attr-defined]  # noqa: SLF001
+            self._first_frame_due = False
+            self._on_timer_update()  # type: ignore[attr-defined]  # noqa: SLF001 - what the tick does
 
 
 def same(a: tuple, b: tuple) -> bool:
